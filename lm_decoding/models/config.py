@@ -1,0 +1,92 @@
+"""Frozen, hashable configuration of the Transformer backbone."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+
+ATTENTION_KINDS = ("causal", "bidirectional")
+NORMS = ("rmsnorm", "layernorm")
+POSITIONALS = ("rope", "learned")
+MLP_ACTIVATIONS = ("swiglu", "gelu")
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+  """Shape and options of the decoder-only Transformer.
+
+  Hashable, so it can be a static argument of `jax.jit`. Attention kind is
+  configuration: the same module is a causal LM (`causal`) or a masked-diffusion
+  denoiser (`bidirectional`).
+
+  Attributes:
+    vocab_size: number of token ids, reserved ids (PAD/BOS/EOS/MASK) included.
+    d_model: residual stream width.
+    num_layers: number of Transformer blocks.
+    num_heads: query heads H.
+    num_kv_heads: key/value heads Hkv; H % Hkv == 0. H == Hkv is MHA, 1 is MQA,
+      otherwise GQA (query head h reads kv head h // (H // Hkv)).
+    head_dim: width of one head.
+    mlp_dim: hidden width of the MLP.
+    max_len: longest sequence (and KV cache) the model accepts.
+    norm: 'rmsnorm' or 'layernorm' (pre-norm blocks plus a final norm).
+    positional: 'rope' (rotary, Su et al. 2021) or 'learned' absolute embeddings.
+    mlp_activation: 'swiglu' (Shazeer 2020) or 'gelu'.
+    tie_embeddings: if True the LM head is the transposed token embedding.
+    attention: 'causal' or 'bidirectional'.
+    dtype: compute dtype name; logits are always returned in float32.
+    param_dtype: parameter dtype name.
+    rope_base: RoPE frequency base.
+  """
+
+  vocab_size: int = 4096
+  d_model: int = 128
+  num_layers: int = 2
+  num_heads: int = 4
+  num_kv_heads: int = 4
+  head_dim: int = 32
+  mlp_dim: int = 512
+  max_len: int = 128
+  norm: str = "rmsnorm"
+  positional: str = "rope"
+  mlp_activation: str = "swiglu"
+  tie_embeddings: bool = True
+  attention: str = "causal"
+  dtype: str = "float32"
+  param_dtype: str = "float32"
+  rope_base: float = 10000.0
+
+  def __post_init__(self):
+    for name, value, allowed in (
+        ("attention", self.attention, ATTENTION_KINDS),
+        ("norm", self.norm, NORMS),
+        ("positional", self.positional, POSITIONALS),
+        ("mlp_activation", self.mlp_activation, MLP_ACTIVATIONS),
+        ("dtype", self.dtype, DTYPES),
+        ("param_dtype", self.param_dtype, DTYPES),
+    ):
+      if value not in allowed:
+        raise ValueError(f"{name}={value!r}; allowed: {allowed}")
+    for name in ("vocab_size", "d_model", "num_layers", "num_heads",
+                 "num_kv_heads", "head_dim", "mlp_dim", "max_len"):
+      if getattr(self, name) < 1:
+        raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+    if self.num_heads % self.num_kv_heads:
+      raise ValueError(
+          f"num_heads={self.num_heads} must be a multiple of "
+          f"num_kv_heads={self.num_kv_heads}")
+    if self.positional == "rope" and self.head_dim % 2:
+      raise ValueError(f"head_dim={self.head_dim} must be even for RoPE")
+
+  @property
+  def compute_dtype(self):
+    return jnp.dtype(self.dtype)
+
+  @property
+  def weight_dtype(self):
+    return jnp.dtype(self.param_dtype)
+
+  def replace(self, **changes) -> "TransformerConfig":
+    return dataclasses.replace(self, **changes)
