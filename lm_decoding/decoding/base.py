@@ -4,10 +4,14 @@ Decoders never see the model. They call a `logits_fn` (as t5x's
 `tokens_to_logits`):
 
     logits_fn(params, tokens: int32[B, L], positions: int32[B, L],
-              cache: KVCache | None) -> (logits: float32[B, L, V], cache)
+              cache=None, input_mask: bool[B, L] | None = None)
+        -> (logits: float32[B, L, V], cache)
+    logits_fn.init_cache(batch_size, length) -> an empty cache pytree
+    logits_fn.max_len -> the longest sequence / cache the model accepts
 
-built by `lm_decoding.models.make_logits_fn` for the Transformer, or by a test
-as a stub. Every decoder returns a `DecodeResult`, so one harness times,
+built by `lm_decoding.models.make_logits_fn` for the Transformer (a frozen,
+hashable dataclass, so it can be a static jit argument), or by a test as a
+stub. Every decoder returns a `DecodeResult`, so one harness times,
 counts and scores them all. Decoders are configured by frozen dataclasses
 (hashable: static jit arguments) registered by name.
 """
@@ -15,12 +19,24 @@ counts and scores them all. Decoders are configured by frozen dataclasses
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import flax.struct
 import jax
 
-LogitsFn = Callable[..., tuple[jax.Array, Any]]
+
+class LogitsFn(Protocol):
+  """The model as decoders see it (see the module docstring)."""
+
+  max_len: int
+
+  def __call__(self, params: Any, tokens: jax.Array, positions: jax.Array,
+               cache: Any = None,
+               input_mask: jax.Array | None = None) -> tuple[jax.Array, Any]:
+    ...
+
+  def init_cache(self, batch_size: int, length: int) -> Any:
+    ...
 
 
 @flax.struct.dataclass

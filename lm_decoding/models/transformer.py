@@ -9,6 +9,8 @@ so sharding only adds rules (see `lm_decoding.parallel`).
 
 from __future__ import annotations
 
+import dataclasses
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -247,11 +249,28 @@ def count_params(params) -> int:
   return int(sum(x.size for x in leaves))
 
 
-def make_logits_fn(config: TransformerConfig):
-  """The decoder boundary: (params, tokens, positions, cache) -> (logits, cache)."""
-  model = Transformer(config)
+@dataclasses.dataclass(frozen=True)
+class ModelLogitsFn:
+  """The decoder boundary for a `Transformer` (see `lm_decoding.decoding.base`).
 
-  def logits_fn(params, tokens, positions, cache=None):
-    return model.apply({"params": params}, tokens, positions, cache=cache)
+  Hashable, so decoders can take it as a static jit argument.
+  """
 
-  return logits_fn
+  config: TransformerConfig
+
+  @property
+  def max_len(self) -> int:
+    return self.config.max_len
+
+  def __call__(self, params, tokens, positions, cache=None, input_mask=None):
+    return Transformer(self.config).apply(
+        {"params": params}, tokens, positions, cache=cache,
+        input_mask=input_mask)
+
+  def init_cache(self, batch_size: int, length: int) -> KVCache:
+    return KVCache.init(self.config, batch_size, length)
+
+
+def make_logits_fn(config: TransformerConfig) -> ModelLogitsFn:
+  """(params, tokens, positions, cache, input_mask) -> (logits, cache)."""
+  return ModelLogitsFn(config)
