@@ -1,0 +1,48 @@
+"""Tiny CPU default: trains in minutes on 2 cores, decodes up to 256 new tokens.
+
+Usage:
+  python experiments/train.py --config=configs/tiny.py --workdir=/tmp/run \
+      --config.train.objective=mdlm --config.model.num_layers=2
+"""
+
+import ml_collections
+
+
+def get_config() -> ml_collections.ConfigDict:
+  config = ml_collections.ConfigDict()
+  config.seed = 0
+
+  config.data = ml_collections.ConfigDict()
+  config.data.path = ""            # '' = bundled Austen corpus; else a UTF-8 file or folder
+  config.data.vocab_size = 4096    # sentencepiece vocabulary, reserved ids included
+  config.data.seq_len = 128        # training sequence length (tokens)
+
+  config.model = ml_collections.ConfigDict()
+  config.model.d_model = 128
+  config.model.num_layers = 2
+  config.model.num_heads = 4
+  config.model.num_kv_heads = 4    # 4 = MHA, 1 = MQA, in between = GQA
+  config.model.head_dim = 32
+  config.model.mlp_dim = 512
+  config.model.max_len = 320       # KV cache / denoiser length: prompt + 256 new tokens fits
+  config.model.norm = "rmsnorm"    # rmsnorm | layernorm
+  config.model.positional = "rope"  # rope | learned
+  config.model.mlp_activation = "swiglu"  # swiglu | gelu
+  config.model.tie_embeddings = True
+  config.model.dtype = "float32"
+  config.model.param_dtype = "float32"
+
+  config.train = ml_collections.ConfigDict()
+  config.train.objective = "ar"    # ar (causal attention) | mdlm (bidirectional)
+  config.train.batch_size = 32
+  config.train.num_steps = 1200
+  config.train.learning_rate = 3e-3
+  config.train.warmup_steps = 100
+  config.train.weight_decay = 0.01
+  config.train.grad_clip_norm = 1.0
+  config.train.eval_every = 200    # steps between validation passes
+  config.train.eval_batches = 8    # validation batches (fixed, deterministic)
+  config.train.mdlm_eval_timesteps = 8  # fixed t grid for the MDLM bound
+  config.train.checkpoint_every = 200
+  config.train.keep_checkpoints = 2
+  return config
