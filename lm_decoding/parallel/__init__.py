@@ -1,0 +1,1 @@
+"""Meshes and logical-axis sharding."""

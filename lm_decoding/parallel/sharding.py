@@ -1,0 +1,88 @@
+"""Meshes and logical-axis sharding rules.
+
+Parameters and caches carry logical axis names ('batch', 'length', 'embed',
+'heads', 'kv', 'mlp', 'vocab'); a rule table maps them to mesh axes ('data',
+'fsdp', 'tensor'). The same code runs on one CPU device, on 8 fake CPU devices
+(`XLA_FLAGS=--xla_force_host_platform_device_count=8`) and on pods: only the
+mesh shape changes.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import flax.linen as nn
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from lm_decoding.models import TransformerConfig, abstract_params
+
+MESH_AXES = ("data", "fsdp", "tensor")
+
+# Logical axis -> mesh axis (or axes). FSDP shards the embedding dimension of
+# every weight; tensor parallelism shards heads, MLP width and vocabulary.
+DEFAULT_RULES: tuple[tuple[str, str | tuple[str, ...] | None], ...] = (
+    ("batch", ("data", "fsdp")),
+    ("length", None),
+    ("embed", "fsdp"),
+    ("heads", "tensor"),
+    ("kv", None),
+    ("mlp", "tensor"),
+    ("vocab", "tensor"),
+)
+
+# Logical axes of one layer's cached keys/values [B, S, Hkv, Dh].
+KV_CACHE_AXES = ("batch", "length", "heads", "kv")
+
+
+def make_mesh(data: int = 1, fsdp: int = 1, tensor: int = 1,
+              devices: Sequence[jax.Device] | None = None) -> Mesh:
+  """A ('data', 'fsdp', 'tensor') mesh with automatic (GSPMD) axis types.
+
+  Raises:
+    ValueError: data * fsdp * tensor differs from the number of devices.
+  """
+  devices = jax.devices() if devices is None else list(devices)
+  if data * fsdp * tensor != len(devices):
+    raise ValueError(
+        f"mesh data={data} x fsdp={fsdp} x tensor={tensor} must equal the "
+        f"number of devices ({len(devices)})")
+  auto = (jax.sharding.AxisType.Auto,) * 3
+  return jax.make_mesh((data, fsdp, tensor), MESH_AXES, axis_types=auto,
+                       devices=devices)
+
+
+def logical_sharding(mesh: Mesh, axes: Sequence[str | None],
+                     rules=DEFAULT_RULES) -> NamedSharding:
+  """The NamedSharding of an array whose dimensions have logical `axes`."""
+  return nn.logical_to_mesh_sharding(PartitionSpec(*axes), mesh, rules)
+
+
+def param_shardings(config: TransformerConfig, mesh: Mesh,
+                    rules=DEFAULT_RULES):
+  """NamedShardings for the (unboxed) parameter tree of `config`."""
+  specs = nn.get_partition_spec(abstract_params(config))
+  return nn.logical_to_mesh_sharding(specs, mesh, rules)
+
+
+def shard_params(params, config: TransformerConfig, mesh: Mesh,
+                 rules=DEFAULT_RULES):
+  """Places `params` on `mesh` according to their logical axes."""
+  return jax.device_put(params, param_shardings(config, mesh, rules))
+
+
+def shard_cache(cache, mesh: Mesh, rules=DEFAULT_RULES):
+  """Places a `KVCache` on `mesh`: keys/values by KV_CACHE_AXES, index by batch."""
+  kv = logical_sharding(mesh, KV_CACHE_AXES, rules)
+  index = logical_sharding(mesh, ("batch",), rules)
+  return cache.replace(k=jax.device_put(cache.k, kv),
+                       v=jax.device_put(cache.v, kv),
+                       index=jax.device_put(cache.index, index))
+
+
+def shard_batch(array: np.ndarray | jax.Array, mesh: Mesh,
+                rules=DEFAULT_RULES) -> jax.Array:
+  """Places an array whose leading dimension is the batch on `mesh`."""
+  axes = ("batch",) + (None,) * (np.ndim(array) - 1)
+  return jax.device_put(array, logical_sharding(mesh, axes, rules))
