@@ -1,0 +1,265 @@
+"""Language-model data: a tokenized, cached corpus; packed sequences; batches; prompts.
+
+`prepare` reads a corpus (`corpus.load_splits`), trains a tokenizer on its
+train split and encodes every split as one flat token stream in which each
+paragraph's ids are followed by EOS. Tokenizer and streams are cached under
+`{workdir}/data/{key}/`, key a hash of the corpus text, vocab_size and
+FORMAT_VERSION, so the second call reads them back instead of training and
+encoding again. `pack` cuts a stream into fixed-length training sequences and
+`batches` deals them out in a seed-determined order that training resumed at
+any step reproduces. `prompts` cuts held-out paragraphs into prompts and
+reference continuations for generation quality metrics.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import json
+import os
+import pathlib
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+
+import numpy as np
+
+from lm_decoding.data import corpus as corpus_lib
+from lm_decoding.data.tokenizer import EOS_ID, Tokenizer
+
+# Bump when reading, splitting, tokenizer training or encoding changes, so
+# stale caches are not reused.
+FORMAT_VERSION = 1
+TOKENIZER_FILE = "tokenizer.model"
+META_FILE = "meta.json"
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Corpus:
+  """A tokenized corpus.
+
+  Attributes:
+    tokenizer: trained on the train split.
+    splits: paragraph texts per split ('train', 'valid', 'test').
+    tokens: per split, int32[N]: each paragraph's ids, then EOS, in order.
+    cache_dir: where tokenizer and streams are cached.
+  """
+
+  tokenizer: Tokenizer
+  splits: Mapping[str, list[str]]
+  tokens: Mapping[str, np.ndarray]
+  cache_dir: pathlib.Path
+
+
+def cache_key(splits: Mapping[str, Sequence[str]], vocab_size: int) -> str:
+  """16 hex digits identifying (corpus text per split, vocab_size, FORMAT_VERSION).
+
+  The corpus is identified by its content, not its path: an edited file gets a
+  new key and a moved one keeps its key.
+  """
+  digest = hashlib.sha256(f"v{FORMAT_VERSION}|vocab{vocab_size}".encode())
+  for name in corpus_lib.SPLITS:
+    digest.update(f"|{name}:{len(splits[name])}".encode())
+    for text in splits[name]:
+      digest.update(text.encode("utf-8"))
+      digest.update(b"\0")
+  return digest.hexdigest()[:16]
+
+
+def encode_paragraphs(tokenizer: Tokenizer,
+                      texts: Sequence[str]) -> np.ndarray:
+  """int32[N]: the ids of each text followed by EOS, concatenated."""
+  ids = []
+  for text in texts:
+    ids.extend(tokenizer.encode(text))
+    ids.append(EOS_ID)
+  return np.asarray(ids, dtype=np.int32)
+
+
+def _write_atomic(path: pathlib.Path, data: bytes) -> None:
+  """Writes `data` to `path` through a temporary file and os.replace."""
+  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+  try:
+    with os.fdopen(fd, "wb") as f:
+      f.write(data)
+    os.replace(tmp, path)
+  except BaseException:
+    pathlib.Path(tmp).unlink(missing_ok=True)
+    raise
+
+
+def _array_bytes(array: np.ndarray) -> bytes:
+  buffer = io.BytesIO()
+  np.save(buffer, array, allow_pickle=False)
+  return buffer.getvalue()
+
+
+def prepare(path: str | None, vocab_size: int,
+            workdir: str | os.PathLike) -> Corpus:
+  """Reads, tokenizes and caches the corpus at `path`.
+
+  On a cache miss trains the tokenizer on the train split and encodes every
+  split (`encode_paragraphs`); each file is written atomically, so an
+  interrupted or concurrent run leaves either no file or a whole one. On a hit
+  only the corpus text is read (to compute the key).
+
+  Args:
+    path: corpus file or folder, or None / '' for the bundled corpus (see
+      `corpus.load_paragraphs`).
+    vocab_size: tokenizer size, reserved ids and byte pieces included.
+    workdir: cache root; files go to `{workdir}/data/{cache_key}/`
+      (tokenizer.model, {split}.npy, meta.json).
+
+  Raises:
+    ValueError: bad `path` (named as data.path) or `vocab_size` (see
+      `Tokenizer.train`).
+  """
+  splits = corpus_lib.load_splits(path)
+  cache_dir = pathlib.Path(workdir) / "data" / cache_key(splits, vocab_size)
+  tokenizer_path = cache_dir / TOKENIZER_FILE
+  if tokenizer_path.exists():
+    tokenizer = Tokenizer.load(str(tokenizer_path))
+  else:
+    tokenizer = Tokenizer.train(splits["train"], vocab_size)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    _write_atomic(tokenizer_path, tokenizer.model_proto)
+  tokens = {}
+  for name in corpus_lib.SPLITS:
+    array_path = cache_dir / f"{name}.npy"
+    if array_path.exists():
+      tokens[name] = np.load(array_path, allow_pickle=False)
+    else:
+      tokens[name] = encode_paragraphs(tokenizer, splits[name])
+      _write_atomic(array_path, _array_bytes(tokens[name]))
+  meta_path = cache_dir / META_FILE
+  if not meta_path.exists():
+    meta = dict(
+        format_version=FORMAT_VERSION,
+        path=str(corpus_lib.resolve_path(path)),
+        vocab_size=tokenizer.vocab_size,
+        paragraphs={k: len(v) for k, v in splits.items()},
+        tokens={k: int(v.size) for k, v in tokens.items()},
+        characters={k: sum(len(t) for t in v) for k, v in splits.items()})
+    _write_atomic(meta_path, json.dumps(meta, indent=2).encode())
+  return Corpus(tokenizer=tokenizer, splits=splits, tokens=tokens,
+                cache_dir=cache_dir)
+
+
+def pack(stream: np.ndarray, seq_len: int) -> np.ndarray:
+  """Cuts a token stream into consecutive sequences of seq_len tokens.
+
+  Sequences cross paragraph boundaries (marked by EOS); the ragged tail of
+  N % seq_len tokens is dropped.
+
+  Args:
+    stream: int[N] token ids.
+    seq_len: tokens per sequence.
+
+  Returns:
+    int32[N // seq_len, seq_len]; row m is stream[m * seq_len:(m + 1) * seq_len].
+
+  Raises:
+    ValueError: `stream` is not 1-D, seq_len < 1, or N < seq_len.
+  """
+  stream = np.asarray(stream)
+  if stream.ndim != 1:
+    raise ValueError(f"stream must be 1-D; got shape {stream.shape}")
+  if not 1 <= seq_len <= stream.size:
+    raise ValueError(
+        f"seq_len={seq_len} must be in [1, {stream.size}] (the stream length)")
+  num = stream.size // seq_len
+  return stream[:num * seq_len].reshape(num, seq_len).astype(np.int32)
+
+
+def _epoch_order(num_sequences: int, seed: int, epoch: int) -> np.ndarray:
+  """int64[num_sequences]: the permutation of sequences in epoch `epoch`."""
+  return np.random.default_rng((seed, epoch)).permutation(num_sequences)
+
+
+def batches(packed: np.ndarray, batch_size: int, seed: int,
+            start_step: int = 0) -> Iterator[np.ndarray]:
+  """Infinite iterator of training batches; batch k depends only on (seed, k).
+
+  An epoch is M // batch_size steps (M = number of sequences); epoch e visits
+  the sequences in the order of a permutation drawn from
+  numpy.random.default_rng((seed, e)), batch_size at a time, and the last
+  M % batch_size sequences of that order sit the epoch out. So batch k is
+  rows order_e[j * B:(j + 1) * B] with e, j = divmod(k, M // B), and training
+  resumed at step k (`start_step=k`) sees exactly the batches it would have.
+
+  Args:
+    packed: int32[M, L] sequences (see `pack`).
+    batch_size: B, sequences per batch, <= M.
+    seed: non-negative int.
+    start_step: index of the first batch yielded.
+
+  Returns:
+    An iterator of int32[B, L] arrays (fresh copies).
+
+  Raises:
+    ValueError: packed is not 2-D, or batch_size, seed or start_step out of
+      range (raised by this call, not by the first `next`).
+  """
+  if packed.ndim != 2:
+    raise ValueError(f"packed must be 2-D [M, L]; got shape {packed.shape}")
+  num = packed.shape[0]
+  if not 1 <= batch_size <= num:
+    raise ValueError(
+        f"batch_size={batch_size} must be in [1, {num}] (sequences)")
+  if seed < 0:
+    raise ValueError(f"seed={seed} must be >= 0")
+  if start_step < 0:
+    raise ValueError(f"start_step={start_step} must be >= 0")
+  steps_per_epoch = num // batch_size
+
+  def generate() -> Iterator[np.ndarray]:
+    step, epoch, order = start_step, None, None
+    while True:
+      e, j = divmod(step, steps_per_epoch)
+      if e != epoch:
+        epoch, order = e, _epoch_order(num, seed, e)
+      yield packed[order[j * batch_size:(j + 1) * batch_size]].astype(
+          np.int32, copy=False)
+      step += 1
+
+  return generate()
+
+
+def prompts(corpus: Corpus, split: str, num: int, prompt_len: int,
+            min_continuation: int) -> tuple[np.ndarray, list[str]]:
+  """Prompts and reference continuations from the paragraphs of a split.
+
+  Takes the first `num` paragraphs of `split`, in corpus order, with at least
+  prompt_len + min_continuation tokens (EOS not counted); a prompt is the
+  first prompt_len tokens of one (no BOS), its reference the decoded text of
+  the next min_continuation tokens (what omission rate compares against).
+
+  Returns:
+    (prompt_tokens int32[num, prompt_len], reference_texts: num strings).
+
+  Raises:
+    ValueError: unknown split, num / prompt_len / min_continuation < 1, or
+      fewer than `num` paragraphs long enough.
+  """
+  if split not in corpus.tokens:
+    raise ValueError(f"split={split!r}; allowed: {tuple(corpus.tokens)}")
+  for name, value in (("num", num), ("prompt_len", prompt_len),
+                      ("min_continuation", min_continuation)):
+    if value < 1:
+      raise ValueError(f"{name}={value} must be >= 1")
+  stream = corpus.tokens[split]
+  ends = np.flatnonzero(stream == EOS_ID)
+  starts = np.concatenate([[0], ends + 1])[:-1]
+  long_enough = np.flatnonzero(ends - starts >= prompt_len + min_continuation)
+  if long_enough.size < num:
+    raise ValueError(
+        f"num={num}: only {long_enough.size} paragraphs of split {split!r} "
+        f"have >= prompt_len + min_continuation = "
+        f"{prompt_len + min_continuation} tokens")
+  chosen = starts[long_enough[:num]]
+  prompt_tokens = np.stack([stream[s:s + prompt_len] for s in chosen])
+  references = [
+      corpus.tokenizer.decode(
+          stream[s + prompt_len:s + prompt_len + min_continuation])
+      for s in chosen]
+  return prompt_tokens.astype(np.int32), references
