@@ -45,4 +45,23 @@ def get_config() -> ml_collections.ConfigDict:
   config.train.mdlm_eval_timesteps = 8  # fixed t grid for the MDLM bound
   config.train.checkpoint_every = 200
   config.train.keep_checkpoints = 2
+
+  # The evaluator scores samples (gen-PPL): a larger causal model, other seed.
+  config.evaluator = ml_collections.ConfigDict()
+  config.evaluator.seed = 1
+  config.evaluator.model = ml_collections.ConfigDict(
+      dict(d_model=192, num_heads=6, num_kv_heads=6, mlp_dim=768))
+  config.evaluator.train = ml_collections.ConfigDict(dict(num_steps=400))
+
+  # The main job (experiments/compare_decoding.py).
+  config.compare = ml_collections.ConfigDict()
+  config.compare.output_lengths = (32, 64, 128, 256)
+  config.compare.batch_sizes = (1, 8)
+  config.compare.prompt_len = 16        # tokens of held-out text per prompt
+  config.compare.reference_len = 64     # reference continuation (omission rate)
+  config.compare.temperature = 1.0      # one temperature for every decoder
+  config.compare.mdlm_steps = (8, 32, 128, 0)  # K; 0 means K = T
+  config.compare.llada_steps = 32
+  config.compare.llada_block_length = 32
+  config.compare.timed_runs = 3         # median of this many, after warm-up
   return config

@@ -13,6 +13,7 @@ import os
 import time
 from typing import Any
 
+import flax.linen as nn
 import flax.struct
 import jax
 import jax.numpy as jnp
@@ -27,8 +28,9 @@ from lm_decoding.models import make_logits_fn
 from lm_decoding.training import objectives
 from lm_decoding.training.checkpoints import CheckpointError, Checkpoints
 
-OBJECTIVES = ("ar", "mdlm")
 _ATTENTION = {"ar": "causal", "mdlm": "bidirectional"}
+_LOSSES = {"ar": objectives.ar_loss, "mdlm": objectives.mdlm_loss}
+OBJECTIVES = tuple(_LOSSES)
 
 
 @flax.struct.dataclass
@@ -76,9 +78,20 @@ def init_state(model_cfg: TransformerConfig, optimizer, key) -> TrainState:
                     opt_state=optimizer.init(params))
 
 
+def unbox(tree):
+  """Strips flax's logical-axis metadata boxes from a parameter tree."""
+  return nn.meta.unbox(tree)
+
+
+def abstract_state(model_cfg: TransformerConfig, optimizer) -> TrainState:
+  """Shapes and dtypes of a fresh TrainState, nothing allocated."""
+  return jax.eval_shape(
+      lambda: init_state(model_cfg, optimizer, jax.random.key(0)))
+
+
 def make_train_step(model_cfg: TransformerConfig, objective: str, optimizer):
   """(state, tokens int32[B, L], key) -> (state, metrics), jitted, donating state."""
-  loss_fn = objectives.loss_fn(objective)
+  loss_fn = _LOSSES[objective]
   logits_fn = make_logits_fn(model_cfg)
 
   def step(state: TrainState, tokens, key):
@@ -86,7 +99,7 @@ def make_train_step(model_cfg: TransformerConfig, objective: str, optimizer):
         lambda p: loss_fn(logits_fn, p, tokens, key), has_aux=True)(state.params)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    metrics = dict(metrics, loss=loss, grad_norm=optax.global_norm(grads))
+    metrics = dict(metrics, loss=loss, grad_norm=optax.tree.norm(grads))
     return TrainState(state.step + 1, params, opt_state), metrics
 
   return jax.jit(step, donate_argnums=0)
@@ -94,10 +107,22 @@ def make_train_step(model_cfg: TransformerConfig, objective: str, optimizer):
 
 def make_eval_fn(model_cfg: TransformerConfig, objective: str,
                  num_timesteps: int):
-  """(params, tokens int32[B, L]) -> (total NLL or NELBO, token count), jitted."""
-  eval_fn = objectives.eval_fn(objective)
+  """(params, tokens int32[B, L]) -> (summed NLL, token count), jitted.
+
+  Deterministic: AR teacher-forced NLL; MDLM the NELBO on a fixed grid of
+  `num_timesteps` times with fixed masks (`objectives.mdlm_bound`).
+  """
   logits_fn = make_logits_fn(model_cfg)
-  return jax.jit(lambda p, t: eval_fn(logits_fn, p, t, num_timesteps))
+
+  def eval_fn(params, tokens):
+    if objective == "ar":
+      _, metrics = objectives.ar_eval(logits_fn, params, tokens)
+    else:
+      _, metrics = objectives.mdlm_bound(logits_fn, params, tokens,
+                                         jax.random.key(0), num_timesteps)
+    return metrics["nll"], metrics["tokens"]
+
+  return jax.jit(eval_fn)
 
 
 def evaluate(eval_fn, params, batches: np.ndarray) -> float:
@@ -177,6 +202,11 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   log_path = os.path.join(workdir, "metrics.jsonl")
   tokens_per_step = train_cfg.batch_size * seq_len
   valid_loss = float("nan")
+  if first == 0:  # the untrained baseline, so every log shows the drop
+    valid_loss = evaluate(eval_fn, state.params, valid_batches)
+    with open(log_path, "a") as f:
+      f.write(json.dumps({"step": 0, "valid_loss": valid_loss,
+                          "valid_ppl": float(np.exp(valid_loss))}) + "\n")
   tick, tick_step, tokens_per_s = time.time(), first, 0.0
   bar = tqdm.tqdm(range(first, train_cfg.num_steps), initial=first,
                   total=train_cfg.num_steps, disable=not progress,

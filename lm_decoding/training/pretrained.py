@@ -1,0 +1,185 @@
+"""Shipped pretrained checkpoints: export, match against a config, load.
+
+A pretrained set lives in one folder (by default `lm_decoding/pretrained/`):
+
+  tokenizer.model      the sentencepiece model every member was trained with
+  {name}/manifest.json the exact command, config, commit, validation metrics
+  {name}/params/       orbax checkpoint of the parameters only
+
+A member is used only when its recorded recipe (data, model and train config,
+seed) equals the requested one and its tokenizer is byte-identical to the one
+the data pipeline builds; otherwise the caller trains from scratch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import tempfile
+from typing import Any
+
+import ml_collections
+
+from lm_decoding.data.tokenizer import Tokenizer
+from lm_decoding.models import abstract_params
+from lm_decoding.training import train as train_lib
+from lm_decoding.training.checkpoints import CheckpointError, Checkpoints
+
+DEFAULT_DIR = pathlib.Path(__file__).resolve().parent.parent / "pretrained"
+TOKENIZER_FILE = "tokenizer.model"
+MANIFEST_FILE = "manifest.json"
+
+
+def recipe(config: ml_collections.ConfigDict) -> dict:
+  """Everything that determines the trained parameters."""
+  return {"seed": config.seed, "data": config.data.to_dict(),
+          "model": config.model.to_dict(), "train": config.train.to_dict()}
+
+
+def tokenizer_sha256(tokenizer: Tokenizer) -> str:
+  return hashlib.sha256(tokenizer.model_proto).hexdigest()
+
+
+def _commit() -> str:
+  try:
+    return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
+                          text=True, check=True,
+                          cwd=pathlib.Path(__file__).parent).stdout.strip()
+  except (OSError, subprocess.CalledProcessError):
+    return "unknown"
+
+
+def load_trained_params(config: ml_collections.ConfigDict, workdir: str):
+  """Parameters of the latest checkpoint `train.train` wrote in `workdir`."""
+  model_cfg = train_lib.model_config(config)
+  optimizer = train_lib.make_optimizer(config.train)
+  abstract = train_lib.abstract_state(model_cfg, optimizer)
+  checkpoints = Checkpoints(os.path.join(workdir, "checkpoints"))
+  state, _ = checkpoints.restore(abstract)
+  checkpoints.close()
+  return state.params
+
+
+def export(config: ml_collections.ConfigDict, workdir: str, name: str,
+           tokenizer: Tokenizer, command: str, metrics: dict,
+           out_dir: str | pathlib.Path = DEFAULT_DIR) -> pathlib.Path:
+  """Copies the trained parameters of `workdir` into the pretrained set.
+
+  Raises:
+    ValueError: the set already holds a different tokenizer.
+  """
+  out_dir = pathlib.Path(out_dir)
+  out_dir.mkdir(parents=True, exist_ok=True)
+  tok_path = out_dir / TOKENIZER_FILE
+  if tok_path.exists():
+    if Tokenizer.load(str(tok_path)).model_proto != tokenizer.model_proto:
+      raise ValueError(f"{tok_path} holds another tokenizer; export the "
+                       "whole set again into an empty folder")
+  else:
+    tok_path.write_bytes(tokenizer.model_proto)
+  params = load_trained_params(config, workdir)
+  member = out_dir / name
+  staging = pathlib.Path(tempfile.mkdtemp(dir=out_dir, prefix=f".{name}-"))
+  checkpoints = Checkpoints(str(staging / "params"), keep=1)
+  checkpoints.save(0, params, {"name": name})
+  checkpoints.close()
+  manifest = {"name": name, "command": command, "commit": _commit(),
+              "recipe": recipe(config),
+              "tokenizer_sha256": tokenizer_sha256(tokenizer),
+              "metrics": metrics}
+  (staging / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
+  if member.exists():
+    shutil.rmtree(member)
+  os.replace(staging, member)
+  return member
+
+
+def find(config: ml_collections.ConfigDict, name: str, tokenizer: Tokenizer,
+         out_dir: str | pathlib.Path = DEFAULT_DIR) -> tuple[Any, str]:
+  """Loads member `name` if it matches `config` and `tokenizer`.
+
+  Returns:
+    (params, reason): params None when the member is missing or does not
+    match, with `reason` saying why.
+  Raises:
+    CheckpointError: the member matches but its parameters are unreadable.
+  """
+  member = pathlib.Path(out_dir) / name
+  manifest_path = member / MANIFEST_FILE
+  if not manifest_path.exists():
+    return None, f"no pretrained {name!r} in {out_dir}"
+  manifest = json.loads(manifest_path.read_text())
+  if manifest.get("recipe") != json.loads(json.dumps(recipe(config))):
+    return None, f"pretrained {name!r} was trained with another config"
+  if manifest.get("tokenizer_sha256") != tokenizer_sha256(tokenizer):
+    return None, f"pretrained {name!r} was trained with another tokenizer"
+  abstract = abstract_params(train_lib.model_config(config))
+  checkpoints = Checkpoints(str(member / "params"))
+  params, _ = checkpoints.restore(train_lib.unbox(abstract))
+  checkpoints.close()
+  return params, f"pretrained {name!r} (commit {manifest['commit'][:10]})"
+
+
+def read_manifest(name: str, out_dir: str | pathlib.Path = DEFAULT_DIR) -> dict:
+  """The manifest of member `name`.
+
+  Raises:
+    CheckpointError: the member has no manifest.
+  """
+  path = pathlib.Path(out_dir) / name / MANIFEST_FILE
+  if not path.exists():
+    raise CheckpointError(f"no manifest at {path}")
+  return json.loads(path.read_text())
+
+
+def member_configs(config: ml_collections.ConfigDict
+                   ) -> dict[str, ml_collections.ConfigDict]:
+  """Training configs of the comparison's three models.
+
+  'ar' (causal) and 'mdlm' (bidirectional) share the backbone shape of
+  `config.model`; 'evaluator' is a larger causal model with another seed
+  (`config.evaluator`) that scores samples and is never decoded.
+  """
+  members = {}
+  for name in ("ar", "mdlm", "evaluator"):
+    member = ml_collections.ConfigDict(config.to_dict())
+    for section in ("compare", "evaluator"):
+      if section in member:
+        del member[section]
+    member.train.objective = "mdlm" if name == "mdlm" else "ar"
+    if name == "evaluator":
+      member.seed = config.evaluator.seed
+      member.model.update(config.evaluator.model.to_dict())
+      member.train.update(config.evaluator.train.to_dict())
+    members[name] = member
+  return members
+
+
+def get_or_train(config: ml_collections.ConfigDict, name: str, workdir: str,
+                 tokenizer: Tokenizer, retrain: bool = False,
+                 progress: bool = True,
+                 out_dir: str | pathlib.Path = DEFAULT_DIR) -> tuple[Any, str]:
+  """Parameters of member `name`: shipped if they match, else trained.
+
+  Training writes `{workdir}/{name}/` and resumes from (or, if finished,
+  reuses) what is there; `retrain` ignores shipped parameters and deletes
+  that folder first.
+
+  Returns:
+    (params, source): `source` says where the parameters came from.
+  """
+  member_dir = os.path.join(workdir, name)
+  if retrain:
+    shutil.rmtree(member_dir, ignore_errors=True)
+    reason = "--retrain"
+  else:
+    params, reason = find(config, name, tokenizer, out_dir)
+    if params is not None:
+      return params, reason
+  train_lib.train(config, member_dir, progress=progress)
+  return (load_trained_params(config, member_dir),
+          f"trained in {member_dir} ({reason})")

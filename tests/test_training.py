@@ -1,0 +1,158 @@
+"""Training loop: loss falls for both objectives, checkpoints restore exactly,
+interrupted runs resume bit-exactly, bad input fails before compiling."""
+
+import json
+import os
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+from lm_decoding.data import pipeline
+from lm_decoding.training import train as train_lib
+from lm_decoding.training.checkpoints import CheckpointError, Checkpoints
+
+CONFIGS = pathlib.Path(__file__).resolve().parent.parent / "configs"
+
+
+def tiny_config(objective="ar", num_steps=40):
+  """configs/tiny.py shrunk to train in seconds."""
+  import importlib.util
+  spec = importlib.util.spec_from_file_location("tiny", CONFIGS / "tiny.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  config = module.get_config()
+  config.data.vocab_size = 512
+  config.data.seq_len = 64
+  config.model.update(dict(d_model=64, num_layers=1, num_heads=2,
+                           num_kv_heads=2, head_dim=32, mlp_dim=128,
+                           max_len=64))
+  config.train.update(dict(objective=objective, batch_size=16,
+                           num_steps=num_steps, learning_rate=1e-2,
+                           warmup_steps=5, eval_every=num_steps,
+                           eval_batches=2, mdlm_eval_timesteps=4,
+                           checkpoint_every=10))
+  return config
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+  """A workdir whose data cache (tokenizer, encoded splits) tests share."""
+  root = tmp_path_factory.mktemp("data")
+  pipeline.prepare("", 512, str(root))
+  return root
+
+
+def fresh_workdir(data_dir, tmp_path, name):
+  workdir = tmp_path / name
+  workdir.mkdir()
+  (workdir / "data").symlink_to(data_dir / "data")
+  return str(workdir)
+
+
+def read_metrics(workdir):
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    return [json.loads(line) for line in f]
+
+
+@pytest.mark.parametrize("objective", ["ar", "mdlm"])
+def test_short_run_lowers_validation_loss(objective, data_dir, tmp_path):
+  workdir = fresh_workdir(data_dir, tmp_path, objective)
+  summary = train_lib.train(tiny_config(objective), workdir, progress=False)
+  evals = [r for r in read_metrics(workdir) if "valid_loss" in r]
+  assert evals[0]["step"] == 0 and evals[-1]["step"] == 40
+  initial, final = evals[0]["valid_loss"], evals[-1]["valid_loss"]
+  assert final < initial - 1.0, (initial, final)  # nats per token
+  assert summary["valid_loss"] == pytest.approx(final)
+  assert summary["steps"] == 40 and summary["num_params"] > 0
+
+
+def test_interrupted_run_resumes_bit_exactly(data_dir, tmp_path, monkeypatch):
+  config = tiny_config("mdlm", num_steps=30)
+  straight = fresh_workdir(data_dir, tmp_path, "straight")
+  train_lib.train(config, straight, progress=False)
+
+  interrupted = fresh_workdir(data_dir, tmp_path, "interrupted")
+  real_batches = pipeline.batches
+
+  def failing_batches(*args, **kwargs):
+    for i, batch in enumerate(real_batches(*args, **kwargs)):
+      if i == 25:
+        raise KeyboardInterrupt("simulated crash after step 25")
+      yield batch
+
+  monkeypatch.setattr(pipeline, "batches", failing_batches)
+  with pytest.raises(KeyboardInterrupt):
+    train_lib.train(config, interrupted, progress=False)
+  monkeypatch.setattr(pipeline, "batches", real_batches)
+  assert Checkpoints(os.path.join(interrupted, "checkpoints")).latest_step() == 20
+  summary = train_lib.train(config, interrupted, progress=False)
+  assert summary["steps"] == 30
+
+  from lm_decoding.training import pretrained
+  a = pretrained.load_trained_params(config, straight)
+  b = pretrained.load_trained_params(config, interrupted)
+  jax.tree.map(np.testing.assert_array_equal, a, b)
+
+
+def test_save_restore_gives_identical_state_and_next_loss(tmp_path):
+  config = tiny_config("ar")
+  model_cfg = train_lib.model_config(config)
+  optimizer = train_lib.make_optimizer(config.train)
+  state = train_lib.init_state(model_cfg, optimizer, jax.random.key(3))
+  step = train_lib.make_train_step(model_cfg, "ar", optimizer)
+  tokens = jax.random.randint(jax.random.key(4), (4, 16), 5, 512)
+  state, _ = step(state, tokens, jax.random.key(5))
+  checkpoints = Checkpoints(str(tmp_path / "ckpt"))
+  checkpoints.save(1, state, {"note": "x"})
+  restored, meta = checkpoints.restore(
+      train_lib.abstract_state(model_cfg, optimizer))
+  assert meta == {"note": "x"}
+  jax.tree.map(np.testing.assert_array_equal, state, restored)
+  _, m1 = step(state, tokens, jax.random.key(6))
+  _, m2 = step(restored, tokens, jax.random.key(6))
+  assert float(m1["loss"]) == float(m2["loss"])
+
+
+def test_corrupt_checkpoint_raises_clear_error(tmp_path):
+  checkpoints = Checkpoints(str(tmp_path / "ckpt"))
+  state = {"w": jnp.arange(1000.0)}
+  checkpoints.save(7, state, {})
+  for path in (tmp_path / "ckpt" / "7").rglob("*"):
+    if path.is_file() and path.stat().st_size > 0:
+      path.write_bytes(b"garbage")
+  with pytest.raises(CheckpointError, match="step 7"):
+    Checkpoints(str(tmp_path / "ckpt")).restore(state)
+
+
+def test_mismatched_checkpoint_is_refused(data_dir, tmp_path):
+  workdir = fresh_workdir(data_dir, tmp_path, "w")
+  train_lib.train(tiny_config("ar", num_steps=10), workdir, progress=False)
+  other = tiny_config("ar", num_steps=10)
+  other.model.d_model = 96
+  with pytest.raises(CheckpointError, match="another workdir"):
+    train_lib.train(other, workdir, progress=False)
+
+
+@pytest.mark.parametrize("change, match", [
+    (dict(objective="bert"), "train.objective"),
+    (dict(seq_len=65), "data.seq_len=65"),
+    (dict(path="/no/such/corpus.txt"), "data.path"),
+    (dict(vocab_size=100), "vocab_size"),
+])
+def test_bad_input_raises_before_compiling(change, match, tmp_path,
+                                           monkeypatch):
+  config = tiny_config()
+  for key, value in change.items():
+    section = config.train if key == "objective" else config.data
+    setattr(section, key, value)
+
+  def no_compile(*args, **kwargs):
+    raise AssertionError("compiled before validating")
+
+  monkeypatch.setattr(jax, "jit", no_compile)
+  with pytest.raises(ValueError, match=match):
+    train_lib.train(config, str(tmp_path), progress=False)
