@@ -1,0 +1,434 @@
+"""Tests of masked-diffusion decoding (MDLM and LLaDA) with stub denoisers."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from lm_decoding.decoding import base
+from lm_decoding.decoding.masked_diffusion import (
+    LLaDADecoder, MDLMDecoder, eos_counts, finish_at_eos, prompt_layout)
+from lm_decoding.models import TransformerConfig, init_params, make_logits_fn
+
+PAD, EOS, MASK = 0, 3, 4
+_CALLS = [0]  # logits_fn calls counted by the stubs' debug callback
+
+
+def _count_call():
+  _CALLS[0] += 1
+
+
+@dataclasses.dataclass(frozen=True)
+class HashDenoiser:
+  """Pseudo-random logits of (row context, position, token, params).
+
+  The context hashes the row's visible non-MASK tokens (input_mask False keys
+  excluded) in uint32 arithmetic, so a row's logits are exact and independent
+  of the other rows. At unmasked positions the next token id gets +5: a
+  decoder that re-samples committed positions would change them.
+  """
+
+  vocab: int = 16
+  max_len: int = 64
+  count: bool = True
+
+  def __call__(self, params, tokens, positions, cache=None, input_mask=None):
+    if self.count:
+      jax.debug.callback(_count_call)
+    u32 = lambda x: jnp.asarray(x, jnp.uint32)
+    visible = tokens != MASK
+    if input_mask is not None:
+      visible &= input_mask
+    terms = u32(tokens + 1) * u32(2 * positions + 1) * u32(2654435761)
+    context_B = jnp.sum(jnp.where(visible, terms, u32(0)), 1, dtype=jnp.uint32)
+    x = (context_B[:, None, None] + u32(positions)[..., None] * u32(40503)
+         + jnp.arange(self.vocab, dtype=jnp.uint32) * u32(97) + u32(params))
+    for shift, factor in ((15, 2246822519), (13, 3266489917), (16, 1)):
+      x = (x ^ (x >> shift)) * u32(factor)
+    logits = (x >> 8).astype(jnp.float32) * (4.0 / 2 ** 24)
+    bonus = jax.nn.one_hot((tokens + 1) % self.vocab, self.vocab) * 5.0
+    return logits + bonus * (tokens != MASK)[..., None], cache
+
+  def init_cache(self, batch_size, length):
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class TableDenoiser:
+  """Logits `table[position]` in every row, whatever the tokens."""
+
+  table: tuple[tuple[float, ...], ...]
+  max_len: int = 64
+
+  def __call__(self, params, tokens, positions, cache=None, input_mask=None):
+    return jnp.asarray(self.table, jnp.float32)[positions], cache
+
+  def init_cache(self, batch_size, length):
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class ExplodingDenoiser:
+  """Fails the test if a decoder calls (or traces) the model."""
+
+  max_len: int = 12
+
+  def __call__(self, *args, **kwargs):
+    raise AssertionError("logits_fn called before the input was validated")
+
+  def init_cache(self, batch_size, length):
+    return None
+
+
+def _constant(row, length=64):
+  return TableDenoiser(table=(tuple(row),) * length, max_len=length)
+
+
+STUB = HashDenoiser()
+PARAMS = jnp.uint32(17)
+PROMPTS = jnp.array([[6, 7, 8], [9, PAD, PAD], [PAD, PAD, PAD]], jnp.int32)
+PROMPT_LENGTHS = jnp.array([3, 1, 0], jnp.int32)
+
+
+def _denoise(decoder, prompts=PROMPTS, prompt_lengths=PROMPT_LENGTHS, seed=0,
+             logits_fn=STUB):
+  """Traced run; returns (Denoised, model calls counted through the stub)."""
+  _CALLS[0] = 0
+  out = decoder.denoise(logits_fn, PARAMS, prompts, prompt_lengths,
+                        jax.random.key(seed), trace=True)
+  jax.effects_barrier()
+  return jax.tree.map(np.asarray, out), _CALLS[0]
+
+
+def _expected_nfe(committed_KxB):
+  """Calls made with the caching trick: step 0, then after any commit."""
+  changed_K = committed_KxB.sum(1) > 0
+  return 1 + int(changed_K[:-1].sum())
+
+
+def _check_unmasking(initial_BxL, states_KxBxL, committed_KxB):
+  """C6: MASK -> token at most once per position, counts match `committed`."""
+  seq = np.concatenate([np.asarray(initial_BxL)[None], states_KxBxL])
+  changed = seq[1:] != seq[:-1]
+  assert changed.sum(0).max() <= 1, "a position changed twice"
+  assert np.all(seq[:-1][changed] == MASK), "a committed token changed"
+  assert not np.any(seq[1:][changed] == MASK)
+  np.testing.assert_array_equal(changed.sum(-1), committed_KxB)
+  masks_KxB = (seq == MASK).sum(-1)
+  np.testing.assert_array_equal(masks_KxB[:-1] - masks_KxB[1:], committed_KxB)
+  assert masks_KxB[-1].max() == 0, "MASK left after the last step"
+
+
+# Decoders run on PROMPTS (ragged, one unconditional row), each with the
+# tokens LLaDA must commit per step (its per-block transfer schedule; C6, C7),
+# or None for MDLM (random counts).
+MDLM = MDLMDecoder(gen_length=8, steps=4)
+MDLM_CACHED = MDLMDecoder(gen_length=4, steps=16)  # more steps than positions
+MDLM_UNCACHED = dataclasses.replace(MDLM_CACHED, use_cache=False)
+LLADA = LLaDADecoder(gen_length=8, steps=4)
+LLADA_RANDOM = LLaDADecoder(gen_length=5, steps=3, block_length=5,
+                            remasking="random")
+LLADA_TWO_BLOCKS = LLaDADecoder(gen_length=8, steps=4, block_length=4,
+                                remasking="random", temperature=1.0)
+LLADA_BLOCKS = LLaDADecoder(gen_length=6, steps=6, block_length=2,
+                            eos_ids=(3, 9))
+CASES = [
+    (MDLM, None),
+    (MDLM_CACHED, None),
+    (MDLM_UNCACHED, None),
+    (LLADA, [2, 2, 2, 2]),
+    (LLADA_TWO_BLOCKS, [2, 2, 2, 2]),
+    (LLADA_RANDOM, [2, 2, 1]),
+    (LLaDADecoder(gen_length=6, steps=4, block_length=3, temperature=0.7),
+     [2, 1, 2, 1]),
+    (LLADA_BLOCKS, [1] * 6),
+    (LLaDADecoder(gen_length=4, steps=6, block_length=2, remasking="random"),
+     [1, 1, 0, 1, 1, 0]),
+]
+
+
+@pytest.mark.parametrize("decoder, expected", CASES, ids=repr)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_decoders_unmask_once_on_schedule_and_count_calls(decoder, expected,
+                                                          seed):
+  out, calls = _denoise(decoder, seed=seed)
+  t = decoder.gen_length
+  initial, fill, _ = prompt_layout(PROMPTS, PROMPT_LENGTHS, t, MASK, PAD)
+  assert out.tokens.shape == (3, t) and out.tokens.dtype == np.int32
+  assert not np.any(out.tokens == MASK)
+  assert out.tokens.min() >= 0 and out.tokens.max() < STUB.vocab
+  _check_unmasking(initial, out.states, out.committed)
+  np.testing.assert_array_equal(out.committed.sum(0), [t, t, t])
+  # The prompt region and the PAD tail are never modified.
+  for state in out.states:
+    np.testing.assert_array_equal(state[~fill], np.asarray(initial)[~fill])
+  index_BxT = np.asarray(PROMPT_LENGTHS)[:, None] + np.arange(t)
+  generated_KxBxT = np.take_along_axis(out.states, index_BxT[None], 2)
+  np.testing.assert_array_equal(out.tokens, generated_KxBxT[-1])
+  assert out.nfe == calls
+  if decoder.use_cache:
+    assert calls == _expected_nfe(out.committed) <= decoder.steps
+  else:
+    assert calls == decoder.steps
+  if expected is None:
+    return
+  np.testing.assert_array_equal(out.committed, np.stack([expected] * 3, 1))
+  if min(expected) > 0:
+    assert calls == decoder.steps
+  # Semi-autoregressive: after a block's last step it holds no MASK and every
+  # later block is still all MASK.
+  block = decoder.block_size()
+  per_block = decoder.steps // (t // block)
+  for k in range(per_block - 1, decoder.steps, per_block):
+    end = (k // per_block + 1) * block
+    assert not np.any(generated_KxBxT[k][:, :end] == MASK)
+    assert np.all(generated_KxBxT[k][:, end:] == MASK)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_mdlm_caching_trick_saves_calls_without_changing_output(seed):
+  out, calls = _denoise(MDLM_CACHED, seed=seed)
+  ref, ref_calls = _denoise(MDLM_UNCACHED, seed=seed)
+  np.testing.assert_array_equal(out.tokens, ref.tokens)
+  np.testing.assert_array_equal(out.committed, ref.committed)
+  np.testing.assert_array_equal(out.states, ref.states)
+  assert ref.nfe == ref_calls == 16
+  assert out.nfe == calls == _expected_nfe(out.committed) < 16
+
+
+def _mask_loving(vocab=8):
+  """F4: logits MASK +10, every other token 0."""
+  logits = [0.0] * vocab
+  logits[MASK] = 10.0
+  return _constant(logits)
+
+
+def _chi2_uniform(counts):
+  expected = counts.sum() / counts.size
+  return ((counts - expected) ** 2 / expected).sum()
+
+
+def test_mdlm_never_draws_mask_and_unmasks_uniformly_over_steps():
+  # Log-linear schedule: P(unmask at step k | masked) = 1 / (K - k), so a
+  # single position is unmasked at each of the K steps with probability 1/K;
+  # its token is uniform over the 7 tokens other than MASK.
+  steps, rows = 4, 2000
+  decoder = MDLMDecoder(gen_length=1, steps=steps, eos_ids=())
+  out = decoder.decode(_mask_loving(), None, jnp.zeros((rows, 0), jnp.int32),
+                       jnp.zeros(rows, jnp.int32), jax.random.key(3))
+  tokens = np.asarray(out.tokens).ravel()
+  assert not np.any(tokens == MASK)
+  others = np.delete(np.bincount(tokens, minlength=8), MASK)
+  assert _chi2_uniform(others) < 22.46, others  # df 6, p = 0.001
+  step_of_row = np.argmax(np.asarray(out.committed), 0)
+  counts = np.bincount(step_of_row, minlength=steps)
+  assert _chi2_uniform(counts) < 16.27, counts  # df 3, p = 0.001
+
+
+def test_llada_argmax_never_picks_mask_even_when_the_model_prefers_it():
+  rows = 1000  # 2000 tokens
+  decoder = LLaDADecoder(gen_length=2, steps=1, eos_ids=())
+  out = decoder.decode(_mask_loving(), None, jnp.zeros((rows, 0), jnp.int32),
+                       jnp.zeros(rows, jnp.int32), jax.random.key(5))
+  assert not np.any(np.asarray(out.tokens) == MASK)
+
+
+def test_ragged_batch_decodes_as_its_rows_alone():
+  decoder = LLADA_BLOCKS  # 3 blocks, argmax, low-confidence remasking
+  batch, _ = _denoise(decoder)
+  width = PROMPTS.shape[1] + decoder.gen_length
+  for b in range(3):
+    # Alone and padded wider: only the (masked-out) PAD tail grows.
+    alone, _ = _denoise(decoder, jnp.pad(PROMPTS[b:b + 1], ((0, 0), (0, 2))),
+                        PROMPT_LENGTHS[b:b + 1])
+    np.testing.assert_array_equal(batch.tokens[b], alone.tokens[0])
+    np.testing.assert_array_equal(batch.states[:, b],
+                                  alone.states[:, 0, :width])
+    np.testing.assert_array_equal(batch.committed[:, b], alone.committed[:, 0])
+  # The rows differ, so the test would notice rows leaking into each other.
+  assert len({tuple(row) for row in batch.tokens}) == 3
+
+
+def test_mdlm_row_does_not_depend_on_the_other_rows():
+  decoder = MDLM
+  other = PROMPTS.at[1:].set(jnp.array([[10, 11, 12], [13, 14, PAD]]))
+  first, _ = _denoise(decoder)
+  second, _ = _denoise(decoder, other, jnp.array([3, 3, 2], jnp.int32))
+  np.testing.assert_array_equal(first.tokens[0], second.tokens[0])
+  np.testing.assert_array_equal(first.committed[:, 0], second.committed[:, 0])
+  assert not np.array_equal(first.tokens[1:], second.tokens[1:])
+
+
+@pytest.mark.parametrize("decoder", [MDLM, LLADA_RANDOM], ids=repr)
+def test_infill_fills_only_the_holes(decoder):
+  rng = np.random.default_rng(0)
+  shape = (3, PROMPTS.shape[1] + decoder.gen_length)
+  tokens = jnp.asarray(rng.integers(5, 16, shape), jnp.int32)
+  fill = rng.random(shape) < 0.5
+  fill[2] = False  # a row with nothing to fill
+  _CALLS[0] = 0
+  out = decoder.infill(STUB, PARAMS, tokens, fill, jax.random.key(1),
+                       trace=True)
+  jax.effects_barrier()
+  filled = np.asarray(out.tokens)
+  np.testing.assert_array_equal(filled[~fill], np.asarray(tokens)[~fill])
+  assert not np.any(filled == MASK)
+  np.testing.assert_array_equal(np.asarray(out.committed).sum(0), fill.sum(1))
+  initial = np.where(fill, MASK, np.asarray(tokens))
+  _check_unmasking(initial, np.asarray(out.states), np.asarray(out.committed))
+  assert out.nfe == _CALLS[0] == _expected_nfe(np.asarray(out.committed))
+
+
+@pytest.mark.parametrize("decoder", [MDLM, LLADA_RANDOM], ids=repr)
+def test_decode_is_infill_of_the_prompt_layout(decoder):
+  tokens, fill, input_mask = prompt_layout(PROMPTS, PROMPT_LENGTHS,
+                                           decoder.gen_length, MASK, PAD)
+  key = jax.random.key(2)
+  out = decoder.denoise(STUB, PARAMS, PROMPTS, PROMPT_LENGTHS, key, trace=True)
+  filled = decoder.infill(STUB, PARAMS, tokens, fill, key, input_mask,
+                          trace=True)
+  np.testing.assert_array_equal(out.states, filled.states)
+  np.testing.assert_array_equal(out.committed, filled.committed)
+  assert out.nfe == filled.nfe
+
+
+def test_prompt_layout_worked_example():
+  tokens, fill, input_mask = prompt_layout(
+      jnp.array([[7, 8, 9], [5, PAD, PAD]]), jnp.array([3, 1]), 4, MASK, PAD)
+  np.testing.assert_array_equal(tokens, [[7, 8, 9, 4, 4, 4, 4],
+                                         [5, 4, 4, 4, 4, 0, 0]])
+  np.testing.assert_array_equal(fill, [[0, 0, 0, 1, 1, 1, 1],
+                                       [0, 1, 1, 1, 1, 0, 0]])
+  np.testing.assert_array_equal(input_mask, [[1] * 7, [1] * 5 + [0] * 2])
+
+
+def test_finish_at_eos_and_eos_counts():
+  raw = jnp.array([[5, 3, 6, 3], [3, 5, 5, 5], [5, 6, 7, 8], [3, 3, 3, 3],
+                   [5, 7, 3, 6]], jnp.int32)
+  tokens, lengths = finish_at_eos(raw, (3,), PAD)
+  np.testing.assert_array_equal(tokens, [[5, 3, 0, 0], [3, 0, 0, 0],
+                                         [5, 6, 7, 8], [3, 0, 0, 0],
+                                         [5, 7, 3, 0]])
+  np.testing.assert_array_equal(lengths, [2, 1, 4, 1, 3])
+  _, lengths = finish_at_eos(raw, (3, 7), PAD)  # 7 alone ends a row
+  np.testing.assert_array_equal(lengths, [2, 1, 3, 1, 2])
+  tokens, lengths = finish_at_eos(raw, (), PAD)
+  np.testing.assert_array_equal(tokens, raw)
+  np.testing.assert_array_equal(lengths, [4] * 5)
+  assert tuple(map(int, eos_counts(raw, (3,)))) == (2, 1)
+  assert tuple(map(int, eos_counts(raw, ()))) == (0, 0)
+
+
+def test_decode_cuts_after_the_first_committed_eos():
+  vocab, width, t = 16, 4, 6
+  table = []
+  for p in range(width + t):  # argmax (10 + p) % vocab, except EOS at 4
+    row = [0.0] * vocab
+    row[EOS if p == 4 else (10 + p) % vocab] = 5.0
+    table.append(tuple(row))
+  stub = TableDenoiser(table=tuple(table), max_len=width + t)
+  decoder = LLaDADecoder(gen_length=t, steps=3, temperature=0.0)
+  prompts = jnp.array([[8, 9, PAD, PAD], [PAD] * 4, [5, 6, 7, 8]])
+  lengths = jnp.array([2, 0, 4])
+  out = decoder.decode(stub, None, prompts, lengths, jax.random.key(0))
+  np.testing.assert_array_equal(out.tokens, [[12, 13, 3, 0, 0, 0],
+                                             [10, 11, 12, 13, 3, 0],
+                                             [3, 0, 0, 0, 0, 0]])
+  np.testing.assert_array_equal(out.lengths, [3, 5, 1])
+  raw = decoder.denoise(stub, None, prompts, lengths, jax.random.key(0)).tokens
+  np.testing.assert_array_equal(raw[2], [3, 15, 0, 1, 2, 3])
+  assert tuple(map(int, eos_counts(raw, decoder.eos_ids))) == (1, 0)
+
+
+def test_decode_under_an_outer_jit_matches_the_traced_run():
+  decoder = LLADA_TWO_BLOCKS  # random remasking, temperature 1
+  run = jax.jit(decoder.decode, static_argnums=0)
+  jitted = run(STUB, PARAMS, PROMPTS, PROMPT_LENGTHS, jax.random.key(0))
+  traced, _ = _denoise(decoder)
+  tokens, lengths = finish_at_eos(traced.tokens, decoder.eos_ids, PAD)
+  np.testing.assert_array_equal(jitted.tokens, tokens)
+  np.testing.assert_array_equal(jitted.lengths, lengths)
+  np.testing.assert_array_equal(jitted.committed, traced.committed)
+  assert jitted.nfe == traced.nfe
+
+
+def test_tiny_transformer_denoiser():
+  config = TransformerConfig(vocab_size=32, d_model=32, num_layers=1,
+                             num_heads=2, num_kv_heads=2, head_dim=16,
+                             mlp_dim=64, max_len=16, attention="bidirectional")
+  params = init_params(config, jax.random.key(0))
+  decoder = LLaDADecoder(gen_length=6, steps=4, block_length=3)
+  out = decoder.decode(make_logits_fn(config), params, PROMPTS, PROMPT_LENGTHS,
+                       jax.random.key(1))
+  tokens = np.asarray(out.tokens)
+  assert tokens.shape == (3, 6) and not np.any(tokens == MASK)
+  assert np.all((1 <= np.asarray(out.lengths)) & (out.lengths <= 6))
+  assert int(out.nfe) == 4
+  np.testing.assert_array_equal(out.committed, [[2] * 3, [1] * 3] * 2)
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: MDLMDecoder(gen_length=8, steps=0), "steps=0"),
+    (lambda: MDLMDecoder(gen_length=0, steps=2), "gen_length=0"),
+    (lambda: MDLMDecoder(gen_length=8, steps=2, temperature=-0.5),
+     "temperature=-0.5"),
+    (lambda: LLaDADecoder(gen_length=8, steps=4, block_length=3),
+     "block_length=3"),
+    (lambda: LLaDADecoder(gen_length=8, steps=4, block_length=0),
+     "block_length=0"),
+    (lambda: LLaDADecoder(gen_length=8, steps=4, block_length=16),
+     "block_length=16"),
+    (lambda: LLaDADecoder(gen_length=8, steps=3, block_length=4), "steps=3"),
+    (lambda: LLaDADecoder(gen_length=8, steps=4, remasking="top_k"),
+     "remasking='top_k'"),
+    (lambda: MDLMDecoder(gen_length=8, steps=2, pad_id=-1), "pad_id=-1"),
+    (lambda: LLaDADecoder(gen_length=8, steps=2, eos_ids=(3, 4)),
+     "mask_id=4 must differ"),
+    (lambda: base.make_decoder("llada", gen_length=8, steps=4, top_k=2),
+     "top_k"),
+])
+def test_bad_config_raises(make, match):
+  with pytest.raises(ValueError, match=match):
+    make()
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda d: d.decode(ExplodingDenoiser(max_len=10), None, PROMPTS,
+                        PROMPT_LENGTHS, jax.random.key(0)), "max_len=10"),
+    (lambda d: d.decode(ExplodingDenoiser(), None, PROMPTS,
+                        jnp.array([3, 4, 0]), jax.random.key(0)),
+     "prompt_lengths"),
+    (lambda d: d.decode(ExplodingDenoiser(), None, PROMPTS, jnp.array([3, 1]),
+                        jax.random.key(0)), "prompt_lengths"),
+    (lambda d: d.decode(ExplodingDenoiser(), None, PROMPTS[0],
+                        PROMPT_LENGTHS, jax.random.key(0)), "prompts"),
+    (lambda d: d.decode(ExplodingDenoiser(), None, PROMPTS * 1.0,
+                        PROMPT_LENGTHS, jax.random.key(0)), "prompts"),
+    (lambda d: d.infill(ExplodingDenoiser(), None, PROMPTS,
+                        jnp.ones((3, 2), bool), jax.random.key(0)),
+     "fill_mask"),
+    (lambda d: d.infill(ExplodingDenoiser(max_len=2), None, PROMPTS,
+                        jnp.ones((3, 3), bool), jax.random.key(0)),
+     "max_len=2"),
+])
+@pytest.mark.parametrize("decoder", [MDLMDecoder(gen_length=8, steps=4),
+                                     LLaDADecoder(gen_length=8, steps=4)],
+                         ids=repr)
+def test_bad_input_raises_before_the_model_runs(decoder, call, match):
+  with pytest.raises(ValueError, match=match):
+    call(decoder)
+
+
+def test_registered_by_name():
+  assert {"mdlm", "llada"} <= set(base.registered())
+  decoder = base.make_decoder("llada", gen_length=8, steps=4, block_length=4,
+                              eos_ids=[3, 7])
+  assert decoder == LLaDADecoder(gen_length=8, steps=4, block_length=4,
+                                 eos_ids=(3, 7))
+  assert hash(decoder) == hash(dataclasses.replace(decoder))
+  assert isinstance(base.make_decoder("mdlm", gen_length=4, steps=2),
+                    MDLMDecoder)
