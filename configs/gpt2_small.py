@@ -18,11 +18,12 @@ _spec.loader.exec_module(tiny)
 
 def get_config() -> ml_collections.ConfigDict:
   config = tiny.get_config()
-  config.data.vocab_size = 32768
+  config.data.vocab_size = 50304  # GPT-2 vocabulary, padded to a multiple of 64
   config.data.seq_len = 1024
   config.model.update(dict(
       d_model=768, num_layers=12, num_heads=12, num_kv_heads=12, head_dim=64,
       mlp_dim=3072, max_len=1024, mlp_activation="gelu", norm="layernorm",
+      positional="learned",
       dtype="bfloat16"))
   config.train.update(dict(
       batch_size=256, num_steps=100_000, learning_rate=6e-4, warmup_steps=2000,

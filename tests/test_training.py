@@ -1,6 +1,7 @@
 """Training loop: loss falls for both objectives, checkpoints restore exactly,
 interrupted runs resume bit-exactly, bad input fails before compiling."""
 
+import importlib.util
 import json
 import os
 import pathlib
@@ -12,19 +13,23 @@ import numpy as np
 import pytest
 
 from lm_decoding.data import pipeline
+from lm_decoding.models import abstract_params, count_params
 from lm_decoding.training import train as train_lib
 from lm_decoding.training.checkpoints import CheckpointError, Checkpoints
 
 CONFIGS = pathlib.Path(__file__).resolve().parent.parent / "configs"
 
 
-def tiny_config(objective="ar", num_steps=40):
-  """configs/tiny.py shrunk to train in seconds."""
-  import importlib.util
-  spec = importlib.util.spec_from_file_location("tiny", CONFIGS / "tiny.py")
+def load_config(name):
+  spec = importlib.util.spec_from_file_location(name, CONFIGS / f"{name}.py")
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
-  config = module.get_config()
+  return module.get_config()
+
+
+def tiny_config(objective="ar", num_steps=40):
+  """configs/tiny.py shrunk to train in seconds."""
+  config = load_config("tiny")
   config.data.vocab_size = 512
   config.data.seq_len = 64
   config.model.update(dict(d_model=64, num_layers=1, num_heads=2,
@@ -156,3 +161,21 @@ def test_bad_input_raises_before_compiling(change, match, tmp_path,
   monkeypatch.setattr(jax, "jit", no_compile)
   with pytest.raises(ValueError, match=match):
     train_lib.train(config, str(tmp_path), progress=False)
+
+
+@pytest.mark.parametrize("objective", ["ar", "mdlm"])
+def test_gpt2_small_config_is_about_125m_parameters(objective):
+  """Shape-checked only (never materialised)."""
+  config = load_config("gpt2_small")
+  config.train.objective = objective
+  model_cfg = train_lib.model_config(config)
+  assert count_params(abstract_params(model_cfg)) == pytest.approx(125e6,
+                                                                   rel=0.1)
+  assert model_cfg.dtype == "bfloat16" and model_cfg.max_len == 1024
+
+
+def test_tiny_config_fits_the_main_job():
+  config = load_config("tiny")
+  longest = config.compare.prompt_len + max(config.compare.output_lengths)
+  assert longest <= config.model.max_len
+  assert config.data.seq_len <= config.model.max_len
