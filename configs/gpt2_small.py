@@ -29,4 +29,9 @@ def get_config() -> ml_collections.ConfigDict:
       batch_size=256, num_steps=100_000, learning_rate=6e-4, warmup_steps=2000,
       weight_decay=0.1, eval_every=2000, eval_batches=50,
       checkpoint_every=2000, keep_checkpoints=3))
+  # Evaluator: GPT-2-medium shape (~350M), other seed.
+  config.evaluator.model = ml_collections.ConfigDict(dict(
+      d_model=1024, num_layers=24, num_heads=16, num_kv_heads=16, head_dim=64,
+      mlp_dim=4096))
+  config.evaluator.train = ml_collections.ConfigDict(dict(num_steps=100_000))
   return config
