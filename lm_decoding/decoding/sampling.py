@@ -1,4 +1,4 @@
-"""Sampling from logits: categorical draws (and, below, logit processors).
+"""Sampling from logits: categorical draws and the logit processors before them.
 
 Categorical sampling uses the Gumbel-max trick with `mode="high"`: in float32
 the default ("low") Gumbel noise is capped near 16, which truncates the tail,
@@ -6,12 +6,74 @@ silently lowers sample entropy and flatters gen-PPL (Zheng et al. 2024,
 "Masked Diffusion Models are Secretly Time-Agnostic Masked Models and Exploit
 Inaccurate Categorical Sampling"). "high" raises the cap to ~32 for about twice
 the cost of the noise, without enabling float64 globally.
+
+`sample` applies the processors of a `SamplingConfig` in this fixed order, each
+to the previous one's output:
+
+  1. repetition penalty (Keskar et al. 2019, CTRL): for a token already present
+     in the row (prompt + generated), a positive logit is divided by the
+     penalty and a negative one multiplied by it, so a penalty > 1 never
+     raises that token's logit;
+  2. temperature: logits / T; T = 0 is greedy (argmax of the penalised
+     logits; steps 3-6 are skipped);
+  3. top-k (Fan et al. 2018): keep exactly the k largest logits;
+  4. top-p, nucleus (Holtzman et al. 2020): keep the smallest set of the most
+     likely tokens whose probability mass is >= p;
+  5. min-p (Nguyen et al. 2024): keep tokens whose probability is >= min_p
+     times the largest probability;
+  6. draw with `categorical`.
+
+Filters 3-5 set removed logits to -inf, always keep the most likely token, and
+are off at their neutral values (top_k=0, top_p=1, min_p=0). Ties at a top-k or
+top-p boundary go to the lower token id, so exactly k tokens / the smallest set
+are kept.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import jax
 import jax.numpy as jnp
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingConfig:
+  """How a token is chosen from next-token logits (hashable: static jit arg).
+
+  Attributes:
+    temperature: >= 0; 0 is greedy decoding.
+    top_k: >= 0 tokens kept; 0 keeps all.
+    top_p: nucleus mass in (0, 1]; 1 keeps all.
+    min_p: in [0, 1); 0 keeps all.
+    repetition_penalty: > 0; 1 is off, > 1 discourages seen tokens.
+
+  Raises:
+    ValueError: an attribute outside its range (the message names it).
+  """
+
+  temperature: float = 1.0
+  top_k: int = 0
+  top_p: float = 1.0
+  min_p: float = 0.0
+  repetition_penalty: float = 1.0
+
+  def __post_init__(self):
+    checks = (
+        ("temperature", self.temperature >= 0, ">= 0 (0 = greedy)"),
+        ("top_k", isinstance(self.top_k, (int, np.integer))
+         and not isinstance(self.top_k, bool) and self.top_k >= 0,
+         "an integer >= 0 (0 = off)"),
+        ("top_p", 0 < self.top_p <= 1, "in (0, 1] (1 = off)"),
+        ("min_p", 0 <= self.min_p < 1, "in [0, 1) (0 = off)"),
+        ("repetition_penalty", 0 < self.repetition_penalty < math.inf,
+         "in (0, inf) (1 = off)"),
+    )
+    for name, ok, allowed in checks:
+      if not ok:
+        raise ValueError(f"{name}={getattr(self, name)!r} must be {allowed}")
 
 
 def categorical(key: jax.Array, logits: jax.Array) -> jax.Array:
@@ -26,3 +88,148 @@ def categorical(key: jax.Array, logits: jax.Array) -> jax.Array:
   """
   return jax.random.categorical(key, logits.astype(jnp.float32), axis=-1,
                                 mode="high").astype(jnp.int32)
+
+
+def greedy(logits_BxV: jax.Array) -> jax.Array:
+  """int32[B]: the most likely token of each row (lowest id on ties)."""
+  return jnp.argmax(logits_BxV, axis=-1).astype(jnp.int32)
+
+
+def token_presence(tokens_BxL: jax.Array, valid_BxL: jax.Array,
+                   vocab_size: int) -> jax.Array:
+  """bool[B, V]: which ids occur among the valid tokens of each row.
+
+  Args:
+    tokens_BxL: int32[B, L] token ids.
+    valid_BxL: bool[B, L]; False entries (e.g. padding) are ignored.
+    vocab_size: V.
+  """
+  rows_Bx1 = jnp.arange(tokens_BxL.shape[0])[:, None]
+  ids_BxL = jnp.where(valid_BxL, tokens_BxL, vocab_size)  # V: dropped below
+  seen = jnp.zeros((tokens_BxL.shape[0], vocab_size), bool)
+  return seen.at[rows_Bx1, ids_BxL].set(True, mode="drop")
+
+
+def apply_repetition_penalty(logits_BxV: jax.Array, seen_BxV: jax.Array,
+                             penalty: float) -> jax.Array:
+  """CTRL's repetition penalty (Keskar et al. 2019), sign-aware.
+
+  Seen tokens with a positive logit get logit / penalty, with a negative one
+  logit * penalty (0 stays 0), so for penalty > 1 no seen logit increases.
+
+  Args:
+    logits_BxV: float[B, V].
+    seen_BxV: bool[B, V] tokens present in the row (see `token_presence`).
+    penalty: > 0.
+  Returns:
+    float32[B, V].
+  """
+  logits = logits_BxV.astype(jnp.float32)
+  penalised = jnp.where(logits > 0, logits / penalty, logits * penalty)
+  return jnp.where(seen_BxV, penalised, logits)
+
+
+def top_k_filter(logits_BxV: jax.Array, top_k: int) -> jax.Array:
+  """Keeps exactly the `top_k` largest logits per row (others -inf).
+
+  top_k = 0 or >= V keeps all; ties at the boundary keep the lower ids.
+  """
+  vocab = logits_BxV.shape[-1]
+  if top_k == 0 or top_k >= vocab:
+    return logits_BxV
+  _, ids_BxK = jax.lax.top_k(logits_BxV, top_k)
+  rows_Bx1 = jnp.arange(logits_BxV.shape[0])[:, None]
+  keep_BxV = jnp.zeros(logits_BxV.shape, bool).at[rows_Bx1, ids_BxK].set(True)
+  return jnp.where(keep_BxV, logits_BxV, -jnp.inf)
+
+
+def top_p_mask(probs_BxV: jax.Array, top_p: float) -> jax.Array:
+  """bool[B, V]: the nucleus of Holtzman et al. (2020).
+
+  A token is kept iff the mass of the tokens ranked before it (descending
+  probability, lower id first on ties) is < top_p: the smallest set whose mass
+  is >= top_p. The most likely token is always kept. Exact on exactly
+  representable probabilities; on probabilities computed in float32 a token
+  at an exact boundary may fall either side by rounding.
+
+  Args:
+    probs_BxV: float[B, V] probabilities (rows sum to 1).
+    top_p: in (0, 1].
+  """
+  order_BxV = jnp.argsort(-probs_BxV, axis=-1, stable=True)
+  sorted_BxV = jnp.take_along_axis(probs_BxV, order_BxV, axis=-1)
+  cumulative_BxV = jnp.cumsum(sorted_BxV, axis=-1)
+  mass_before_BxV = jnp.concatenate(
+      [jnp.zeros_like(cumulative_BxV[:, :1]), cumulative_BxV[:, :-1]], axis=-1)
+  rows_Bx1 = jnp.arange(probs_BxV.shape[0])[:, None]
+  keep = jnp.zeros(probs_BxV.shape, bool)
+  return keep.at[rows_Bx1, order_BxV].set(mass_before_BxV < top_p)
+
+
+def top_p_filter(logits_BxV: jax.Array, top_p: float) -> jax.Array:
+  """Keeps the nucleus (`top_p_mask` of softmax(logits)); top_p=1 keeps all."""
+  if top_p >= 1:
+    return logits_BxV
+  keep_BxV = top_p_mask(jax.nn.softmax(logits_BxV, axis=-1), top_p)
+  return jnp.where(keep_BxV, logits_BxV, -jnp.inf)
+
+
+def min_p_filter(logits_BxV: jax.Array, min_p: float) -> jax.Array:
+  """Keeps tokens with p >= min_p * max p (Nguyen et al. 2024); 0 keeps all.
+
+  Computed in log space: logit >= max logit + log(min_p).
+  """
+  if min_p == 0:
+    return logits_BxV
+  floor_Bx1 = jnp.max(logits_BxV, axis=-1, keepdims=True) + math.log(min_p)
+  return jnp.where(logits_BxV >= floor_Bx1, logits_BxV, -jnp.inf)
+
+
+def filter_logits(logits_BxV: jax.Array, config: SamplingConfig) -> jax.Array:
+  """Steps 3-5 of the module docstring: top-k, then top-p, then min-p."""
+  logits = top_k_filter(logits_BxV, config.top_k)
+  logits = top_p_filter(logits, config.top_p)
+  return min_p_filter(logits, config.min_p)
+
+
+def sample(key: jax.Array, logits_BxV: jax.Array, config: SamplingConfig,
+           seen_BxV: jax.Array | None = None,
+           temperature_B: jax.Array | None = None) -> jax.Array:
+  """Chooses one token per row by the processors of the module docstring.
+
+  Args:
+    key: PRNG key (unused when decoding is greedy).
+    logits_BxV: float[B, V] next-token logits.
+    config: the processors' settings.
+    seen_BxV: bool[B, V] tokens already in each row (prompt + generated);
+      required when config.repetition_penalty != 1, ignored otherwise.
+    temperature_B: optional float32[B] per-row temperatures (>= 0; 0 is greedy
+      for that row) overriding config.temperature.
+  Returns:
+    int32[B] token ids.
+  Raises:
+    ValueError: seen_BxV missing while a repetition penalty is set, or
+      temperature_B not of shape [B] or (when concrete) negative.
+  """
+  logits = logits_BxV.astype(jnp.float32)
+  if config.repetition_penalty != 1:
+    if seen_BxV is None:
+      raise ValueError(
+          f"seen_BxV is required with repetition_penalty="
+          f"{config.repetition_penalty}")
+    logits = apply_repetition_penalty(logits, seen_BxV,
+                                      config.repetition_penalty)
+  if temperature_B is None:
+    if config.temperature == 0:
+      return greedy(logits)
+    temperature_B = jnp.full(logits.shape[:1], config.temperature, jnp.float32)
+  elif jnp.shape(temperature_B) != logits.shape[:1]:
+    raise ValueError(f"temperature_B has shape {jnp.shape(temperature_B)}; "
+                     f"expected ({logits.shape[0]},)")
+  elif (not isinstance(temperature_B, jax.core.Tracer)
+        and np.any(np.asarray(temperature_B) < 0)):
+    raise ValueError(f"temperature_B={temperature_B} must be >= 0")
+  hot_B = temperature_B > 0
+  tempered = logits / jnp.where(hot_B, temperature_B, 1.0)[:, None]
+  drawn_B = categorical(key, filter_logits(tempered, config))
+  return jnp.where(hot_B, drawn_B, greedy(logits))

@@ -1,0 +1,356 @@
+"""Autoregressive decoding: KV-cached (scan or early-exit loop) and uncached.
+
+Registered decoders (configs below; all return a `DecodeResult`):
+  "ar"             prefill, then a jit-compiled `lax.scan` over the remaining
+                   new tokens, threading the KV cache. NFE = max_new_tokens
+                   (1 prefill + max_new_tokens - 1 one-token steps).
+  "ar_early_exit"  the same steps in a `lax.while_loop` that stops once every
+                   row has emitted an EOS. NFE = 1 + steps actually run; the
+                   outputs equal "ar"'s (same keys, same steps).
+  "ar_uncached"    no cache: every new token recomputes the whole fixed-size
+                   buffer (the cost baseline). NFE = max_new_tokens.
+
+Prompts are right-padded, int32[B, P], with prompt_lengths int32[B] in [1, P].
+Each row's tokens sit at positions 0, 1, ... whatever its length. Token i of
+a row is drawn from the logits at position prompt_length - 1 + i with the key
+fold_in(key, i), by `sampling.sample`. A row ends at its first token in
+`eos_ids` (kept); it then emits PAD, commits nothing and is still fed (static
+shapes), until all rows end (early exit) or max_new_tokens.
+
+Worked example ("ar", greedy, eos_ids (3,), cache S = 6 slots, T = 3):
+  prompts [[5, 6, 7], [8, 9, PAD]], prompt_lengths [3, 2]
+  prefill  feeds both rows at positions [0, 1, 2]; cache index [3, 3] is set
+           to [3, 2] (row 1's PAD slot is overwritten next). Token 0 from the
+           logits at positions [2, 1], say [a, EOS]: row 1 ends.      NFE 1
+  step 1   feeds token 0 [[a], [EOS]] at positions [[3], [2]] (slots 3
+           and 2); token 1 [b, PAD] (row 1 is done).                 NFE 2
+  step 2   feeds [[b], [PAD]] at positions [[4], [3]]; token 2 [c, PAD]. NFE 3
+  result   tokens [[a, b, c], [EOS, PAD, PAD]], lengths [3, 1],
+           committed [[1, 1], [1, 0], [1, 0]] (int32[T, B]).
+The cache (or uncached buffer) needs prompt + max_new_tokens slots; more is
+refused with a ValueError before compiling, because `dynamic_update_slice`
+would silently clamp writes past the end onto earlier slots.
+
+The cache a logits_fn returns must have `replace(index=...)` with `index`
+int32[B], the per-row write slot (as `lm_decoding.models.KVCache`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, ClassVar
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from lm_decoding.decoding import sampling
+from lm_decoding.decoding.base import DecodeResult, LogitsFn, register
+
+
+@dataclasses.dataclass(frozen=True)
+class SequenceConfig:
+  """Options shared by the autoregressive decoders (beam search included).
+
+  Attributes:
+    max_new_tokens: T >= 1 tokens generated per row (EOS included).
+    eos_ids: ids that end a row (any one of them); () never ends early.
+    pad_id: id written after a row's end.
+    cache_length: KV-cache slots (for "ar_uncached": the recomputed buffer
+      length); None means prompt width P + max_new_tokens.
+
+  Raises:
+    ValueError: an option outside its range.
+  """
+
+  max_new_tokens: int = 32
+  eos_ids: tuple[int, ...] = (3,)
+  pad_id: int = 0
+  cache_length: int | None = None
+
+  def __post_init__(self):
+    object.__setattr__(self, "eos_ids", tuple(int(e) for e in self.eos_ids))
+    if self.max_new_tokens < 1:
+      raise ValueError(f"max_new_tokens={self.max_new_tokens} must be >= 1")
+    if any(e < 0 for e in self.eos_ids):
+      raise ValueError(f"eos_ids={self.eos_ids} must all be >= 0")
+    if self.pad_id < 0:
+      raise ValueError(f"pad_id={self.pad_id} must be >= 0")
+    if self.cache_length is not None and self.cache_length < 1:
+      raise ValueError(f"cache_length={self.cache_length} must be >= 1")
+
+  def checked_cache_length(self, logits_fn: LogitsFn, prompts: jax.Array,
+                           prompt_lengths: jax.Array) -> int:
+    """Validates a decode call's inputs; returns the cache length to use.
+
+    Raises:
+      ValueError: prompts not int[B, P] with P >= 1; prompt_lengths not [B]
+        or (when concrete) outside [1, P]; P + max_new_tokens > cache
+        length; cache length > logits_fn.max_len.
+    """
+    check_prompts(prompts, prompt_lengths)
+    width = prompts.shape[1]
+    length = (width + self.max_new_tokens if self.cache_length is None
+              else self.cache_length)
+    if width + self.max_new_tokens > length:
+      raise ValueError(
+          f"prompt width P={width} + max_new_tokens={self.max_new_tokens} "
+          f"must be <= cache_length={length}")
+    if length > logits_fn.max_len:
+      raise ValueError(
+          f"cache length {length} must be <= logits_fn.max_len="
+          f"{logits_fn.max_len} (prompt width P={width}, max_new_tokens="
+          f"{self.max_new_tokens}, cache_length={self.cache_length})")
+    return length
+
+
+def check_prompts(prompts: jax.Array, prompt_lengths: jax.Array) -> None:
+  """Raises ValueError unless prompts is int[B, P], P >= 1, and
+  prompt_lengths is [B] with (when concrete) every entry in [1, P]."""
+  if (jnp.ndim(prompts) != 2 or prompts.shape[1] < 1
+      or not jnp.issubdtype(prompts.dtype, jnp.integer)):
+    raise ValueError(f"prompts must be int[B, P] with P >= 1; got "
+                     f"{jnp.shape(prompts)} {jnp.result_type(prompts)}")
+  if (jnp.shape(prompt_lengths) != prompts.shape[:1]
+      or not jnp.issubdtype(jnp.result_type(prompt_lengths), jnp.integer)):
+    raise ValueError(f"prompt_lengths must be int[{prompts.shape[0]}]; got "
+                     f"{jnp.shape(prompt_lengths)} "
+                     f"{jnp.result_type(prompt_lengths)}")
+  if not isinstance(prompt_lengths, jax.core.Tracer):
+    lengths = np.asarray(prompt_lengths)
+    width = prompts.shape[1]
+    if lengths.size and not (lengths.min() >= 1 and lengths.max() <= width):
+      raise ValueError(
+          f"prompt_lengths={lengths.tolist()} must be in [1, P={width}]")
+
+
+def prefill_body(logits_fn, params, prompts_BxP, prompt_lengths_B,
+                 cache_length):
+  """The traceable part of `prefill` (no checks): for use inside a jit."""
+  batch, width = prompts_BxP.shape
+  positions_BxP = jnp.broadcast_to(jnp.arange(width, dtype=jnp.int32),
+                                   (batch, width))
+  cache = logits_fn.init_cache(batch, cache_length)
+  logits_BxPxV, cache = logits_fn(params, prompts_BxP.astype(jnp.int32),
+                                  positions_BxP, cache=cache)
+  last_Bx1x1 = (prompt_lengths_B - 1)[:, None, None]
+  logits_BxV = jnp.take_along_axis(logits_BxPxV, last_Bx1x1, axis=1)[:, 0]
+  return logits_BxV, cache.replace(index=prompt_lengths_B.astype(jnp.int32))
+
+
+_prefill = jax.jit(prefill_body, static_argnames=("logits_fn", "cache_length"))
+
+
+def prefill(logits_fn: LogitsFn, params: Any, prompts: jax.Array,
+            prompt_lengths: jax.Array,
+            cache_length: int | None = None) -> tuple[jax.Array, Any]:
+  """One forward pass over right-padded prompts (time to first token).
+
+  Args:
+    logits_fn: the model (static: hashable).
+    params: its parameters.
+    prompts: int32[B, P] right-padded prompts.
+    prompt_lengths: int32[B] real tokens per row, in [1, P].
+    cache_length: cache slots S in [P, logits_fn.max_len]; default P.
+  Returns:
+    logits: float32[B, V] next-token logits (from position length - 1).
+    cache: the cache holding the prompts, index = prompt_lengths.
+  Raises:
+    ValueError: bad prompts/lengths or cache_length outside [P, max_len].
+  """
+  check_prompts(prompts, prompt_lengths)
+  width = prompts.shape[1]
+  cache_length = width if cache_length is None else cache_length
+  if not width <= cache_length <= logits_fn.max_len:
+    raise ValueError(f"cache_length={cache_length} must be in [P={width}, "
+                     f"max_len={logits_fn.max_len}]")
+  return _prefill(logits_fn, params, prompts, prompt_lengths, cache_length)
+
+
+@flax.struct.dataclass
+class _LoopState:
+  """The decode loop's carry (the cache, if any, travels beside it)."""
+
+  tokens: jax.Array  # int32[B, T] generated tokens, PAD where not (yet) any
+  done: jax.Array  # bool[B] the row has emitted an EOS
+  seen: jax.Array | None  # bool[B, V] ids in the row (repetition penalty only)
+  committed: jax.Array  # int32[T, B] 1 where the row committed token i
+  nfe: jax.Array  # int32[] forward passes so far
+
+
+def _init_state(config, prompts_BxP, prompt_lengths_B, vocab_size, nfe):
+  batch, width = prompts_BxP.shape
+  seen = None
+  if config.sampling.repetition_penalty != 1:
+    valid_BxP = jnp.arange(width)[None, :] < prompt_lengths_B[:, None]
+    seen = sampling.token_presence(prompts_BxP, valid_BxP, vocab_size)
+  steps = config.max_new_tokens
+  return _LoopState(
+      tokens=jnp.full((batch, steps), config.pad_id, jnp.int32),
+      done=jnp.zeros((batch,), bool), seen=seen,
+      committed=jnp.zeros((steps, batch), jnp.int32),
+      nfe=jnp.asarray(nfe, jnp.int32))
+
+
+def _commit(config, state, step, logits_BxV, key, eos_E):
+  """Chooses token `step` of every row from its logits and records it."""
+  greedy = config.sampling.temperature == 0
+  step_key = None if greedy else jax.random.fold_in(key, step)
+  token_B = sampling.sample(step_key, logits_BxV, config.sampling,
+                            seen_BxV=state.seen)
+  live_B = ~state.done
+  token_B = jnp.where(live_B, token_B, config.pad_id)
+  seen = state.seen
+  if seen is not None:
+    seen = seen.at[jnp.arange(token_B.shape[0]), token_B].set(True)
+  return state.replace(
+      tokens=jax.lax.dynamic_update_index_in_dim(state.tokens, token_B, step,
+                                                 axis=1),
+      done=state.done | (token_B[:, None] == eos_E[None, :]).any(-1),
+      seen=seen,
+      committed=state.committed.at[step].set(live_B.astype(jnp.int32)))
+
+
+def _result(state):
+  return DecodeResult(tokens=state.tokens, lengths=state.committed.sum(0),
+                      nfe=state.nfe, committed=state.committed)
+
+
+@functools.partial(jax.jit, static_argnames=("config", "logits_fn",
+                                             "cache_length"))
+def _cached_decode(config, logits_fn, cache_length, params, prompts_BxP,
+                   prompt_lengths_B, key):
+  """Prefill, token 0 from its logits, then one cached step per token.
+
+  The cache is made and consumed inside this one jit: it never crosses a jit
+  boundary, so there is nothing to donate, and the loop updates it in place.
+  """
+  first_logits_BxV, cache = prefill_body(logits_fn, params, prompts_BxP,
+                                         prompt_lengths_B, cache_length)
+  eos_E = jnp.asarray(config.eos_ids, jnp.int32)
+  state = _init_state(config, prompts_BxP, prompt_lengths_B,
+                      first_logits_BxV.shape[-1], nfe=1)
+  state = _commit(config, state, 0, first_logits_BxV, key, eos_E)
+
+  def step(carry, i):
+    state, cache = carry
+    tokens_Bx1 = jax.lax.dynamic_slice_in_dim(state.tokens, i - 1, 1, axis=1)
+    positions_Bx1 = (prompt_lengths_B + i - 1)[:, None]
+    logits_Bx1xV, cache = logits_fn(params, tokens_Bx1, positions_Bx1,
+                                    cache=cache)
+    state = state.replace(nfe=state.nfe + 1)
+    return (_commit(config, state, i, logits_Bx1xV[:, 0], key, eos_E), cache)
+
+  steps = config.max_new_tokens
+  if config.early_exit:
+    def cond(loop):
+      i, (state, _) = loop
+      return (i < steps) & ~jnp.all(state.done)
+    _, (state, _) = jax.lax.while_loop(
+        cond, lambda loop: (loop[0] + 1, step(loop[1], loop[0])),
+        (jnp.int32(1), (state, cache)))
+  else:
+    (state, _), _ = jax.lax.scan(lambda carry, i: (step(carry, i), None),
+                                 (state, cache),
+                                 jnp.arange(1, steps, dtype=jnp.int32))
+  return _result(state)
+
+
+@functools.partial(jax.jit, static_argnames=("config", "logits_fn", "length"))
+def _uncached_loop(config, logits_fn, length, params, prompts_BxP,
+                   prompt_lengths_B, key):
+  """Each token runs logits_fn over the whole [B, length] buffer, no cache."""
+  batch, width = prompts_BxP.shape
+  eos_E = jnp.asarray(config.eos_ids, jnp.int32)
+  rows_B = jnp.arange(batch)
+  positions_BxL = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32),
+                                   (batch, length))
+  buffer_BxL = jnp.full((batch, length), config.pad_id, jnp.int32)
+  buffer_BxL = buffer_BxL.at[:, :width].set(prompts_BxP.astype(jnp.int32))
+
+  def forward(buffer_BxL, i):
+    logits_BxLxV, _ = logits_fn(params, buffer_BxL, positions_BxL)
+    return logits_BxLxV[rows_B, prompt_lengths_B + i - 1]
+
+  def advance(state, buffer_BxL, i, logits_BxV):
+    state = _commit(config, state, i, logits_BxV, key, eos_E)
+    buffer_BxL = buffer_BxL.at[rows_B, prompt_lengths_B + i].set(
+        state.tokens[:, i])
+    return state, buffer_BxL
+
+  def step(carry, i):
+    state, buffer_BxL = carry
+    state = state.replace(nfe=state.nfe + 1)
+    return advance(state, buffer_BxL, i, forward(buffer_BxL, i)), None
+
+  first_logits_BxV = forward(buffer_BxL, 0)
+  state = _init_state(config, prompts_BxP, prompt_lengths_B,
+                      first_logits_BxV.shape[-1], nfe=1)
+  carry = advance(state, buffer_BxL, 0, first_logits_BxV)
+  (state, _), _ = jax.lax.scan(
+      step, carry, jnp.arange(1, config.max_new_tokens, dtype=jnp.int32))
+  return _result(state)
+
+
+@register("ar")
+@dataclasses.dataclass(frozen=True)
+class AutoregressiveDecoder(SequenceConfig):
+  """KV-cached autoregressive decoding with a `lax.scan` (see module doc).
+
+  Attributes (besides `SequenceConfig`'s):
+    sampling: how each token is chosen (greedy: temperature 0).
+    early_exit: class constant; True loops with `lax.while_loop` until every
+      row has ended ("ar_early_exit").
+  """
+
+  sampling: sampling.SamplingConfig = sampling.SamplingConfig()
+  early_exit: ClassVar[bool] = False
+
+  def __post_init__(self):
+    super().__post_init__()
+    if not isinstance(self.sampling, sampling.SamplingConfig):
+      raise ValueError(f"sampling={self.sampling!r} must be a SamplingConfig")
+
+  def decode(self, logits_fn: LogitsFn, params: Any, prompts: jax.Array,
+             prompt_lengths: jax.Array, key: jax.Array) -> DecodeResult:
+    """Decodes max_new_tokens after right-padded prompts.
+
+    Args:
+      logits_fn: the model (static: hashable).
+      params: its parameters.
+      prompts: int32[B, P] right-padded prompts.
+      prompt_lengths: int32[B] real tokens per row, in [1, P].
+      key: PRNG key; token i uses fold_in(key, i). Unused (may be None) when
+        sampling is greedy.
+    Returns:
+      A `DecodeResult` with tokens int32[B, max_new_tokens].
+    Raises:
+      ValueError: see `SequenceConfig.checked_cache_length` (before compiling).
+    """
+    length = self.checked_cache_length(logits_fn, prompts, prompt_lengths)
+    return _cached_decode(self, logits_fn, length, params, prompts,
+                          prompt_lengths, key)
+
+
+@register("ar_early_exit")
+@dataclasses.dataclass(frozen=True)
+class EarlyExitDecoder(AutoregressiveDecoder):
+  """The "ar" steps in a `lax.while_loop` that stops when every row has
+  ended; NFE counts the steps run."""
+
+  early_exit: ClassVar[bool] = True
+
+
+@register("ar_uncached")
+@dataclasses.dataclass(frozen=True)
+class UncachedDecoder(AutoregressiveDecoder):
+  """Full recompute of the fixed [B, cache_length] buffer for every token."""
+
+  def decode(self, logits_fn: LogitsFn, params: Any, prompts: jax.Array,
+             prompt_lengths: jax.Array, key: jax.Array) -> DecodeResult:
+    """As `AutoregressiveDecoder.decode`, without a cache."""
+    length = self.checked_cache_length(logits_fn, prompts, prompt_lengths)
+    return _uncached_loop(self, logits_fn, length, params, prompts,
+                          prompt_lengths, key)

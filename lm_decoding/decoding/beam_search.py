@@ -1,0 +1,186 @@
+"""Beam search over a KV cache, with GNMT's length penalty.
+
+"ar_beam" keeps, per row, the `num_beams` best unfinished hypotheses (alive)
+and the `num_beams` best finished ones. Each step expands every alive beam by
+every token: continuations with an EOS id become finished hypotheses, scored
+
+    score = log p(y) / lp(|y|),   lp(n) = ((5 + n) / 6) ** alpha
+
+(Wu et al. 2016, GNMT; |y| counts the generated tokens, EOS included;
+alpha = 0 is the plain log-probability); the best `num_beams` non-EOS
+continuations stay alive. After max_new_tokens steps the alive hypotheses
+count as finished at length max_new_tokens, and each row returns its best
+hypothesis by score. There is no early stopping: every row runs all steps, and
+rows are independent (per-row EOS and prompt lengths).
+
+Cache: one prefill at batch B, then the cache is repeated per beam (row-major
+B x K rows) and gathered along the batch axis when beams are reordered, so
+every leaf of the cache must have the batch as its leading axis (true of
+`KVCache`). NFE = max_new_tokens (1 prefill + one [B * K]-row step per further
+token).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+from lm_decoding.decoding.autoregressive import SequenceConfig, prefill_body
+from lm_decoding.decoding.base import DecodeResult, LogitsFn, register
+
+
+def gnmt_length_penalty(length: jax.Array, alpha: float) -> jax.Array:
+  """lp(n) = ((5 + n) / 6) ** alpha (Wu et al. 2016); float32 like `length`."""
+  return ((5.0 + jnp.asarray(length, jnp.float32)) / 6.0) ** alpha
+
+
+@flax.struct.dataclass
+class _BeamState:
+  """Per row b and beam k: alive and finished hypotheses."""
+
+  alive_tokens: jax.Array  # int32[B, K, T], PAD after the last token
+  alive_log_prob: jax.Array  # float32[B, K], -inf for an empty beam
+  finished_tokens: jax.Array  # int32[B, K, T], EOS kept, PAD after
+  finished_score: jax.Array  # float32[B, K], -inf for an empty slot
+  finished_length: jax.Array  # int32[B, K]
+  nfe: jax.Array  # int32[]
+
+
+def _top(k, scores_BxN, *values_BxN):
+  """The k best entries of scores per row, and the same entries of values."""
+  best_BxK, ids_BxK = jax.lax.top_k(scores_BxN, k)
+  take = lambda v: jnp.take_along_axis(
+      v, ids_BxK.reshape(ids_BxK.shape + (1,) * (v.ndim - 2)), axis=1)
+  return (best_BxK,) + tuple(take(v) for v in values_BxN)
+
+
+def _beam_step(config, state, cache, step, logits_BKxV):
+  """Extends every alive beam by token `step`; returns (state, cache)."""
+  batch, beams, steps = state.alive_tokens.shape
+  vocab = logits_BKxV.shape[-1]
+  eos_E = jnp.asarray(config.eos_ids, jnp.int32)
+  log_prob_BxKxV = (jax.nn.log_softmax(logits_BKxV.astype(jnp.float32), -1)
+                    .reshape(batch, beams, vocab)
+                    + state.alive_log_prob[:, :, None])
+
+  # Hypotheses ending here with an EOS join the finished ones.
+  ended_BxKxExT = jnp.broadcast_to(
+      state.alive_tokens[:, :, None],
+      (batch, beams, len(config.eos_ids), steps)).at[..., step].set(eos_E)
+  ended_score_BxKxE = (log_prob_BxKxV[:, :, eos_E]
+                       / gnmt_length_penalty(step + 1, config.length_penalty))
+  finished_score, finished_tokens, finished_length = _top(
+      beams,
+      jnp.concatenate([state.finished_score,
+                       ended_score_BxKxE.reshape(batch, -1)], axis=1),
+      jnp.concatenate([state.finished_tokens,
+                       ended_BxKxExT.reshape(batch, -1, steps)], axis=1),
+      jnp.concatenate([state.finished_length,
+                       jnp.full((batch, beams * len(config.eos_ids)), step + 1,
+                                jnp.int32)], axis=1))
+
+  # The best non-EOS continuations stay alive; their caches follow them.
+  is_eos_V = jnp.zeros((vocab,), bool).at[eos_E].set(True)
+  continuing_BxKV = jnp.where(is_eos_V, -jnp.inf, log_prob_BxKxV).reshape(
+      batch, beams * vocab)
+  alive_log_prob, flat_BxK = jax.lax.top_k(continuing_BxKV, beams)
+  parent_BxK, token_BxK = flat_BxK // vocab, flat_BxK % vocab
+  alive_tokens = jnp.take_along_axis(
+      state.alive_tokens, parent_BxK[:, :, None], axis=1).at[:, :, step].set(
+          token_BxK)
+  rows_BK = (jnp.arange(batch)[:, None] * beams + parent_BxK).reshape(-1)
+  cache = jax.tree.map(lambda x: x[rows_BK], cache)
+  return state.replace(
+      alive_tokens=alive_tokens, alive_log_prob=alive_log_prob,
+      finished_tokens=finished_tokens, finished_score=finished_score,
+      finished_length=finished_length), cache
+
+
+@functools.partial(jax.jit, static_argnames=("config", "logits_fn",
+                                             "cache_length"))
+def _beam_decode(config, logits_fn, cache_length, params, prompts_BxP,
+                 prompt_lengths_B):
+  batch = prompts_BxP.shape[0]
+  beams, steps = config.num_beams, config.max_new_tokens
+  first_logits_BxV, cache = prefill_body(logits_fn, params, prompts_BxP,
+                                         prompt_lengths_B, cache_length)
+  per_beam = lambda x: jnp.repeat(x, beams, axis=0)
+  cache = jax.tree.map(per_beam, cache)
+  positions_BK = per_beam(prompt_lengths_B)
+  empty = jnp.full((batch, beams, steps), config.pad_id, jnp.int32)
+  state = _BeamState(
+      alive_tokens=empty,
+      alive_log_prob=jnp.full((batch, beams), -jnp.inf).at[:, 0].set(0.0),
+      finished_tokens=empty,
+      finished_score=jnp.full((batch, beams), -jnp.inf),
+      finished_length=jnp.zeros((batch, beams), jnp.int32),
+      nfe=jnp.int32(1))
+  carry = _beam_step(config, state, cache, 0, per_beam(first_logits_BxV))
+
+  def step(carry, i):
+    state, cache = carry
+    tokens_BKx1 = state.alive_tokens[:, :, i - 1].reshape(batch * beams, 1)
+    logits_BKx1xV, cache = logits_fn(params, tokens_BKx1,
+                                     (positions_BK + i - 1)[:, None],
+                                     cache=cache)
+    state = state.replace(nfe=state.nfe + 1)
+    return _beam_step(config, state, cache, i, logits_BKx1xV[:, 0]), None
+
+  (state, _), _ = jax.lax.scan(step, carry,
+                               jnp.arange(1, steps, dtype=jnp.int32))
+  # Alive hypotheses that reached max_new_tokens without an EOS are complete.
+  alive_score = (state.alive_log_prob
+                 / gnmt_length_penalty(steps, config.length_penalty))
+  _, tokens, lengths = _top(
+      1,
+      jnp.concatenate([state.finished_score, alive_score], axis=1),
+      jnp.concatenate([state.finished_tokens, state.alive_tokens], axis=1),
+      jnp.concatenate([state.finished_length,
+                       jnp.full((batch, beams), steps, jnp.int32)], axis=1))
+  lengths_B = lengths[:, 0]
+  committed_TxB = (jnp.arange(steps)[:, None] < lengths_B[None, :])
+  return DecodeResult(tokens=tokens[:, 0], lengths=lengths_B, nfe=state.nfe,
+                      committed=committed_TxB.astype(jnp.int32))
+
+
+@register("ar_beam")
+@dataclasses.dataclass(frozen=True)
+class BeamSearchDecoder(SequenceConfig):
+  """Beam search with the GNMT length penalty (see module doc).
+
+  Attributes (besides `SequenceConfig`'s):
+    num_beams: K >= 1 hypotheses kept alive (and finished) per row.
+    length_penalty: alpha >= 0 of lp(n) = ((5 + n) / 6) ** alpha.
+
+  Raises:
+    ValueError: an option outside its range.
+  """
+
+  num_beams: int = 4
+  length_penalty: float = 0.6
+
+  def __post_init__(self):
+    super().__post_init__()
+    if self.num_beams < 1:
+      raise ValueError(f"num_beams={self.num_beams} must be >= 1")
+    if not 0 <= self.length_penalty < math.inf:
+      raise ValueError(
+          f"length_penalty={self.length_penalty} must be in [0, inf)")
+
+  def decode(self, logits_fn: LogitsFn, params: Any, prompts: jax.Array,
+             prompt_lengths: jax.Array, key: jax.Array) -> DecodeResult:
+    """Returns each row's best hypothesis; `key` is unused (deterministic).
+
+    Raises:
+      ValueError: see `SequenceConfig.checked_cache_length` (before compiling).
+    """
+    del key
+    length = self.checked_cache_length(logits_fn, prompts, prompt_lengths)
+    return _beam_decode(self, logits_fn, length, params, prompts,
+                        prompt_lengths)

@@ -1,0 +1,163 @@
+"""Stub `logits_fn`s for decoder tests (the LogitsFn protocol of decoding/base.py).
+
+Import from a test module as `import stubs` (pytest puts `tests/` on sys.path).
+
+`TableLogitsFn` is a model whose logits are read from a fixed table:
+
+    logits[b, l] = table[b % R, positions[b, l], previous[b, l], tokens[b, l]]
+
+(float32[V]), where `previous` is the token before the input one: the input
+to its left, or for the first input of a call the token in cache slot
+index - 1 (PAD = 0 at slot 0 or without a cache). So the logits depend on the
+batch row (only if R > 1), the position, and the last two tokens: a
+position-dependent trigram model that reads its cache — a decoder that sets
+the cache index wrongly, or pairs a beam with another beam's cache row, gets
+different logits. Rows are batch indices: use R > 1 only with decoders that
+keep the batch layout (not beam search, which calls the model on
+B * num_beams rows). The constructors cover the usual scripts:
+
+  * `TableLogitsFn.scripted(next_tokens, vocab_size)`: a fixed function of
+    (row, position): after the input at position p, row r predicts
+    next_tokens[r][p] (logit `margin` there, 0 elsewhere), whatever the
+    tokens. With a prompt of length P, generated token i comes from position
+    P - 1 + i.
+  * `TableLogitsFn.by_position(fn, vocab_size, max_len)`: row-independent;
+    after position p the model predicts fn(p): decoded tokens reveal which
+    positions a decoder fed (e.g. ragged prompts).
+  * `TableLogitsFn.random(seed, vocab_size, max_len, masked_ids=...)`:
+    row-independent random trigram logits (beam search, sampling);
+    `masked_ids` (e.g. PAD) get logit -inf.
+
+It threads a `StubCache` like the Transformer's `KVCache` (per-row write
+`index`, the L inputs written at index, index advanced by L); all cache leaves
+have the batch as leading axis, as beam search requires.
+
+`calls` records the shape of every call's `tokens`: under `jax.jit` that is
+one entry per trace, under `jax.disable_jit()` one per real forward pass (so a
+test can check a decoder's NFE count against the calls it made).
+
+`RaisingLogitsFn` fails on any use: a decoder that raises ValueError with it
+has checked its input before tracing or compiling anything.
+
+Both are frozen dataclasses hashed by identity (eq=False), so they are valid
+static jit arguments even though they hold numpy arrays.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Sequence
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+@flax.struct.dataclass
+class StubCache:
+  """Stands in for `KVCache`: the tokens written to each slot.
+
+  Attributes:
+    tokens: int32[B, S] token written at each slot (0 if never written).
+    index: int32[B] next write slot of each row.
+  """
+
+  tokens: jax.Array
+  index: jax.Array
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TableLogitsFn:
+  """A position-dependent trigram model read from a table (see module doc).
+
+  Attributes:
+    table: float32[R, N, V, V, V] numpy array indexed by (row, position,
+      previous token, token); N is `max_len`.
+    calls: shapes of the `tokens` of every call (see module doc).
+  """
+
+  table: np.ndarray
+  calls: list = dataclasses.field(default_factory=list)
+
+  @property
+  def max_len(self) -> int:
+    return self.table.shape[1]
+
+  def __call__(self, params, tokens, positions, cache=None, input_mask=None):
+    del params, input_mask
+    self.calls.append(tuple(tokens.shape))
+    batch = tokens.shape[0]
+    tokens = tokens.astype(jnp.int32)
+    first_previous_B = jnp.zeros((batch,), jnp.int32)
+    if cache is not None:
+      slot_B = jnp.maximum(cache.index - 1, 0)
+      stored_B = jnp.take_along_axis(cache.tokens, slot_B[:, None], 1)[:, 0]
+      first_previous_B = jnp.where(cache.index > 0, stored_B, 0)
+    previous_BxL = jnp.concatenate([first_previous_B[:, None], tokens[:, :-1]],
+                                   axis=1)
+    rows_Bx1 = (jnp.arange(batch) % self.table.shape[0])[:, None]
+    logits_BxLxV = jnp.asarray(self.table)[rows_Bx1, positions, previous_BxL,
+                                           tokens]
+    if cache is None:
+      return logits_BxLxV, None
+    written = jax.vmap(lambda buf, new, i: jax.lax.dynamic_update_slice(
+        buf, new, (i,)))(cache.tokens, tokens, cache.index)
+    return logits_BxLxV, cache.replace(tokens=written,
+                                       index=cache.index + tokens.shape[1])
+
+  def init_cache(self, batch_size: int, length: int) -> StubCache:
+    return StubCache(tokens=jnp.zeros((batch_size, length), jnp.int32),
+                     index=jnp.zeros((batch_size,), jnp.int32))
+
+  def next_log_probs(self, row: int, position: int, previous: int,
+                     token: int) -> np.ndarray:
+    """float64[V] log-softmax of the logits after (previous, token)."""
+    logits = self.table[row % self.table.shape[0], position, previous, token]
+    logits = logits.astype(np.float64)
+    top = logits.max()
+    return logits - top - np.log(np.exp(logits - top).sum())
+
+  @classmethod
+  def scripted(cls, next_tokens: Sequence[Sequence[int]], vocab_size: int,
+               margin: float = 10.0) -> "TableLogitsFn":
+    """Row r predicts next_tokens[r][p] after the input at position p.
+
+    max_len is the longest script; rows are read modulo the number of scripts.
+    """
+    max_len = max(len(script) for script in next_tokens)
+    table = np.zeros((len(next_tokens), max_len) + (vocab_size,) * 3,
+                     np.float32)
+    for r, script in enumerate(next_tokens):
+      for p, token in enumerate(script):
+        table[r, p, ..., token] = margin
+    return cls(table)
+
+  @classmethod
+  def by_position(cls, fn: Callable[[int], int], vocab_size: int,
+                  max_len: int, margin: float = 10.0) -> "TableLogitsFn":
+    """Every row predicts fn(p) after the input at position p."""
+    return cls.scripted([[fn(p) for p in range(max_len)]], vocab_size, margin)
+
+  @classmethod
+  def random(cls, seed: int, vocab_size: int, max_len: int,
+             masked_ids: Sequence[int] = (), scale: float = 2.0
+             ) -> "TableLogitsFn":
+    """Row-independent random trigram logits ~ N(0, scale^2); masked ids -inf."""
+    rng = np.random.default_rng(seed)
+    table = scale * rng.standard_normal((1, max_len) + (vocab_size,) * 3)
+    table[..., list(masked_ids)] = -np.inf
+    return cls(table.astype(np.float32))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class RaisingLogitsFn:
+  """A logits_fn that fails on any use (call or init_cache)."""
+
+  max_len: int = 16
+
+  def __call__(self, *args, **kwargs):
+    raise AssertionError("logits_fn was called; the check must come first")
+
+  def init_cache(self, batch_size: int, length: int):
+    raise AssertionError("init_cache was called; the check must come first")

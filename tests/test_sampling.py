@@ -1,0 +1,244 @@
+"""Tests of lm_decoding.decoding.sampling (cases C1-C3 of decoding_cases.md)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+from lm_decoding.decoding import sampling
+from lm_decoding.decoding.sampling import SamplingConfig
+
+P_VALUE = 1e-3  # chi-square threshold; keys are fixed, so runs are exact
+DRAWS = 20_000
+
+
+def _kept(logits):
+  return set(np.flatnonzero(np.isfinite(np.asarray(logits)[0])).tolist())
+
+
+def _frequencies_fit(tokens, probs):
+  """Chi-square p-value of drawn `tokens` against `probs` (zeros must stay 0)."""
+  counts = np.bincount(np.asarray(tokens), minlength=len(probs))
+  support = probs > 0
+  assert counts[~support].sum() == 0, f"drew excluded tokens: {counts}"
+  return stats.chisquare(counts[support],
+                         DRAWS * probs[support] / probs[support].sum()).pvalue
+
+
+def _draw(logits_V, config, seed=0):
+  logits_BxV = jnp.broadcast_to(jnp.asarray(logits_V, jnp.float32),
+                                (DRAWS, len(logits_V)))
+  return sampling.sample(jax.random.key(seed), logits_BxV, config)
+
+
+def _softmax(x):
+  x = np.asarray(x, np.float64)
+  e = np.exp(x - x.max())
+  return e / e.sum()
+
+
+# C1: top-p at an exact boundary, and neighbours.
+@pytest.mark.parametrize("probs, top_p, expected", [
+    ([0.5, 0.25, 0.125, 0.125], 0.75, {0, 1}),
+    ([0.5, 0.25, 0.125, 0.125], 0.5, {0}),
+    ([0.125, 0.5, 0.125, 0.25], 0.75, {1, 3}),
+    ([0.5, 0.25, 0.125, 0.125], 0.875, {0, 1, 2}),
+    ([0.5, 0.25, 0.125, 0.125], 0.76, {0, 1, 2}),
+    ([0.5, 0.25, 0.125, 0.125], 0.74, {0, 1}),
+    ([0.5, 0.25, 0.125, 0.125], 1.0, {0, 1, 2, 3}),
+    ([0.5, 0.25, 0.125, 0.125], 1e-6, {0}),
+    ([0.25, 0.25, 0.25, 0.25], 0.5, {0, 1}),  # ties: lower ids, smallest set
+    ([0.25, 0.25, 0.25, 0.25], 0.51, {0, 1, 2}),
+    ([0.0, 0.0, 1.0, 0.0], 0.3, {2}),
+])
+def test_top_p_mask_exact_boundaries(probs, top_p, expected):
+  mask = sampling.top_p_mask(jnp.asarray([probs], jnp.float32), top_p)
+  assert set(np.flatnonzero(np.asarray(mask)[0]).tolist()) == expected
+
+
+def test_top_p_filter_keeps_smallest_sufficient_set():
+  rng = np.random.default_rng(0)
+  logits = rng.normal(size=(64, 12)) * 2
+  for top_p in (0.1, 0.5, 0.9, 0.99):
+    kept = np.isfinite(np.asarray(sampling.top_p_filter(
+        jnp.asarray(logits, jnp.float32), top_p)))
+    probs = np.apply_along_axis(_softmax, 1, logits)
+    for row_probs, row_kept in zip(probs, kept):
+      mass, smallest = row_probs[row_kept].sum(), row_probs[row_kept].min()
+      assert row_probs.argmax() in np.flatnonzero(row_kept)
+      assert smallest >= row_probs[~row_kept].max(initial=0)  # a top set
+      assert mass >= top_p - 1e-6 and mass - smallest < top_p + 1e-6
+
+
+def test_top_p_one_keeps_everything_even_with_tiny_tail():
+  logits = jnp.asarray([[30.0, 0.0, -30.0, -60.0, -90.0]])
+  assert _kept(sampling.top_p_filter(logits, 1.0)) == {0, 1, 2, 3, 4}
+
+
+# C2: top-k off by one, and neighbours.
+C2_LOGITS = [-2, -1, 0, 0.8, 0, 0.1, 0.3, 0.4, 0.5, 0.6, 0.7, -3]
+
+
+@pytest.mark.parametrize("top_k", range(0, len(C2_LOGITS) + 2))
+def test_top_k_keeps_exactly_the_k_largest(top_k):
+  kept = _kept(sampling.top_k_filter(jnp.asarray([C2_LOGITS]), top_k))
+  order = np.argsort(-np.asarray(C2_LOGITS), kind="stable")
+  n = len(C2_LOGITS) if top_k == 0 else min(top_k, len(C2_LOGITS))
+  assert kept == set(order[:n].tolist())
+  if top_k == 1:
+    assert kept == {3}
+  if top_k == 3:
+    assert kept == {3, 10, 9}
+
+
+def test_top_k_ties_keep_exactly_k():
+  logits = jnp.asarray([[1.0, 1.0, 1.0, 0.0]])
+  assert _kept(sampling.top_k_filter(logits, 2)) == {0, 1}
+
+
+@pytest.mark.parametrize("temperature", [1.0, 100.0])
+def test_top_k_one_sampling_is_argmax_for_every_key(temperature):
+  rng = np.random.default_rng(1)
+  logits = jnp.asarray(rng.normal(size=(64, 12)), jnp.float32)
+  config = SamplingConfig(temperature=temperature, top_k=1)
+  for seed in range(16):
+    np.testing.assert_array_equal(
+        sampling.sample(jax.random.key(seed), logits, config),
+        np.argmax(np.asarray(logits), -1))
+
+
+# C3: repetition penalty sign, and neighbours.
+@pytest.mark.parametrize("seen, expected", [
+    (1, [2.0, -2.0, 0.5]),
+    (0, [1.0, -1.0, 0.5]),
+    (2, [2.0, -1.0, 0.25]),
+])
+def test_repetition_penalty_is_sign_aware(seen, expected):
+  logits = jnp.asarray([[2.0, -1.0, 0.5]])
+  seen_BxV = jax.nn.one_hot(jnp.asarray([seen]), 3, dtype=bool)
+  out = sampling.apply_repetition_penalty(logits, seen_BxV, 2.0)
+  np.testing.assert_allclose(out[0], expected)
+  if seen == 1:
+    np.testing.assert_allclose(jax.nn.softmax(logits)[0, 1], 0.0391, atol=1e-4)
+    np.testing.assert_allclose(jax.nn.softmax(out)[0, 1], 0.0148, atol=1e-4)
+
+
+@pytest.mark.parametrize("penalty", [1.01, 1.5, 4.0])
+def test_repetition_penalty_never_raises_a_seen_token(penalty):
+  rng = np.random.default_rng(2)
+  logits = jnp.asarray(rng.normal(size=(512, 8)) * 3, jnp.float32)
+  logits = logits.at[:8, 0].set(0.0)  # zero logits stay zero
+  seen = jnp.asarray(rng.random((512, 8)) < 0.4)
+  out = sampling.apply_repetition_penalty(logits, seen, penalty)
+  assert np.all(np.where(seen, out <= logits, out == logits))
+  # One seen token per row: its probability cannot rise.
+  one = jax.nn.one_hot(jnp.asarray(rng.integers(0, 8, 512)), 8, dtype=bool)
+  before, after = (jax.nn.softmax(x) for x in
+                   (logits, sampling.apply_repetition_penalty(logits, one, penalty)))
+  assert np.all(np.asarray(after)[np.asarray(one)]
+                <= np.asarray(before)[np.asarray(one)] + 1e-7)
+
+
+def test_greedy_applies_the_repetition_penalty_first():
+  logits = jnp.asarray([[2.0, 1.5, -1.0], [2.0, 1.5, -1.0]])
+  seen = jnp.asarray([[True, False, False], [False, False, False]])
+  config = SamplingConfig(temperature=0.0, repetition_penalty=2.0)
+  np.testing.assert_array_equal(
+      sampling.sample(jax.random.key(0), logits, config, seen_BxV=seen), [1, 0])
+  with pytest.raises(ValueError, match="seen_BxV"):
+    sampling.sample(jax.random.key(0), logits, config)
+
+
+def test_token_presence_ignores_invalid_positions():
+  tokens = jnp.asarray([[1, 2, 5], [4, 4, 0]])
+  valid = jnp.asarray([[True, True, False], [True, False, False]])
+  seen = np.asarray(sampling.token_presence(tokens, valid, 6))
+  assert [set(np.flatnonzero(r).tolist()) for r in seen] == [{1, 2}, {4}]
+
+
+@pytest.mark.parametrize("min_p, expected", [
+    (0.0, {0, 1, 2, 3}), (0.4, {0, 1}), (0.25, {0, 1, 2}), (0.9, {0})])
+def test_min_p_keeps_tokens_above_fraction_of_max(min_p, expected):
+  logits = jnp.log(jnp.asarray([[0.5, 0.25, 0.15, 0.1]]))
+  assert _kept(sampling.min_p_filter(logits, min_p)) == expected
+
+
+@pytest.mark.parametrize("name, value", [
+    ("temperature", -1.0), ("temperature", -1e-9), ("temperature", float("nan")),
+    ("top_p", 0.0), ("top_p", -0.1), ("top_p", 1.01), ("top_p", float("nan")),
+    ("top_k", -1), ("top_k", 1.5),
+    ("min_p", -0.1), ("min_p", 1.0),
+    ("repetition_penalty", 0.0), ("repetition_penalty", -1.0),
+    ("repetition_penalty", float("inf")),
+])
+def test_sampling_config_rejects_out_of_range(name, value):
+  with pytest.raises(ValueError, match=name):
+    SamplingConfig(**{name: value})
+
+
+def test_sampling_config_accepts_neutral_edges_and_is_hashable():
+  config = SamplingConfig(temperature=0.0, top_k=0, top_p=1.0, min_p=0.0,
+                          repetition_penalty=1.0)
+  assert hash(config) == hash(SamplingConfig(temperature=0.0))
+
+
+@pytest.mark.parametrize("logits, temperature", [
+    ([1.0, 0.5, 0.0, -1.0, 2.0, -0.5], 1.0),
+    ([0.0, 0.0, 0.0, 0.0, 0.0, 0.0], 1.0),
+    ([3.0, -3.0, 0.0, 1.0, -1.0, 0.5], 1.0),  # a ~0.1% tail token
+    ([1.0, 0.5, 0.0, -1.0, 2.0, -0.5], 0.5),
+])
+def test_sampling_follows_softmax(logits, temperature):
+  drawn = _draw(logits, SamplingConfig(temperature=temperature))
+  probs = _softmax(np.asarray(logits) / temperature)
+  assert _frequencies_fit(drawn, probs) > P_VALUE
+  # The same test rejects a slightly wrong distribution (it can fail).
+  assert _frequencies_fit(drawn, _softmax(np.asarray(logits) / temperature * 1.3)
+                          ) < P_VALUE or np.ptp(logits) == 0
+
+
+@pytest.mark.parametrize("config, allowed", [
+    (SamplingConfig(top_k=3), {4, 0, 1}),
+    (SamplingConfig(top_p=0.8), {4, 0, 1}),
+    (SamplingConfig(min_p=0.3), {4, 0}),
+    (SamplingConfig(top_k=4, top_p=0.7), {4, 0}),
+    (SamplingConfig(top_k=2, temperature=2.0), {4, 0}),
+])
+def test_filtered_sampling_draws_allowed_tokens_renormalised(config, allowed):
+  logits = np.asarray([1.0, 0.5, 0.0, -1.0, 2.0, -0.5])
+  drawn = _draw(logits, config, seed=3)
+  probs = _softmax(logits / config.temperature)
+  probs[[i for i in range(len(logits)) if i not in allowed]] = 0.0
+  assert _frequencies_fit(drawn, probs) > P_VALUE
+
+
+def test_per_row_temperature_overrides_config():
+  logits_V = jnp.asarray([1.0, 0.5, 0.0, -1.0, 2.0, -0.5])
+  half = DRAWS // 2
+  temperature_B = jnp.concatenate([jnp.zeros(half), jnp.ones(half)])
+  logits_BxV = jnp.broadcast_to(logits_V, (DRAWS, 6))
+  drawn = np.asarray(sampling.sample(
+      jax.random.key(4), logits_BxV, SamplingConfig(temperature=0.0),
+      temperature_B=temperature_B))
+  assert np.all(drawn[:half] == 4)
+  counts = np.bincount(drawn[half:], minlength=6)
+  assert stats.chisquare(counts, half * _softmax(logits_V)).pvalue > P_VALUE
+  with pytest.raises(ValueError, match="temperature_B"):
+    sampling.sample(jax.random.key(0), logits_BxV, SamplingConfig(),
+                    temperature_B=jnp.ones(3))
+  with pytest.raises(ValueError, match="temperature_B"):
+    sampling.sample(jax.random.key(0), logits_BxV[:2], SamplingConfig(),
+                    temperature_B=jnp.asarray([1.0, -1.0]))
+
+
+def test_greedy_ignores_key_and_filters():
+  rng = np.random.default_rng(5)
+  logits = jnp.asarray(rng.normal(size=(32, 9)), jnp.float32)
+  config = SamplingConfig(temperature=0.0, top_k=2, top_p=0.3, min_p=0.5)
+  for seed in range(3):
+    np.testing.assert_array_equal(
+        sampling.sample(jax.random.key(seed), logits, config),
+        np.argmax(np.asarray(logits), -1))
