@@ -15,7 +15,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.data = ml_collections.ConfigDict()
   config.data.path = ""            # '' = bundled Austen corpus; else a UTF-8 file or folder
   config.data.vocab_size = 4096    # sentencepiece vocabulary, reserved ids included
-  config.data.seq_len = 128        # training sequence length (tokens)
+  config.data.seq_len = 256        # training sequence length (tokens)
 
   config.model = ml_collections.ConfigDict()
   config.model.d_model = 128
@@ -34,16 +34,16 @@ def get_config() -> ml_collections.ConfigDict:
 
   config.train = ml_collections.ConfigDict()
   config.train.objective = "ar"    # ar (causal attention) | mdlm (bidirectional)
-  config.train.batch_size = 32
-  config.train.num_steps = 1200
+  config.train.batch_size = 16
+  config.train.num_steps = 300
   config.train.learning_rate = 3e-3
   config.train.warmup_steps = 100
   config.train.weight_decay = 0.01
   config.train.grad_clip_norm = 1.0
-  config.train.eval_every = 200    # steps between validation passes
+  config.train.eval_every = 100    # steps between validation passes
   config.train.eval_batches = 8    # validation batches (fixed, deterministic)
   config.train.mdlm_eval_timesteps = 8  # fixed t grid for the MDLM bound
-  config.train.checkpoint_every = 200
+  config.train.checkpoint_every = 100
   config.train.keep_checkpoints = 2
 
   # The evaluator scores samples (gen-PPL): a larger causal model, other seed.
@@ -51,7 +51,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.evaluator.seed = 1
   config.evaluator.model = ml_collections.ConfigDict(
       dict(d_model=192, num_heads=6, num_kv_heads=6, mlp_dim=768))
-  config.evaluator.train = ml_collections.ConfigDict(dict(num_steps=400))
+  config.evaluator.train = ml_collections.ConfigDict(dict(num_steps=300))
 
   # The main job (experiments/compare_decoding.py).
   config.compare = ml_collections.ConfigDict()

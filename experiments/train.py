@@ -3,27 +3,48 @@ r"""Trains the backbone with the AR or masked-diffusion (MDLM) objective.
   python experiments/train.py --config=configs/tiny.py --workdir=/tmp/ar \
       --config.train.objective=ar --config.train.num_steps=600
 
-Resumes from the latest checkpoint in --workdir automatically.
+Resumes from the latest checkpoint in --workdir automatically. With
+--export_pretrained=NAME the trained parameters, tokenizer and a manifest (this
+exact command, config, commit, validation metrics) are written into the
+shipped pretrained set (`lm_decoding/pretrained/NAME`) that the main job uses
+when its config matches.
 """
 
 import json
+import shlex
+import sys
 
 from absl import app
 from absl import flags
+from absl import logging
 from ml_collections import config_flags
 
+from lm_decoding.data import pipeline
+from lm_decoding.training import pretrained
 from lm_decoding.training import train
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", "configs/tiny.py", "Experiment configuration file.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.",
                                required=True)
+_EXPORT = flags.DEFINE_string(
+    "export_pretrained", None,
+    "If set, export the trained model into the shipped pretrained set under "
+    "this name (ar, mdlm or evaluator).")
 
 
 def main(argv):
   del argv
-  summary = train.train(_CONFIG.value, _WORKDIR.value)
+  logging.set_verbosity(logging.WARNING)
+  config, workdir = _CONFIG.value, _WORKDIR.value
+  summary = train.train(config, workdir)
   print(json.dumps(summary, indent=2))
+  if _EXPORT.value:
+    corpus = pipeline.prepare(config.data.path, config.data.vocab_size, workdir)
+    command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
+    path = pretrained.export(config, workdir, _EXPORT.value, corpus.tokenizer,
+                             command, summary)
+    print(f"exported to {path}")
 
 
 if __name__ == "__main__":
