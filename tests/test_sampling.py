@@ -242,3 +242,45 @@ def test_greedy_ignores_key_and_filters():
     np.testing.assert_array_equal(
         sampling.sample(jax.random.key(seed), logits, config),
         np.argmax(np.asarray(logits), -1))
+
+
+@pytest.mark.parametrize("vocab, group", [(4096, 64), (1000, 25), (256, 16),
+                                          (250, 10), (257, 1)])
+def test_group_size_is_the_largest_divisor_up_to_sqrt(vocab, group):
+  assert sampling._group_size(vocab) == group
+
+
+@pytest.mark.parametrize("vocab", [256, 1000])
+def test_two_level_categorical_follows_softmax(vocab):
+  """The hierarchical Gumbel-max draw (large V) is exact: chi-square over all
+  tokens (cells pooled to expected counts >= 5) and over the groups."""
+  draws = 200_000
+  logits_V = jax.random.normal(jax.random.key(vocab), (vocab,)) * 1.5
+  logits_V = logits_V.at[7].set(-jnp.inf)  # excluded entries stay excluded
+  tokens = np.asarray(jax.jit(sampling.categorical)(
+      jax.random.key(1), jnp.broadcast_to(logits_V, (draws, vocab))))
+  probs = _softmax(logits_V)
+  counts = np.bincount(tokens, minlength=vocab)
+  assert counts[7] == 0
+  order = np.argsort(probs)
+  expected = probs[order] * draws
+  cut = np.searchsorted(np.cumsum(expected), 5.0)  # pool the rarest cells
+  observed = np.concatenate([[counts[order[:cut + 1]].sum()],
+                             counts[order[cut + 1:]]])
+  pooled = np.concatenate([[expected[:cut + 1].sum()], expected[cut + 1:]])
+  assert stats.chisquare(observed, pooled).pvalue > P_VALUE
+  g = sampling._group_size(vocab)
+  group_counts = counts.reshape(-1, g).sum(1)
+  assert stats.chisquare(group_counts,
+                         probs.reshape(-1, g).sum(1) * draws).pvalue > P_VALUE
+
+
+def test_two_level_categorical_rejects_a_wrong_distribution():
+  """The chi-square above can fail: draws from a tempered softmax do not fit."""
+  vocab, draws = 256, 200_000
+  logits_V = jax.random.normal(jax.random.key(0), (vocab,)) * 1.5
+  tokens = np.asarray(sampling.categorical(
+      jax.random.key(1), jnp.broadcast_to(logits_V / 0.9, (draws, vocab))))
+  counts = np.bincount(tokens, minlength=vocab).reshape(-1, 16).sum(1)
+  expected = _softmax(logits_V).reshape(-1, 16).sum(1) * draws
+  assert stats.chisquare(counts, expected).pvalue < P_VALUE
