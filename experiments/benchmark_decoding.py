@@ -1,0 +1,105 @@
+r"""Micro-benchmarks of the decoding hot paths (figures printed and saved).
+
+  python experiments/benchmark_decoding.py --workdir=/tmp/bench
+
+1. Cached AR decoding, ms per token at each batch size, against the bytes
+   roofline (parameters + live KV cache read once per step over the measured
+   memory bandwidth).
+2. Compile time of the AR decoder for a short and a long output (the scan
+   body is compiled once, so it should not grow with T).
+3. One full forward pass (a parallel decoding step) per batch size and
+   sequence length, and the break-even step count K* against (1).
+
+Random parameters of the configured shape: cost does not depend on weights.
+"""
+
+import functools
+import json
+import os
+
+from absl import app
+from absl import flags
+from absl import logging
+import jax
+import jax.numpy as jnp
+from ml_collections import config_flags
+
+from lm_decoding.decoding import make_decoder
+from lm_decoding.decoding.sampling import SamplingConfig
+from lm_decoding.evaluation import cost
+from lm_decoding.models import init_params, make_logits_fn
+from lm_decoding.training import train
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", "configs/tiny.py", "Experiment configuration file.")
+_WORKDIR = flags.DEFINE_string("workdir", "/tmp/lm_decoding_bench",
+                               "Output directory.")
+_BATCH_SIZES = flags.DEFINE_list("batch_sizes", ["1", "8"], "Batch sizes.")
+_NEW_TOKENS = flags.DEFINE_integer("new_tokens", 256, "Tokens per AR decode.")
+_COMPILE_LENGTHS = flags.DEFINE_list("compile_lengths", ["64", "1024"],
+                                     "Output lengths whose compile time is compared.")
+_RUNS = flags.DEFINE_integer("runs", 5, "Timed runs (median reported).")
+
+
+def _ar_fn(model_cfg, new_tokens):
+  decoder = make_decoder("ar", max_new_tokens=new_tokens, eos_ids=(),
+                         sampling=SamplingConfig(temperature=1.0))
+  return jax.jit(functools.partial(decoder.decode, make_logits_fn(model_cfg)))
+
+
+def main(argv):
+  del argv
+  logging.set_verbosity(logging.WARNING)
+  config = _CONFIG.value
+  prompt_len = config.compare.prompt_len
+  model_cfg = train.model_config(config)
+  params = init_params(model_cfg, jax.random.key(0))
+  logits_fn = make_logits_fn(model_cfg)
+  bandwidth = cost.measure_bandwidth()
+  p_bytes = cost.param_bytes(params)
+  kv_per_token = logits_fn.init_cache(1, 1).bytes_per_slot()
+  out = {"device": jax.devices()[0].device_kind, "bandwidth_GBps": bandwidth / 1e9,
+         "param_bytes": p_bytes, "kv_bytes_per_token": kv_per_token,
+         "ar": [], "compile": [], "forward": []}
+  t = _NEW_TOKENS.value
+  for b in map(int, _BATCH_SIZES.value):
+    prompts = jnp.ones((b, prompt_len), jnp.int32)
+    lengths = jnp.full((b,), prompt_len, jnp.int32)
+    timing = cost.time_fn(_ar_fn(model_cfg, t), params, prompts, lengths,
+                          jax.random.key(1), runs=_RUNS.value)
+    bound = cost.ar_decode_roofline_s(p_bytes, kv_per_token * b, prompt_len, t,
+                                      bandwidth)
+    row = {"batch_size": b, "new_tokens": t,
+           "ms_per_token": timing.median_s / t * 1e3,
+           "roofline_ms_per_token": bound / t * 1e3,
+           "x_roofline": timing.median_s / bound,
+           "compile_s": timing.compile_s}
+    out["ar"].append(row)
+    print(json.dumps(row))
+    forward = jax.jit(lambda p, x: logits_fn(p, x, jnp.broadcast_to(
+        jnp.arange(x.shape[1]), x.shape))[0])
+    tokens = jnp.ones((b, prompt_len + t), jnp.int32)
+    fwd = cost.time_fn(forward, params, tokens, runs=_RUNS.value)
+    row = {"batch_size": b, "length": prompt_len + t,
+           "forward_ms": fwd.median_s * 1e3,
+           "break_even_steps": timing.median_s / fwd.median_s}
+    out["forward"].append(row)
+    print(json.dumps(row))
+  for t in map(int, _COMPILE_LENGTHS.value):
+    long_cfg = model_cfg.replace(max_len=max(model_cfg.max_len, prompt_len + t))
+    prompts = jnp.ones((1, prompt_len), jnp.int32)
+    timing = cost.time_fn(_ar_fn(long_cfg, t), init_params(long_cfg, jax.random.key(0)),
+                          prompts, jnp.full((1,), prompt_len, jnp.int32),
+                          jax.random.key(1), runs=1, warmup=0)
+    row = {"new_tokens": t, "compile_s": timing.compile_s}
+    out["compile"].append(row)
+    print(json.dumps(row))
+  os.makedirs(_WORKDIR.value, exist_ok=True)
+  path = os.path.join(_WORKDIR.value, "benchmark.json")
+  with open(path, "w") as f:
+    json.dump(out, f, indent=2)
+  print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+  app.run(main)
