@@ -63,7 +63,7 @@ def main(argv):
       "",
       f"- device: {jax.devices()[0].device_kind} x{jax.device_count()} "
       f"({platform.processor() or platform.machine()}, {os.cpu_count()} cores)",
-      f"- models: " + "; ".join(f"{k}: {v}" for k, v in sources.items()),
+      "- models: " + "; ".join(f"{k}: {v}" for k, v in sources.items()),
       f"- prompts: {len(prompts)} held-out test paragraphs, first "
       f"{cmp.prompt_len} tokens; one sampling temperature for every decoder: "
       f"{cmp.temperature}",

@@ -47,7 +47,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from lm_decoding.decoding import sampling
-from lm_decoding.decoding.base import DecodeResult, LogitsFn, register
+from lm_decoding.decoding.base import (
+    DecodeResult, LogitsFn, id_tuple, is_count, register)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,18 +72,19 @@ class SequenceConfig:
   cache_length: int | None = None
 
   def __post_init__(self):
-    object.__setattr__(self, "eos_ids", tuple(int(e) for e in self.eos_ids))
-    if self.max_new_tokens < 1:
-      raise ValueError(f"max_new_tokens={self.max_new_tokens} must be >= 1")
+    object.__setattr__(self, "eos_ids", id_tuple(self.eos_ids))
+    if not is_count(self.max_new_tokens):
+      raise ValueError(
+          f"max_new_tokens={self.max_new_tokens} must be an integer >= 1")
     if any(e < 0 for e in self.eos_ids):
       raise ValueError(f"eos_ids={self.eos_ids} must all be >= 0")
     if self.pad_id < 0:
       raise ValueError(f"pad_id={self.pad_id} must be >= 0")
-    if self.cache_length is not None and self.cache_length < 1:
+    if self.cache_length is not None and not is_count(self.cache_length):
       raise ValueError(f"cache_length={self.cache_length} must be >= 1")
 
   def checked_cache_length(self, logits_fn: LogitsFn, prompts: jax.Array,
-                           prompt_lengths: jax.Array) -> int:
+                           prompt_lengths: jax.Array):
     """Validates a decode call's inputs; returns the cache length to use.
 
     Raises:
@@ -90,7 +92,7 @@ class SequenceConfig:
         or (when concrete) outside [1, P]; P + max_new_tokens > cache
         length; cache length > logits_fn.max_len.
     """
-    check_prompts(prompts, prompt_lengths)
+    prompts, prompt_lengths = check_prompts(prompts, prompt_lengths)
     width = prompts.shape[1]
     length = (width + self.max_new_tokens if self.cache_length is None
               else self.cache_length)
@@ -103,12 +105,14 @@ class SequenceConfig:
           f"cache length {length} must be <= logits_fn.max_len="
           f"{logits_fn.max_len} (prompt width P={width}, max_new_tokens="
           f"{self.max_new_tokens}, cache_length={self.cache_length})")
-    return length
+    return length, prompts, prompt_lengths
 
 
-def check_prompts(prompts: jax.Array, prompt_lengths: jax.Array) -> None:
+def check_prompts(prompts: jax.Array, prompt_lengths: jax.Array):
   """Raises ValueError unless prompts is int[B, P], P >= 1, and
-  prompt_lengths is [B] with (when concrete) every entry in [1, P]."""
+  prompt_lengths is [B] with (when concrete) every entry in [1, P]; returns
+  both as arrays."""
+  prompts, prompt_lengths = jnp.asarray(prompts), jnp.asarray(prompt_lengths)
   if (jnp.ndim(prompts) != 2 or prompts.shape[1] < 1
       or not jnp.issubdtype(prompts.dtype, jnp.integer)):
     raise ValueError(f"prompts must be int[B, P] with P >= 1; got "
@@ -124,6 +128,7 @@ def check_prompts(prompts: jax.Array, prompt_lengths: jax.Array) -> None:
     if lengths.size and not (lengths.min() >= 1 and lengths.max() <= width):
       raise ValueError(
           f"prompt_lengths={lengths.tolist()} must be in [1, P={width}]")
+  return prompts, prompt_lengths
 
 
 def prefill_body(logits_fn, params, prompts_BxP, prompt_lengths_B,
@@ -160,7 +165,7 @@ def prefill(logits_fn: LogitsFn, params: Any, prompts: jax.Array,
   Raises:
     ValueError: bad prompts/lengths or cache_length outside [P, max_len].
   """
-  check_prompts(prompts, prompt_lengths)
+  prompts, prompt_lengths = check_prompts(prompts, prompt_lengths)
   width = prompts.shape[1]
   cache_length = width if cache_length is None else cache_length
   if not width <= cache_length <= logits_fn.max_len:
@@ -329,7 +334,8 @@ class AutoregressiveDecoder(SequenceConfig):
     Raises:
       ValueError: see `SequenceConfig.checked_cache_length` (before compiling).
     """
-    length = self.checked_cache_length(logits_fn, prompts, prompt_lengths)
+    length, prompts, prompt_lengths = self.checked_cache_length(
+        logits_fn, prompts, prompt_lengths)
     return _cached_decode(self, logits_fn, length, params, prompts,
                           prompt_lengths, key)
 
@@ -351,6 +357,7 @@ class UncachedDecoder(AutoregressiveDecoder):
   def decode(self, logits_fn: LogitsFn, params: Any, prompts: jax.Array,
              prompt_lengths: jax.Array, key: jax.Array) -> DecodeResult:
     """As `AutoregressiveDecoder.decode`, without a cache."""
-    length = self.checked_cache_length(logits_fn, prompts, prompt_lengths)
+    length, prompts, prompt_lengths = self.checked_cache_length(
+        logits_fn, prompts, prompt_lengths)
     return _uncached_loop(self, logits_fn, length, params, prompts,
                           prompt_lengths, key)

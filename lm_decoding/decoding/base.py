@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 import flax.struct
 import jax
+import numpy as np
 
 
 class LogitsFn(Protocol):
@@ -67,6 +68,19 @@ class Decoder(Protocol):
   def decode(self, logits_fn: LogitsFn, params: Any, prompts: jax.Array,
              prompt_lengths: jax.Array, key: jax.Array) -> DecodeResult:
     """Decodes continuations of right-padded `prompts` int32[B, P]."""
+
+
+def is_count(value: Any, minimum: int = 1) -> bool:
+  """True for an integer (not a bool) >= minimum: a size or step option."""
+  return (isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+          and value >= minimum)
+
+
+def id_tuple(ids: Any) -> tuple[int, ...]:
+  """A token id or an iterable of ids as a tuple of ints (e.g. eos_ids)."""
+  if isinstance(ids, (int, np.integer)):
+    return (int(ids),)
+  return tuple(int(i) for i in ids)
 
 
 _REGISTRY: dict[str, type] = {}

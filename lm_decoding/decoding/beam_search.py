@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 
 from lm_decoding.decoding.autoregressive import SequenceConfig, prefill_body
-from lm_decoding.decoding.base import DecodeResult, LogitsFn, register
+from lm_decoding.decoding.base import DecodeResult, LogitsFn, is_count, register
 
 
 def gnmt_length_penalty(length: jax.Array, alpha: float) -> jax.Array:
@@ -110,6 +110,10 @@ def _beam_decode(config, logits_fn, cache_length, params, prompts_BxP,
   beams, steps = config.num_beams, config.max_new_tokens
   first_logits_BxV, cache = prefill_body(logits_fn, params, prompts_BxP,
                                          prompt_lengths_B, cache_length)
+  vocab = first_logits_BxV.shape[-1]
+  if max(config.eos_ids + (config.pad_id,)) >= vocab:
+    raise ValueError(f"eos_ids={config.eos_ids} and pad_id={config.pad_id} "
+                     f"must be < vocab size {vocab}")
   per_beam = lambda x: jnp.repeat(x, beams, axis=0)
   cache = jax.tree.map(per_beam, cache)
   positions_BK = per_beam(prompt_lengths_B)
@@ -167,7 +171,7 @@ class BeamSearchDecoder(SequenceConfig):
 
   def __post_init__(self):
     super().__post_init__()
-    if self.num_beams < 1:
+    if not is_count(self.num_beams):
       raise ValueError(f"num_beams={self.num_beams} must be >= 1")
     if not 0 <= self.length_penalty < math.inf:
       raise ValueError(
@@ -181,6 +185,7 @@ class BeamSearchDecoder(SequenceConfig):
       ValueError: see `SequenceConfig.checked_cache_length` (before compiling).
     """
     del key
-    length = self.checked_cache_length(logits_fn, prompts, prompt_lengths)
+    length, prompts, prompt_lengths = self.checked_cache_length(
+        logits_fn, prompts, prompt_lengths)
     return _beam_decode(self, logits_fn, length, params, prompts,
                         prompt_lengths)

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from typing import Any
 
 import flax.struct
@@ -50,7 +51,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lm_decoding.decoding.base import DecodeResult, LogitsFn, register
+from lm_decoding.decoding.base import (
+    DecodeResult, LogitsFn, id_tuple, is_count, register)
 from lm_decoding.decoding.sampling import categorical
 from lm_decoding.decoding.schedule import transfer_schedule
 from lm_decoding.models.heads import subs_log_probs
@@ -213,6 +215,11 @@ def _denoise(decoder, logits_fn, params, tokens_BxL, plan, input_mask_BxL,
     return carry, (committed_B, new_tokens if trace else None)
 
   logits = jnp.zeros(jax.eval_shape(call, tokens_BxL).shape, jnp.float32)
+  vocab = logits.shape[-1]
+  for name in ("mask_id", "pad_id"):
+    if getattr(decoder, name) >= vocab:
+      raise ValueError(f"{name}={getattr(decoder, name)} must be < vocab size "
+                       f"{vocab}")
   init = (tokens_BxL, logits, jnp.bool_(True), jnp.int32(0))
   (tokens, _, _, nfe), (committed, states) = jax.lax.scan(
       step, init, jnp.arange(decoder.steps, dtype=jnp.int32))
@@ -277,13 +284,13 @@ class _MaskedDiffusionDecoder:
   eos_ids: tuple[int, ...] = (3,)
 
   def __post_init__(self):
-    object.__setattr__(self, "eos_ids", tuple(int(i) for i in self.eos_ids))
-    if self.gen_length < 1:
-      raise ValueError(f"gen_length={self.gen_length} must be >= 1")
-    if self.steps < 1:
-      raise ValueError(f"steps={self.steps} must be >= 1")
-    if self.temperature < 0:
-      raise ValueError(f"temperature={self.temperature} must be >= 0")
+    object.__setattr__(self, "eos_ids", id_tuple(self.eos_ids))
+    for name in ("gen_length", "steps"):
+      value = getattr(self, name)
+      if not is_count(value):
+        raise ValueError(f"{name}={value} must be an integer >= 1")
+    if not 0 <= self.temperature < math.inf:
+      raise ValueError(f"temperature={self.temperature} must be in [0, inf)")
     if min(self.mask_id, self.pad_id, *self.eos_ids) < 0:
       raise ValueError(f"mask_id={self.mask_id}, pad_id={self.pad_id} and "
                        f"eos_ids={self.eos_ids} must be >= 0")
@@ -318,7 +325,11 @@ class _MaskedDiffusionDecoder:
       raise ValueError(f"prompts must be int[B, P]; got {prompts.shape} "
                        f"{prompts.dtype}")
     prompts = prompts.astype(jnp.int32)
-    prompt_lengths = jnp.asarray(prompt_lengths, jnp.int32)
+    prompt_lengths = jnp.asarray(prompt_lengths)
+    if not jnp.issubdtype(prompt_lengths.dtype, jnp.integer):
+      raise ValueError(f"prompt_lengths must be int[B]; got "
+                       f"{prompt_lengths.dtype}")
+    prompt_lengths = prompt_lengths.astype(jnp.int32)
     batch, width = prompts.shape
     if prompt_lengths.shape != (batch,):
       raise ValueError(f"prompt_lengths must have shape ({batch},); got "

@@ -48,6 +48,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from lm_decoding.decoding.base import is_count
+
 
 @dataclasses.dataclass(frozen=True)
 class SamplingConfig:
@@ -72,9 +74,9 @@ class SamplingConfig:
 
   def __post_init__(self):
     checks = (
-        ("temperature", self.temperature >= 0, ">= 0 (0 = greedy)"),
-        ("top_k", isinstance(self.top_k, (int, np.integer))
-         and not isinstance(self.top_k, bool) and self.top_k >= 0,
+        ("temperature", 0 <= self.temperature < math.inf,
+         "in [0, inf) (0 = greedy)"),
+        ("top_k", is_count(self.top_k, minimum=0),
          "an integer >= 0 (0 = off)"),
         ("top_p", 0 < self.top_p <= 1, "in (0, 1] (1 = off)"),
         ("min_p", 0 <= self.min_p < 1, "in [0, 1) (0 = off)"),
@@ -92,15 +94,12 @@ def _group_size(vocab_size: int) -> int:
              if vocab_size % g == 0)
 
 
-def _gumbel_max(key: jax.Array, logits: jax.Array) -> jax.Array:
-  return jax.random.categorical(key, logits, axis=-1, mode="high")
-
-
 def categorical(key: jax.Array, logits: jax.Array) -> jax.Array:
   """Draws token ids from softmax(logits) along the last axis.
 
   Exact Gumbel-max sampling (noise `mode="high"`), in two levels when V has a
-  divisor g >= 16 below sqrt(V) (see the module docstring).
+  divisor g >= 16 below sqrt(V) (see the module docstring); both levels take
+  their noise from one draw.
 
   Args:
     key: PRNG key.
@@ -113,12 +112,17 @@ def categorical(key: jax.Array, logits: jax.Array) -> jax.Array:
   vocab = logits.shape[-1]
   g = _group_size(vocab)
   if g < 16:
-    return _gumbel_max(key, logits).astype(jnp.int32)
-  key_group, key_token = jax.random.split(key)
-  grouped = logits.reshape(*logits.shape[:-1], vocab // g, g)
-  group = _gumbel_max(key_group, jax.nn.logsumexp(grouped, axis=-1))
+    return jax.random.categorical(key, logits, axis=-1,
+                                  mode="high").astype(jnp.int32)
+  groups = vocab // g
+  noise = jax.random.gumbel(key, (*logits.shape[:-1], groups + g),
+                            jnp.float32, mode="high")
+  grouped = logits.reshape(*logits.shape[:-1], groups, g)
+  group = jnp.argmax(jax.nn.logsumexp(grouped, axis=-1) + noise[..., :groups],
+                     axis=-1)
   inside = jnp.take_along_axis(grouped, group[..., None, None], axis=-2)[..., 0, :]
-  return (group * g + _gumbel_max(key_token, inside)).astype(jnp.int32)
+  token = jnp.argmax(inside + noise[..., groups:], axis=-1)
+  return (group * g + token).astype(jnp.int32)
 
 
 def greedy(logits_BxV: jax.Array) -> jax.Array:
@@ -258,7 +262,7 @@ def sample(key: jax.Array, logits_BxV: jax.Array, config: SamplingConfig,
     raise ValueError(f"temperature_B has shape {jnp.shape(temperature_B)}; "
                      f"expected ({logits.shape[0]},)")
   elif (not isinstance(temperature_B, jax.core.Tracer)
-        and np.any(np.asarray(temperature_B) < 0)):
+        and not np.all(np.asarray(temperature_B) >= 0)):
     raise ValueError(f"temperature_B={temperature_B} must be >= 0")
   hot_B = temperature_B > 0
   tempered = logits / jnp.where(hot_B, temperature_B, 1.0)[:, None]

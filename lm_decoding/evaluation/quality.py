@@ -168,6 +168,8 @@ def gen_ppl(logits_fn: Any, params: Any, tokens: Any, lengths: Any,
   """
   tokens, lengths = _rows(tokens, lengths)
   b = tokens.shape[0]
+  if b == 0:
+    raise ValueError("tokens must have B >= 1 rows")
   if batch_size < 1:
     raise ValueError(f"batch_size={batch_size} must be >= 1")
   if (prompts is None) != (prompt_lengths is None):

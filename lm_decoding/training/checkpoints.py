@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import jax
 import orbax.checkpoint as ocp
 
 
@@ -71,6 +72,14 @@ class Checkpoints:
       raise CheckpointError(
           f"checkpoint step {step} in {self.directory} is corrupt or does not "
           f"match the expected state: {type(e).__name__}: {e}") from e
+    wanted, _ = jax.tree_util.tree_flatten_with_path(abstract_state)
+    got = jax.tree_util.tree_leaves(restored["state"])
+    for (path, want), have in zip(wanted, got):
+      if (have.shape, have.dtype) != (want.shape, want.dtype):
+        raise CheckpointError(
+            f"checkpoint step {step} in {self.directory}: "
+            f"{jax.tree_util.keystr(path)} is {have.dtype}{list(have.shape)}, "
+            f"expected {want.dtype}{list(want.shape)}")
     return restored["state"], dict(restored["meta"])
 
   def read_meta(self, step: int | None = None) -> dict:

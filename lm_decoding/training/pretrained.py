@@ -112,7 +112,10 @@ def find(config: ml_collections.ConfigDict, name: str, tokenizer: Tokenizer,
   manifest_path = member / MANIFEST_FILE
   if not manifest_path.exists():
     return None, f"no pretrained {name!r} in {out_dir}"
-  manifest = json.loads(manifest_path.read_text())
+  try:
+    manifest = json.loads(manifest_path.read_text())
+  except json.JSONDecodeError as e:
+    raise CheckpointError(f"manifest {manifest_path} is corrupt: {e}") from e
   if manifest.get("recipe") != json.loads(json.dumps(recipe(config))):
     return None, f"pretrained {name!r} was trained with another config"
   if manifest.get("tokenizer_sha256") != tokenizer_sha256(tokenizer):
@@ -180,6 +183,6 @@ def get_or_train(config: ml_collections.ConfigDict, name: str, workdir: str,
     params, reason = find(config, name, tokenizer, out_dir)
     if params is not None:
       return params, reason
-  train_lib.train(config, member_dir, progress=progress)
+  train_lib.train(config, member_dir, progress=progress, data_dir=workdir)
   return (load_trained_params(config, member_dir),
           f"trained in {member_dir} ({reason})")

@@ -73,9 +73,12 @@ def make_optimizer(train: ml_collections.ConfigDict):
 
 
 def init_state(model_cfg: TransformerConfig, optimizer, key) -> TrainState:
-  params = init_params(model_cfg, key)
-  return TrainState(step=jnp.zeros((), jnp.int32), params=params,
-                    opt_state=optimizer.init(params))
+  """A fresh TrainState (built in one compiled program)."""
+  def build(key):
+    params = init_params(model_cfg, key)
+    return TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                      opt_state=optimizer.init(params))
+  return jax.jit(build)(key)
 
 
 def unbox(tree):
@@ -142,12 +145,13 @@ def _fingerprint(config: ml_collections.ConfigDict) -> dict:
 
 
 def train(config: ml_collections.ConfigDict, workdir: str,
-          progress: bool = True) -> dict:
+          progress: bool = True, data_dir: str | None = None) -> dict:
   """Trains (or resumes) the model described by `config` under `workdir`.
 
   Writes `{workdir}/checkpoints/` (orbax, resumed automatically from the
   latest step), `{workdir}/metrics.jsonl` (one JSON object per log point) and
-  the data cache (tokenizer, encoded splits).
+  the data cache (tokenizer, encoded splits) under `data_dir` (default
+  `workdir`), where models trained on the same data share it.
 
   Returns:
     A summary: parameter count, steps, final validation loss and perplexity
@@ -160,7 +164,8 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   start_time = time.time()
   model_cfg = model_config(config)
   train_cfg = config.train
-  corpus = pipeline.prepare(config.data.path, config.data.vocab_size, workdir)
+  corpus = pipeline.prepare(config.data.path, config.data.vocab_size,
+                            data_dir or workdir)
   if corpus.tokenizer.vocab_size != model_cfg.vocab_size:
     raise ValueError(
         f"tokenizer vocab_size={corpus.tokenizer.vocab_size} does not match "

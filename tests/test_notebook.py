@@ -1,0 +1,90 @@
+"""colab/quickstart.ipynb runs top to bottom and shows the table and crossover."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+import sys
+
+import jupyter_client.kernelspec
+import nbclient
+import nbformat
+import pytest
+from ipykernel import kernelspec as ipykernel_kernelspec
+
+import lm_decoding
+
+NOTEBOOK = pathlib.Path(__file__).resolve().parent.parent / "colab" / "quickstart.ipynb"
+PACKAGE_DIR = lm_decoding.__path__[0]
+KERNEL = "python3"
+# jupyter_client launches these argv[0] names with the launching interpreter.
+_SELF_NAMES = {"python", f"python{sys.version_info[0]}",
+               "python{}.{}".format(*sys.version_info[:2])}
+
+
+def _kernel_manager(tmp_dir: pathlib.Path):
+  """A KernelManager for `KERNEL` whose kernel runs this interpreter.
+
+  The installed 'python3' kernelspec is used when it resolves to
+  sys.executable; otherwise a kernelspec for this interpreter is written with
+  ipykernel into `tmp_dir` (nothing installed globally).
+  """
+  specs = jupyter_client.kernelspec.KernelSpecManager()
+  try:
+    argv0 = specs.get_kernel_spec(KERNEL).argv[0]
+  except jupyter_client.kernelspec.NoSuchKernel:
+    argv0 = None
+  if argv0 not in _SELF_NAMES | {sys.executable}:
+    ipykernel_kernelspec.write_kernel_spec(str(tmp_dir / "kernels" / KERNEL))
+    specs = jupyter_client.kernelspec.KernelSpecManager(
+        kernel_dirs=[str(tmp_dir / "kernels")])
+  return jupyter_client.KernelManager(kernel_name=KERNEL,
+                                      kernel_spec_manager=specs)
+
+
+def _text(cell) -> str:
+  """Everything a code cell printed or displayed, as text."""
+  parts = []
+  for output in cell.get("outputs", []):
+    if output["output_type"] == "stream":
+      parts.append(output["text"])
+    elif "data" in output:
+      parts.append(output["data"].get("text/markdown", ""))
+      parts.append(output["data"].get("text/plain", ""))
+  return "\n".join(parts)
+
+
+@pytest.mark.slow
+def test_quickstart_runs_top_to_bottom(tmp_path, monkeypatch):
+  notebook = nbformat.read(NOTEBOOK, as_version=4)
+  run_dir, temp_dir = tmp_path / "run", tmp_path / "tmp"
+  run_dir.mkdir()
+  temp_dir.mkdir()
+  monkeypatch.setenv("TMPDIR", str(temp_dir))  # the notebook's workdir goes here
+  client = nbclient.NotebookClient(
+      notebook, timeout=600, kernel_name=KERNEL,
+      km=_kernel_manager(tmp_path),
+      resources={"metadata": {"path": str(run_dir)}})
+  client.execute()  # raises CellExecutionError if any cell fails
+
+  code_cells = [c for c in notebook.cells if c.cell_type == "code"]
+  assert all(c.execution_count for c in code_cells)
+  errors = [o for c in code_cells for o in c.outputs
+            if o["output_type"] == "error"]
+  assert not errors
+  text = "\n".join(_text(c) for c in code_cells)
+  # The install cell found the installed package and cloned nothing.
+  assert f"lm_decoding from {PACKAGE_DIR}" in _text(code_cells[0])
+  assert not list(run_dir.iterdir())
+  assert "| decoder | B | T | NFE | tok/fwd | ms/seq |" in text
+  for decoder in ("AR cached", "MDLM K=4", "MDLM K=T"):
+    for t in (16, 32):
+      assert f"| {decoder} | 4 | {t} |" in text
+  assert re.search(r"^crossover: MDLM K=4 at B=4 is faster than AR cached at "
+                   r"(T = 16|T = 32|T = 16, 32|no measured T)$", text, re.M)
+  assert re.search(r"^break-even: B=4 T=32: K\* = \d+\.\d$", text, re.M)
+  images = [o for c in code_cells for o in c.outputs
+            if "image/png" in o.get("data", {})]
+  assert len(images) == 2
+  reports = list(temp_dir.glob("lm_decoding_quickstart_*/report.md"))
+  assert len(reports) == 1 and "## Crossover" in reports[0].read_text()
