@@ -31,7 +31,8 @@ from lm_decoding.models import init_params, make_logits_fn
 from lm_decoding.training import train
 
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", "configs/tiny.py", "Experiment configuration file.")
+    "config", os.path.join(os.path.dirname(__file__), "..", "configs", "tiny.py"),
+    "Experiment configuration file.")
 _WORKDIR = flags.DEFINE_string("workdir", "/tmp/lm_decoding_bench",
                                "Output directory.")
 _BATCH_SIZES = flags.DEFINE_list("batch_sizes", ["1", "8"], "Batch sizes.")

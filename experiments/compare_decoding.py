@@ -22,13 +22,15 @@ import jax
 from ml_collections import config_flags
 
 from lm_decoding.data import pipeline
+from lm_decoding.data.tokenizer import EOS_ID
 from lm_decoding.evaluation import comparison, report
 from lm_decoding.models import make_logits_fn
 from lm_decoding.training import pretrained
 from lm_decoding.training import train
 
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", "configs/tiny.py", "Experiment configuration file.")
+    "config", os.path.join(os.path.dirname(__file__), "..", "configs", "tiny.py"),
+    "Experiment configuration file.")
 _WORKDIR = flags.DEFINE_string("workdir", "/tmp/lm_decoding_compare",
                                "Output directory.")
 _RETRAIN = flags.DEFINE_bool(
@@ -41,8 +43,21 @@ def main(argv):
   start = time.time()
   config, workdir = _CONFIG.value, _WORKDIR.value
   cmp = config.compare
+  longest = cmp.prompt_len + max(cmp.output_lengths)
+  if longest > config.model.max_len:
+    raise ValueError(
+        f"compare.prompt_len + max(compare.output_lengths) = {longest} must be "
+        f"<= model.max_len={config.model.max_len}; raise --config.model.max_len "
+        "(the shipped models then no longer match and are retrained)")
   specs = comparison.standard_specs(cmp.mdlm_steps, cmp.llada_steps,
                                     cmp.llada_block_length)
+  for spec in specs:  # every decoder option is checked before any work
+    for t in cmp.output_lengths:
+      try:
+        spec.build(t, cmp.temperature, eos_ids=(EOS_ID,))
+      except ValueError as e:
+        raise ValueError(f"decoder {spec.label!r} at output length {t}: {e} "
+                         "(set by --config.compare.*)") from e
   corpus = pipeline.prepare(config.data.path, config.data.vocab_size, workdir)
   members = pretrained.member_configs(config)
   models, sources = {}, {}

@@ -11,6 +11,7 @@ when its config matches.
 """
 
 import json
+import os
 import shlex
 import sys
 
@@ -24,7 +25,8 @@ from lm_decoding.training import pretrained
 from lm_decoding.training import train
 
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", "configs/tiny.py", "Experiment configuration file.")
+    "config", os.path.join(os.path.dirname(__file__), "..", "configs", "tiny.py"),
+    "Experiment configuration file.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.",
                                required=True)
 _EXPORT = flags.DEFINE_string(

@@ -48,8 +48,13 @@ class DecoderSpec:
   steps: int | None = None
 
   def build(self, length: int, temperature: float, eos_ids: tuple[int, ...]):
-    """The decoder config generating `length` tokens per row."""
+    """The decoder config generating `length` tokens per row.
+
+    A `block_length` above `length` is clamped to it (one block).
+    """
     options = dict(self.options, eos_ids=eos_ids)
+    if "block_length" in options:
+      options["block_length"] = min(options["block_length"], length)
     if self.family == SEQUENTIAL:
       options.update(max_new_tokens=length,
                      sampling=SamplingConfig(temperature=temperature))

@@ -113,8 +113,9 @@ def plot_latency(rows: Sequence[dict], path: str) -> None:
     ax.set_xticks(lengths, [str(t) for t in lengths])
     ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.grid(True, which="both", alpha=0.3)
-  axes[0][-1].legend(fontsize=8)
-  fig.tight_layout()
+  handles, labels = axes[0][0].get_legend_handles_labels()
+  fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8)
+  fig.tight_layout(rect=(0, 0.1, 1, 1))
   fig.savefig(path, dpi=110)
   plt.close(fig)
 

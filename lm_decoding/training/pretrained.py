@@ -183,6 +183,8 @@ def get_or_train(config: ml_collections.ConfigDict, name: str, workdir: str,
     params, reason = find(config, name, tokenizer, out_dir)
     if params is not None:
       return params, reason
+  print(f"{name}: {reason}; training {config.train.num_steps} steps in "
+        f"{member_dir}")
   train_lib.train(config, member_dir, progress=progress, data_dir=workdir)
   return (load_trained_params(config, member_dir),
           f"trained in {member_dir} ({reason})")
