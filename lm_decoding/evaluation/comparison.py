@@ -102,10 +102,8 @@ def _quality(evaluator: Model, tokenizer: Tokenizer, result, prompts,
              prompt_lengths, references: Sequence[str]) -> dict:
   tokens = np.asarray(result.tokens)
   lengths = np.asarray(result.lengths)
-  scored = lengths > 0
-  ppl = quality.gen_ppl(evaluator.logits_fn, evaluator.params, tokens[scored],
-                        lengths[scored], np.asarray(prompts)[scored],
-                        np.asarray(prompt_lengths)[scored])
+  ppl = quality.gen_ppl(evaluator.logits_fn, evaluator.params, tokens, lengths,
+                        np.asarray(prompts), np.asarray(prompt_lengths))
   texts = [tokenizer.decode(row[:n]) for row, n in zip(tokens, lengths)]
   record = {"gen_ppl": ppl.ppl,
             "entropy": float(np.nanmean(ppl.row_entropy)),
