@@ -76,6 +76,9 @@ class Tokenizer:
   Build it with `Tokenizer.train` or `Tokenizer.load`.
   """
 
+  pad_id, unk_id, bos_id, eos_id, mask_id = (PAD_ID, UNK_ID, BOS_ID, EOS_ID,
+                                              MASK_ID)
+
   def __init__(self, processor: spm.SentencePieceProcessor):
     """Wraps a loaded processor.
 
@@ -161,25 +164,6 @@ class Tokenizer:
   def vocab_size(self) -> int:
     return self._sp.vocab_size()
 
-  @property
-  def pad_id(self) -> int:
-    return PAD_ID
-
-  @property
-  def unk_id(self) -> int:
-    return UNK_ID
-
-  @property
-  def bos_id(self) -> int:
-    return BOS_ID
-
-  @property
-  def eos_id(self) -> int:
-    return EOS_ID
-
-  @property
-  def mask_id(self) -> int:
-    return MASK_ID
 
   def encode(self, text: str) -> list[int]:
     """Token ids of `text`, without BOS/EOS; never PAD, BOS, EOS or MASK."""

@@ -98,10 +98,10 @@ def _ttft_s(model: Model, prompts, prompt_lengths, cache_length: int,
                       runs=runs).median_s
 
 
-def _quality(evaluator: Model, tokenizer: Tokenizer, result, prompts,
+def _quality(evaluator: Model, tokenizer: Tokenizer, tokens, lengths, prompts,
              prompt_lengths, references: Sequence[str]) -> dict:
-  tokens = np.asarray(result.tokens)
-  lengths = np.asarray(result.lengths)
+  tokens = np.asarray(tokens)
+  lengths = np.asarray(lengths)
   ppl = quality.gen_ppl(evaluator.logits_fn, evaluator.params, tokens, lengths,
                         np.asarray(prompts), np.asarray(prompt_lengths))
   texts = [tokenizer.decode(row[:n]) for row, n in zip(tokens, lengths)]
@@ -178,15 +178,19 @@ def run(specs: Sequence[DecoderSpec], ar: Model, mdlm: Model,
       row.update(roofline_ms=bound * 1e3,
                  roofline_ratio=record.ms_per_sequence / (bound * 1e3))
     if b == quality_batch:
-      result = fn(model.params, batch_prompts, prompt_lengths, key)
-      scores, texts = _quality(evaluator, tokenizer, result, batch_prompts,
-                               prompt_lengths, references)
-      row.update(scores)
-      row["empty"] = int(np.isin(np.asarray(result.tokens)[:, 0], eos_ids).sum())
-      if spec.family == PARALLEL:
+      if spec.family == PARALLEL:  # one run gives both the raw and cut tokens
         raw = jax.jit(functools.partial(decoder.denoise, model.logits_fn))(
             model.params, batch_prompts, prompt_lengths, key).tokens
         row["all_eos"] = int(masked_diffusion.eos_counts(raw, eos_ids)[1])
+        tokens, lengths = masked_diffusion.finish_at_eos(raw, eos_ids,
+                                                         decoder.pad_id)
+      else:
+        result = fn(model.params, batch_prompts, prompt_lengths, key)
+        tokens, lengths = result.tokens, result.lengths
+      scores, texts = _quality(evaluator, tokenizer, tokens, lengths,
+                               batch_prompts, prompt_lengths, references)
+      row.update(scores)
+      row["empty"] = int(np.isin(np.asarray(tokens)[:, 0], eos_ids).sum())
       samples.setdefault(spec.label, {})[t] = texts
     rows.append(row)
   return rows, {"bandwidth_bytes_per_s": bandwidth,
