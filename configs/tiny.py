@@ -13,9 +13,10 @@ def get_config() -> ml_collections.ConfigDict:
   config.seed = 0
 
   config.data = ml_collections.ConfigDict()
-  config.data.path = ""            # '' = bundled Austen corpus; else a UTF-8 file or folder
+  config.data.path = ""            # '' = bundled Austen corpus; else a UTF-8 file (.gz too) or folder
   config.data.vocab_size = 4096    # sentencepiece vocabulary, reserved ids included
   config.data.seq_len = 256        # training sequence length (tokens)
+  config.data.format = "auto"      # auto | paragraphs (blank-line separated) | lines (one per line)
 
   config.model = ml_collections.ConfigDict()
   config.model.d_model = 128

@@ -29,73 +29,114 @@ def austen(workdir):
 # ----------------------------------------------------------------- corpus ---
 
 
-def test_paragraphs_join_lines_and_strip_only_line_edges():
+def test_line_runs_strip_only_line_edges():
   text = ("  Title\r\n\r\n\r\nOne  line,\n   and\tthe next. \n\n \t \n"
           "Last")
-  assert corpus.paragraphs(text) == ["Title", "One  line, and\tthe next.",
-                                     "Last"]
-  assert corpus.paragraphs("\n\n") == []
+  assert corpus.line_runs(text) == [["Title"], ["One  line,", "and\tthe next."],
+                                    ["Last"]]
+  assert corpus.line_runs("\n\n") == []
 
 
-def test_split_rule_assigns_chunks_by_index():
-  texts = [f"p{i}" for i in range(2100)]
-  splits = corpus.split_paragraphs(texts)
-  for name, chunks in (("valid", (18, 38)), ("test", (19, 39))):
-    assert splits[name] == [f"p{i}" for k in chunks
-                            for i in range(50 * k, 50 * k + 50)]
-  assert len(splits["train"]) == 2100 - 200
-  assert corpus.split_paragraphs(texts[:5], chunk_paragraphs=1) == {
-      "train": texts[:5], "valid": [], "test": []}
-  with pytest.raises(ValueError, match="chunk_paragraphs=0"):
-    corpus.split_paragraphs(texts, chunk_paragraphs=0)
+def test_split_rule_assigns_parts_of_equal_documents_by_index():
+  texts = [f"d{i:04d}" for i in range(2000)]  # 10 cycles of 200 documents
+  splits = corpus.split_documents(texts)
+  for name, part in (("valid", 18), ("test", 19)):
+    assert splits[name] == [t for i, t in enumerate(texts)
+                            if (i // 10) % 20 == part]
+  assert len(splits["train"]) == 1800
+  assert corpus.split_documents([]) == {"train": [], "valid": [], "test": []}
+
+
+def test_split_rule_holds_out_a_character_fraction_of_whole_documents():
+  rng = np.random.default_rng(0)
+  texts = ["x" * n for n in rng.integers(1, 3000, size=3000)]
+  splits = corpus.split_documents(texts)
+  total = sum(map(len, texts))
+  for name in ("valid", "test"):  # ~5% of the characters, not of documents
+    assert 0.045 < sum(map(len, splits[name])) / total < 0.055
+  assert sum(len(v) for v in splits.values()) == len(texts)
+  # Few documents: one cycle; the 19th and 20th twentieth of the text.
+  few = ["a" * 10] * 18 + ["b" * 10, "c" * 10]
+  assert corpus.split_documents(few) == {
+      "train": ["a" * 10] * 18, "valid": ["b" * 10], "test": ["c" * 10]}
+
+
+def test_split_rule_places_a_document_by_its_middle_character():
+  texts = ["a" * 85, "b" * 10, "c" * 5]  # middles at 42.5%, 90%, 97.5%
+  assert corpus.split_documents(texts) == {
+      "train": ["a" * 85], "valid": ["b" * 10], "test": ["c" * 5]}
+  texts = ["a" * 89, "b" * 2, "c" * 9]  # "b" ends at 91%: middle at 90%
+  assert corpus.split_documents(texts)["valid"] == ["b" * 2]
 
 
 def test_bundled_splits_are_deterministic_disjoint_and_complete():
   splits = corpus.load_splits(None)
   assert splits == corpus.load_splits("")
-  everything = corpus.load_paragraphs(None)
+  everything = corpus.load_documents(None)
+  assert everything == corpus.load_paragraphs(None)  # detected 'paragraphs'
   assert sum(len(v) for v in splits.values()) == len(everything)
-  # Reassembling the splits chunk by chunk gives back the corpus in order.
-  parts = {name: iter(v) for name, v in splits.items()}
-  chunk_names = ["train"] * 18 + ["valid", "test"]
-  rebuilt = []
-  for k in range(0, len(everything), 50):
-    name = chunk_names[(k // 50) % 20]
-    rebuilt.extend(itertools.islice(parts[name],
-                                    min(50, len(everything) - k)))
-  assert rebuilt == everything
-  assert len(splits["valid"]) >= 400 and len(splits["test"]) >= 400
-  assert everything[0] == "PRIDE AND PREJUDICE"
+  total = sum(map(len, everything))
+  for name in ("valid", "test"):
+    assert 0.045 < sum(map(len, splits[name])) / total < 0.055
+    assert len(splits[name]) >= 400
+  assert everything[0] == "PRIDE AND PREJUDICE" == splits["train"][0]
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("empty.txt", b"", "is empty"),
+    ("blank.txt", b" \n\t\r\n\n", "is empty"),
+    ("latin1.txt", "caf\xe9\n".encode("latin-1"), "is not UTF-8"),
+    ("image.txt", b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR", "is binary"),
+    ("broken.txt.gz", b"\x1f\x8b\x08not really gzip", "cannot be read"),
+    ("empty.txt.gz", gzip.compress(b""), "is empty"),
+])
+def test_bad_files_name_the_file_and_data_path(tmp_path, name, content,
+                                               message):
+  (tmp_path / name).write_bytes(content)
+  for path in (tmp_path / name, tmp_path):  # the file, or a folder holding it
+    with pytest.raises(ValueError,
+                       match=f"data.path file '.*{name}' {message}"):
+      corpus.load_documents(str(path))
+  with pytest.raises(ValueError, match=f"data.path file .*{message}"):
+    pipeline.prepare(str(tmp_path / name), VOCAB, tmp_path / "w")
+  assert not (tmp_path / "w").exists()
 
 
 def test_missing_path_names_data_path(tmp_path):
-  with pytest.raises(ValueError, match="data.path="):
+  with pytest.raises(ValueError, match="data.path=.*absent.* does not exist"):
     corpus.load_splits(str(tmp_path / "absent"))
   with pytest.raises(ValueError, match="data.path="):
     pipeline.prepare(str(tmp_path / "absent"), VOCAB, tmp_path)
 
 
-def test_folder_without_txt_files_raises(tmp_path):
+def test_folder_without_text_files_raises(tmp_path):
   (tmp_path / "notes.md").write_text("text\n")
-  with pytest.raises(ValueError, match="data.path=.*without \\*.txt"):
-    corpus.load_paragraphs(str(tmp_path))
+  (tmp_path / ".hidden").mkdir()
+  (tmp_path / ".hidden" / "x.txt").write_text("text\n")
+  with pytest.raises(ValueError,
+                     match="data.path=.*without \\*.txt or \\*.txt.gz"):
+    corpus.load_documents(str(tmp_path))
 
 
-def test_non_utf8_file_raises(tmp_path):
-  (tmp_path / "latin1.txt").write_bytes("caf\xe9\n".encode("latin-1"))
-  with pytest.raises(ValueError, match="not UTF-8"):
-    corpus.load_paragraphs(str(tmp_path / "latin1.txt"))
+def test_unknown_format_names_data_format(tmp_path):
+  with pytest.raises(ValueError, match="data.format='words' must be one of"):
+    corpus.read_corpus(None, "words")
+  with pytest.raises(ValueError, match="data.format='words'"):
+    pipeline.prepare(None, VOCAB, tmp_path, data_format="words")
 
 
-def test_folder_reads_txt_files_recursively_in_sorted_order(tmp_path):
+def test_folder_reads_text_files_recursively_in_sorted_order(tmp_path):
   (tmp_path / "b.txt").write_text("B one\n\nB two\n")
   (tmp_path / "a").mkdir()
   (tmp_path / "a" / "z.txt").write_text("A/Z\n")
   (tmp_path / "a" / "skip.md").write_text("no\n")
-  (tmp_path / "c.txt.gz").write_bytes(gzip.compress(b"not in a folder\n"))
-  assert corpus.load_paragraphs(str(tmp_path)) == ["A/Z", "B one", "B two"]
-  assert corpus.load_paragraphs(str(tmp_path / "c.txt.gz")) == [
-      "not in a folder"]
+  (tmp_path / ".git").mkdir()
+  (tmp_path / ".git" / "skip.txt").write_text("no\n")
+  (tmp_path / "c.txt.gz").write_bytes(gzip.compress(b"C gz\nwrapped\n"))
+  documents, reading = corpus.read_corpus(str(tmp_path))
+  assert documents == ["A/Z", "B one", "B two", "C gz wrapped"]
+  assert (reading.num_files, reading.format) == (3, "paragraphs")
+  assert corpus.load_documents(str(tmp_path / "c.txt.gz")) == ["C gz wrapped"]
 
 
 def test_prepare_on_a_folder(tmp_path):
@@ -105,12 +146,13 @@ def test_prepare_on_a_folder(tmp_path):
   (tmp_path / "corpus" / "sub" / "b.txt").write_text(
       "\n\n".join(paragraphs[100:]))
   prepared = pipeline.prepare(str(tmp_path / "corpus"), 400, tmp_path / "w")
-  assert prepared.splits["train"] == paragraphs
+  assert prepared.splits == corpus.split_documents(paragraphs)
+  assert prepared.splits["test"][-1] == paragraphs[-1]
   assert prepared.tokenizer.vocab_size == 400
-  stream = prepared.tokens["train"]
-  assert int((stream == EOS_ID).sum()) == len(paragraphs)
-  assert prepared.tokenizer.decode(stream) == "".join(paragraphs)
-  assert prepared.tokens["valid"].shape == (0,)
+  for name in corpus.SPLITS:
+    stream = prepared.tokens[name]
+    assert int((stream == EOS_ID).sum()) == len(prepared.splits[name]) > 0
+    assert prepared.tokenizer.decode(stream) == "".join(prepared.splits[name])
 
 
 # -------------------------------------------------- tokenizer on the corpus ---
@@ -123,7 +165,7 @@ def test_round_trip_on_every_validation_paragraph(austen):
     assert tokenizer.decode(tokenizer.encode(text)) == text
 
 
-def test_streams_are_paragraph_ids_followed_by_eos(austen):
+def test_streams_are_document_ids_followed_by_eos(austen):
   for name in corpus.SPLITS:
     stream = austen.tokens[name]
     assert stream.dtype == np.int32 and stream.ndim == 1
@@ -145,7 +187,7 @@ def test_second_prepare_reuses_the_cache(austen, workdir, monkeypatch):
     raise AssertionError("cache not used")
 
   monkeypatch.setattr(Tokenizer, "train", fail)
-  monkeypatch.setattr(pipeline, "encode_paragraphs", fail)
+  monkeypatch.setattr(pipeline, "encode_documents", fail)
   again = pipeline.prepare("", VOCAB, workdir)
   assert again.cache_dir == austen.cache_dir
   assert again.tokenizer.model_proto == austen.tokenizer.model_proto
@@ -181,7 +223,7 @@ def test_cache_key_depends_on_text_and_vocab_size():
 
 
 def test_vocab_size_too_small_raises_before_caching(tmp_path):
-  with pytest.raises(ValueError, match="vocab_size=100 must be >= 325"):
+  with pytest.raises(ValueError, match="data.vocab_size=100 must be >= 325"):
     pipeline.prepare(None, 100, tmp_path)
   assert not (tmp_path / "data").exists()
 
@@ -242,7 +284,7 @@ def test_batches_validates_arguments_when_called():
 # ---------------------------------------------------------------- prompts ---
 
 
-def test_prompts_take_the_first_long_enough_paragraphs(austen):
+def test_prompts_take_the_first_long_enough_documents(austen):
   prompt_tokens, references = pipeline.prompts(austen, "valid", 4, 16, 24)
   tokenizer = austen.tokenizer
   encoded = [tokenizer.encode(t) for t in austen.splits["valid"]]

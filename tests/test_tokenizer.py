@@ -145,3 +145,17 @@ def test_training_sample_thins_by_a_fixed_stride():
   assert training_sample(texts, max_chars=1000) == texts
   assert training_sample(texts, max_chars=100) == texts[::3]
   assert training_sample(["", "a"], max_chars=10) == ["a"]
+
+
+def test_training_sample_cuts_long_texts_after_a_space():
+  assert training_sample(["ab cd ef", "abcdefg", "a b"], piece_chars=4) == [
+      "ab ", "cd ", "ef", "abcd", "efg", "a b"]
+
+
+def test_trains_on_texts_longer_than_a_sentencepiece_sentence(ascii_texts):
+  """Regression: one text over 64 KiB was skipped by SentencePiece, which then
+  had no sentence at all ('!sentences_.empty()')."""
+  huge = " ".join(ascii_texts)
+  assert len(huge.encode()) > 1 << 16
+  tokenizer = Tokenizer.train([huge], VOCAB)
+  assert tokenizer.decode(tokenizer.encode(huge)) == huge

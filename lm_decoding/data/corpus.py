@@ -1,34 +1,89 @@
-"""Plain-text corpora read as paragraphs and split into train/valid/test.
+"""Plain-text corpora read as documents and split into train/valid/test.
 
-Reading rule (the only normalisation applied anywhere in the data pipeline):
-the text is split into lines at '\\n'; each line is stripped of surrounding
-whitespace (so CRLF line ends, indentation and trailing blanks vanish); a
-paragraph is a maximal run of non-empty lines, and its lines are joined with
-single spaces. Whitespace inside a line is kept as it is. Paragraphs are the
-unit of everything downstream: the split, tokenisation (one paragraph, then
-EOS) and the prompts of evaluation.
+Sources (`data.path`): one UTF-8 text file, gunzipped first if its name ends
+in '.gz'; or a folder, standing for every '*.txt' and '*.txt.gz' file below
+it (recursively; names starting with '.' skipped), read in the order of their
+paths relative to the folder; or '' / None for the bundled corpus. Every file
+must hold text: a missing path, an empty file, a binary file (NUL bytes), a
+broken .gz or a file that is not UTF-8 is a ValueError naming the file and
+`data.path`.
 
-Split rule (deterministic, over whole paragraphs, never tokens): the
-paragraphs of the whole corpus, in reading order, are grouped into
-consecutive chunks of `chunk_paragraphs` (default 50; the last chunk may be
-shorter). Chunk k goes to 'valid' if k % 20 == 18, to 'test' if
-k % 20 == 19, and to 'train' otherwise: 90/5/5 by paragraphs, with held-out
-text spread evenly over the corpus (every novel of the bundled corpus
-contributes) while neighbouring paragraphs stay together, so held-out
-paragraphs rarely sit next to training ones. A corpus of fewer than
-19 * chunk_paragraphs paragraphs has empty held-out splits.
+Line rule (the only normalisation applied anywhere in the data pipeline):
+each file's text is split into lines at '\\n' and each line is stripped of
+surrounding whitespace (so CRLF line ends, indentation and trailing blanks
+vanish); whitespace inside a line is kept as it is.
+
+Formats (`data.format`): a document is
+  'paragraphs'  a maximal run of non-empty lines (blank lines between
+                documents), its lines joined with single spaces;
+  'lines'       one non-empty line (blank lines are skipped);
+  'auto'        'paragraphs' if, over the whole corpus, the runs of non-empty
+                lines hold at most AUTO_MAX_LINES = 20 lines on average (prose
+                wrapped into blank-line separated paragraphs), else 'lines'
+                (one document per line, maybe with a few blank lines).
+Documents never cross files. They are the unit of everything downstream: the
+split, tokenisation (one document, then EOS) and the prompts of evaluation.
+
+Split rule (deterministic, whole documents): the corpus, all documents in
+reading order, is cut into `n` cycles of equal character length, n = the
+number of documents // 200, between 1 and MAX_CYCLES = 10; each cycle is cut
+into 20 equal parts, of which the 19th goes to 'valid', the 20th to 'test'
+and the others to 'train'. A document goes where its middle character lies.
+So valid and test each hold about 5% of the characters (hence of the tokens),
+spread over the corpus in n stretches of neighbouring documents, whatever the
+lengths of the documents. Whether the splits are large enough for a config
+is checked on their tokens by `pipeline.check_corpus_size`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import importlib.resources
 import pathlib
+import zlib
 
 SPLITS = ("train", "valid", "test")
-CHUNK_PARAGRAPHS = 50
-SPLIT_PERIOD = 20  # chunks per cycle: 18 train, then one valid, one test
+FORMATS = ("auto", "paragraphs", "lines")
+AUTO_MAX_LINES = 20  # 'auto': mean lines per run of non-empty lines
+CYCLE_PARTS = ("train",) * 18 + ("valid", "test")
+SPLIT_FRACTIONS = {name: CYCLE_PARTS.count(name) / len(CYCLE_PARTS)
+                   for name in SPLITS}  # of the characters
+MAX_CYCLES = 10
+DOCUMENTS_PER_CYCLE = 200
 BUNDLED_CORPUS = "austen.txt.gz"
+TEXT_SUFFIXES = (".txt", ".txt.gz")  # files a folder stands for
+
+
+@dataclasses.dataclass(frozen=True)
+class Reading:
+  """How a corpus was read.
+
+  Attributes:
+    source: the resolved path, or 'bundled corpus austen.txt.gz'.
+    num_files: files read.
+    requested: the `data.format` asked for ('auto', 'paragraphs', 'lines').
+    format: the format used ('paragraphs' or 'lines').
+    lines_per_run: mean non-empty lines per run of non-empty lines (what
+      'auto' decides by).
+  """
+
+  source: str
+  num_files: int
+  requested: str
+  format: str
+  lines_per_run: float
+
+  def describe(self) -> str:
+    """One line: the source and the format, with why when it was detected."""
+    files = "1 file" if self.num_files == 1 else f"{self.num_files} files"
+    if self.requested == "auto":
+      how = (f"data.format='auto' detected {self.format!r}: runs of non-empty "
+             f"lines hold {self.lines_per_run:.1f} lines on average ("
+             f"'paragraphs' up to {AUTO_MAX_LINES}, else 'lines')")
+    else:
+      how = f"data.format={self.format!r}"
+    return f"data: {self.source} ({files}); {how}"
 
 
 def bundled_corpus_path() -> pathlib.Path:
@@ -49,27 +104,29 @@ def resolve_path(path: str | None) -> pathlib.Path:
   if not resolved.exists():
     raise ValueError(
         f"data.path={path!r} does not exist; give a UTF-8 text file (.txt or "
-        ".txt.gz), a folder of *.txt files, or '' for the bundled corpus")
+        ".txt.gz), a folder of *.txt / *.txt.gz files, or '' for the bundled "
+        "corpus")
   return resolved
 
 
 def corpus_files(path: str | None) -> list[pathlib.Path]:
-  """The files a corpus path stands for, in reading order.
-
-  A file stands for itself; a folder for all `*.txt` files below it
-  (recursively), sorted by their path relative to the folder.
+  """The files a corpus path stands for, in reading order (module docstring).
 
   Raises:
-    ValueError: `path` does not exist, or is a folder without *.txt files.
+    ValueError: `path` does not exist, or is a folder without text files.
   """
   resolved = resolve_path(path)
   if resolved.is_file():
     return [resolved]
-  files = sorted(resolved.rglob("*.txt"),
-                 key=lambda f: f.relative_to(resolved).as_posix())
-  files = [f for f in files if f.is_file()]
+  files = sorted(
+      (f.relative_to(resolved) for f in resolved.rglob("*")
+       if f.name.endswith(TEXT_SUFFIXES) and f.is_file()),
+      key=lambda f: f.as_posix())
+  files = [resolved / f for f in files
+           if not any(part.startswith(".") for part in f.parts)]
   if not files:
-    raise ValueError(f"data.path={path!r} is a folder without *.txt files")
+    raise ValueError(
+        f"data.path={path!r} is a folder without *.txt or *.txt.gz files")
   return files
 
 
@@ -77,71 +134,115 @@ def read_text(file: pathlib.Path) -> str:
   """The UTF-8 text of `file` (gunzipped if its name ends in .gz).
 
   Raises:
-    ValueError: the file is not valid UTF-8.
+    ValueError: the file cannot be read, is a broken .gz, is not UTF-8, holds
+      NUL bytes (binary) or holds no text; the message names the file and
+      `data.path`.
   """
-  data = file.read_bytes()
-  if file.name.endswith(".gz"):
-    data = gzip.decompress(data)
+  where = f"data.path file {str(file)!r}"
   try:
-    return data.decode("utf-8")
+    data = file.read_bytes()
+    if file.name.endswith(".gz"):
+      data = gzip.decompress(data)
+  except (OSError, EOFError, zlib.error) as e:
+    raise ValueError(f"{where} cannot be read: {e}") from e
+  if b"\0" in data:
+    raise ValueError(f"{where} is binary (it holds NUL bytes), not text")
+  try:
+    text = data.decode("utf-8")
   except UnicodeDecodeError as e:
-    raise ValueError(f"data.path file {str(file)!r} is not UTF-8: {e}") from e
+    raise ValueError(f"{where} is not UTF-8: {e}") from e
+  if not text.strip():
+    raise ValueError(f"{where} is empty (no text)")
+  return text
 
 
-def paragraphs(text: str) -> list[str]:
-  """Paragraphs of `text` by the reading rule of this module's docstring."""
-  result, lines = [], []
+def line_runs(text: str) -> list[list[str]]:
+  """Maximal runs of non-empty lines of `text`, by the line rule."""
+  runs, run = [], []
   for line in text.split("\n"):
     line = line.strip()
     if line:
-      lines.append(line)
-    elif lines:
-      result.append(" ".join(lines))
-      lines = []
-  if lines:
-    result.append(" ".join(lines))
-  return result
+      run.append(line)
+    elif run:
+      runs.append(run)
+      run = []
+  if run:
+    runs.append(run)
+  return runs
 
 
-def split_paragraphs(
-    texts: list[str], chunk_paragraphs: int = CHUNK_PARAGRAPHS
-) -> dict[str, list[str]]:
-  """Paragraphs per split by the split rule of this module's docstring.
+def read_corpus(path: str | None,
+                data_format: str = "auto") -> tuple[list[str], Reading]:
+  """All documents of the corpus at `path`, files in reading order.
+
+  Args:
+    path: `data.path`: a text file (.gz compressed or not), a folder of
+      *.txt / *.txt.gz files, or None / '' for the bundled corpus.
+    data_format: `data.format`, one of FORMATS (module docstring).
+
+  Returns:
+    (documents, reading): the document texts and how they were read.
 
   Raises:
-    ValueError: chunk_paragraphs < 1.
+    ValueError: data_format not in FORMATS, or a bad `path` (see
+      `corpus_files` and `read_text`).
   """
-  if chunk_paragraphs < 1:
-    raise ValueError(f"chunk_paragraphs={chunk_paragraphs} must be >= 1")
-  chunk_split = ["train"] * (SPLIT_PERIOD - 2) + ["valid", "test"]
-  splits = {name: [] for name in SPLITS}
-  for i, text in enumerate(texts):
-    splits[chunk_split[(i // chunk_paragraphs) % SPLIT_PERIOD]].append(text)
-  return splits
+  if data_format not in FORMATS:
+    raise ValueError(f"data.format={data_format!r} must be one of {FORMATS}")
+  files = corpus_files(path)
+  runs = [run for file in files for run in line_runs(read_text(file))]
+  lines_per_run = sum(len(run) for run in runs) / len(runs)
+  resolved = data_format
+  if data_format == "auto":
+    resolved = "paragraphs" if lines_per_run <= AUTO_MAX_LINES else "lines"
+  if resolved == "paragraphs":
+    documents = [" ".join(run) for run in runs]
+  else:
+    documents = [line for run in runs for line in run]
+  source = (f"bundled corpus {BUNDLED_CORPUS}" if not path
+            else str(resolve_path(path)))
+  return documents, Reading(source=source, num_files=len(files),
+                            requested=data_format, format=resolved,
+                            lines_per_run=lines_per_run)
+
+
+def load_documents(path: str | None, data_format: str = "auto") -> list[str]:
+  """The documents of `read_corpus(path, data_format)`."""
+  return read_corpus(path, data_format)[0]
 
 
 def load_paragraphs(path: str | None) -> list[str]:
-  """All paragraphs of the corpus at `path`, files in reading order.
+  """The documents of the corpus at `path` in the 'paragraphs' format."""
+  return load_documents(path, "paragraphs")
 
-  Args:
-    path: a UTF-8 text file (.txt, or .gz compressed), a folder of *.txt
-      files (read recursively, sorted), or None / '' for the bundled corpus.
 
-  Raises:
-    ValueError: `path` does not exist, holds no *.txt file, or is not UTF-8.
+def num_cycles(num_documents: int) -> int:
+  """n of the split rule: cycles for a corpus of `num_documents` documents."""
+  return max(1, min(MAX_CYCLES, num_documents // DOCUMENTS_PER_CYCLE))
+
+
+def split_documents(texts: list[str]) -> dict[str, list[str]]:
+  """Documents per split by the split rule of this module's docstring.
+
+  Exact integer arithmetic: the document whose characters start at offset s
+  and number c (of C in all) lies in part floor(20 n (2 s + c) / (2 C)) mod 20.
   """
-  return [p for f in corpus_files(path) for p in paragraphs(read_text(f))]
+  splits = {name: [] for name in SPLITS}
+  total = 2 * sum(len(t) for t in texts)
+  parts = len(CYCLE_PARTS) * num_cycles(len(texts))
+  start = 0
+  for text in texts:
+    middle = 2 * start + len(text)
+    splits[CYCLE_PARTS[parts * middle // total % len(CYCLE_PARTS)]].append(text)
+    start += len(text)
+  return splits
 
 
-def load_splits(
-    path: str | None, chunk_paragraphs: int = CHUNK_PARAGRAPHS
-) -> dict[str, list[str]]:
-  """Paragraph texts of the corpus at `path` per split ('train', 'valid', 'test').
+def load_splits(path: str | None,
+                data_format: str = "auto") -> dict[str, list[str]]:
+  """Document texts of the corpus at `path` per split (train, valid, test).
 
-  See the module docstring for the reading and split rules and
-  `load_paragraphs` for `path`.
-
-  Raises:
-    ValueError: bad `path` (see `load_paragraphs`) or chunk_paragraphs < 1.
+  See the module docstring for the formats and the split rule, and
+  `read_corpus` for the arguments and errors.
   """
-  return split_paragraphs(load_paragraphs(path), chunk_paragraphs)
+  return split_documents(load_documents(path, data_format))

@@ -1,14 +1,17 @@
 """Language-model data: a tokenized, cached corpus; packed sequences; batches; prompts.
 
-`prepare` reads a corpus (`corpus.load_splits`), trains a tokenizer on its
-train split and encodes every split as one flat token stream in which each
-paragraph's ids are followed by EOS. Tokenizer and streams are cached under
-`{workdir}/data/{key}/`, key a hash of the corpus text, vocab_size and
-FORMAT_VERSION, so the second call reads them back instead of training and
-encoding again. `pack` cuts a stream into fixed-length training sequences and
-`batches` deals them out in a seed-determined order that training resumed at
-any step reproduces. `prompts` cuts held-out paragraphs into prompts and
-reference continuations for generation quality metrics.
+`prepare` reads a corpus (`corpus.read_corpus`, `corpus.split_documents`),
+trains a tokenizer on its train split and encodes every split as one flat
+token stream in which each document's ids are followed by EOS. Tokenizer and
+streams are cached under `{workdir}/data/{key}/`, key a hash of the corpus
+text per split, vocab_size and FORMAT_VERSION, so the second call reads them
+back instead of training and encoding again. `Corpus.describe` says how the
+corpus was read and how large every split is; `check_corpus_size` says, in
+the first seconds, whether the splits are large enough for a config. `pack`
+cuts a stream into fixed-length training sequences and `batches` deals them
+out in a seed-determined order that training resumed at any step reproduces.
+`prompts` cuts held-out documents into prompts and reference continuations
+for generation quality metrics.
 """
 
 from __future__ import annotations
@@ -17,11 +20,13 @@ import dataclasses
 import hashlib
 import io
 import json
+import math
 import os
 import pathlib
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 
+import ml_collections
 import numpy as np
 
 from lm_decoding.data import corpus as corpus_lib
@@ -29,7 +34,7 @@ from lm_decoding.data.tokenizer import EOS_ID, Tokenizer
 
 # Bump when reading, splitting, tokenizer training or encoding changes, so
 # stale caches are not reused.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: data.format, splits by characters in whole documents
 TOKENIZER_FILE = "tokenizer.model"
 META_FILE = "meta.json"
 
@@ -40,15 +45,34 @@ class Corpus:
 
   Attributes:
     tokenizer: trained on the train split.
-    splits: paragraph texts per split ('train', 'valid', 'test').
-    tokens: per split, int32[N]: each paragraph's ids, then EOS, in order.
+    splits: document texts per split ('train', 'valid', 'test').
+    tokens: per split, int32[N]: each document's ids, then EOS, in order.
     cache_dir: where tokenizer and streams are cached.
+    reading: how the text was read (source, files, format).
   """
 
   tokenizer: Tokenizer
   splits: Mapping[str, list[str]]
   tokens: Mapping[str, np.ndarray]
   cache_dir: pathlib.Path
+  reading: corpus_lib.Reading
+
+  def describe(self) -> str:
+    """Lines to print: how the corpus was read, then every split's size."""
+    num_documents = sum(len(texts) for texts in self.splits.values())
+    lines = [
+        self.reading.describe(),
+        "data: split by characters, whole documents, train/valid/test "
+        + "/".join(f"{corpus_lib.SPLIT_FRACTIONS[name]:.0%}"
+                   for name in corpus_lib.SPLITS)
+        + f" in {corpus_lib.num_cycles(num_documents)} stretch(es); cached "
+        f"in {self.cache_dir}"]
+    for name in corpus_lib.SPLITS:
+      lines.append(
+          f"  {name:5} {len(self.splits[name]):>10,} documents "
+          f"{self.tokens[name].size:>12,} tokens "
+          f"{sum(len(t) for t in self.splits[name]):>13,} characters")
+    return "\n".join(lines)
 
 
 def cache_key(splits: Mapping[str, Sequence[str]], vocab_size: int) -> str:
@@ -66,8 +90,8 @@ def cache_key(splits: Mapping[str, Sequence[str]], vocab_size: int) -> str:
   return digest.hexdigest()[:16]
 
 
-def encode_paragraphs(tokenizer: Tokenizer,
-                      texts: Sequence[str]) -> np.ndarray:
+def encode_documents(tokenizer: Tokenizer,
+                     texts: Sequence[str]) -> np.ndarray:
   """int32[N]: the ids of each text followed by EOS, concatenated."""
   ids = []
   for text in texts:
@@ -94,33 +118,45 @@ def _array_bytes(array: np.ndarray) -> bytes:
   return buffer.getvalue()
 
 
-def prepare(path: str | None, vocab_size: int,
-            workdir: str | os.PathLike) -> Corpus:
-  """Reads, tokenizes and caches the corpus at `path`.
+def prepare(path: str | None, vocab_size: int, workdir: str | os.PathLike,
+            data_format: str = "auto") -> Corpus:
+  """Reads, splits, tokenizes and caches the corpus at `path`.
 
   On a cache miss trains the tokenizer on the train split and encodes every
-  split (`encode_paragraphs`); each file is written atomically, so an
+  split (`encode_documents`); each file is written atomically, so an
   interrupted or concurrent run leaves either no file or a whole one. On a hit
-  only the corpus text is read (to compute the key).
+  only the corpus text is read (to compute the key). Prints nothing: print
+  `Corpus.describe()` and call `check_corpus_size` next.
 
   Args:
-    path: corpus file or folder, or None / '' for the bundled corpus (see
-      `corpus.load_paragraphs`).
-    vocab_size: tokenizer size, reserved ids and byte pieces included.
+    path: `data.path`: corpus file or folder, or None / '' for the bundled
+      corpus (see `corpus.read_corpus`).
+    vocab_size: `data.vocab_size`: tokenizer size, reserved ids and byte
+      pieces included.
     workdir: cache root; files go to `{workdir}/data/{cache_key}/`
       (tokenizer.model, {split}.npy, meta.json).
+    data_format: `data.format`: 'auto', 'paragraphs' or 'lines' (see
+      `corpus`).
 
   Raises:
-    ValueError: bad `path` (named as data.path) or `vocab_size` (see
-      `Tokenizer.train`).
+    ValueError: bad `path` (missing, empty, binary, not UTF-8), `data_format`
+      or `vocab_size` (below the minimum, or more pieces than the train split
+      holds); the message names the config key.
   """
-  splits = corpus_lib.load_splits(path)
+  documents, reading = corpus_lib.read_corpus(path, data_format)
+  splits = corpus_lib.split_documents(documents)
   cache_dir = pathlib.Path(workdir) / "data" / cache_key(splits, vocab_size)
   tokenizer_path = cache_dir / TOKENIZER_FILE
   if tokenizer_path.exists():
     tokenizer = Tokenizer.load(str(tokenizer_path))
   else:
-    tokenizer = Tokenizer.train(splits["train"], vocab_size)
+    try:
+      tokenizer = Tokenizer.train(splits["train"], vocab_size)
+    except ValueError as e:
+      raise ValueError(
+          f"data.{e} (the train split of {reading.source} has "
+          f"{len(splits['train']):,} documents, "
+          f"{sum(len(t) for t in splits['train']):,} characters)") from e
     cache_dir.mkdir(parents=True, exist_ok=True)
     _write_atomic(tokenizer_path, tokenizer.model_proto)
   tokens = {}
@@ -129,26 +165,105 @@ def prepare(path: str | None, vocab_size: int,
     if array_path.exists():
       tokens[name] = np.load(array_path, allow_pickle=False)
     else:
-      tokens[name] = encode_paragraphs(tokenizer, splits[name])
+      tokens[name] = encode_documents(tokenizer, splits[name])
       _write_atomic(array_path, _array_bytes(tokens[name]))
   meta_path = cache_dir / META_FILE
   if not meta_path.exists():
     meta = dict(
         format_version=FORMAT_VERSION,
-        path=str(corpus_lib.resolve_path(path)),
+        source=reading.source,
+        files=reading.num_files,
+        format=reading.format,
         vocab_size=tokenizer.vocab_size,
-        paragraphs={k: len(v) for k, v in splits.items()},
+        documents={k: len(v) for k, v in splits.items()},
         tokens={k: int(v.size) for k, v in tokens.items()},
         characters={k: sum(len(t) for t in v) for k, v in splits.items()})
     _write_atomic(meta_path, json.dumps(meta, indent=2).encode())
   return Corpus(tokenizer=tokenizer, splits=splits, tokens=tokens,
-                cache_dir=cache_dir)
+                cache_dir=cache_dir, reading=reading)
+
+
+def _document_spans(stream: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """(starts, lengths), int64[D] each: the D documents of an EOS-ended stream.
+
+  Lengths count the document's ids, not its EOS.
+  """
+  ends = np.flatnonzero(stream == EOS_ID)
+  starts = np.concatenate([[0], ends + 1])[:-1]
+  return starts, ends - starts
+
+
+def check_corpus_size(corpus: Corpus,
+                      config: ml_collections.ConfigDict) -> None:
+  """Raises unless the splits of `corpus` are large enough for `config`.
+
+  Pure and fast (a pass over the token streams): call it right after
+  `prepare`, before anything is trained. Needs:
+    - train and valid splits: one batch each, B x data.seq_len tokens, with B
+      the largest of train.batch_size and evaluator.train.batch_size (if
+      set): what training (`pack`, `batches`) and its validation take;
+    - test split, when `config` has a `compare` section:
+      max(compare.batch_sizes) documents of at least compare.prompt_len +
+      compare.reference_len tokens (EOS not counted): what `prompts` takes.
+
+  Args:
+    corpus: from `prepare`.
+    config: an experiment config (configs/tiny.py) or a member config
+      (`pretrained.member_configs`, which has no `compare` section).
+
+  Raises:
+    ValueError: a split is too small; the message gives what the split has,
+      the minimum, the config keys it comes from, and for token counts the
+      corpus size that would suffice.
+  """
+  seq_len = config.data.seq_len
+  batch_key, batch_size = "train.batch_size", config.train.batch_size
+  evaluator_batch = (config.get("evaluator", {}).get("train", {})
+                     .get("batch_size", 0))
+  if evaluator_batch > batch_size:
+    batch_key, batch_size = "evaluator.train.batch_size", evaluator_batch
+  needed = batch_size * seq_len
+  total_tokens = sum(int(t.size) for t in corpus.tokens.values())
+  chars_per_token = sum(len(t) for texts in corpus.splits.values()
+                        for t in texts) / max(total_tokens, 1)
+  for name in ("train", "valid"):
+    have = int(corpus.tokens[name].size)
+    if have < needed:
+      fraction = corpus_lib.SPLIT_FRACTIONS[name]
+      minimum = math.ceil(needed / fraction)
+      raise ValueError(
+          f"corpus too small for the config: the {name} split has {have:,} "
+          f"tokens, fewer than {batch_key} x data.seq_len = {batch_size} x "
+          f"{seq_len} = {needed:,} tokens (one {name} batch); the {name} "
+          f"split is {fraction:.0%} of the text, so data.path needs at least "
+          f"{minimum:,} tokens (about {math.ceil(minimum * chars_per_token):,}"
+          f" characters at {chars_per_token:.1f} characters per token) and "
+          f"{corpus.reading.source} has {total_tokens:,}; give a larger "
+          f"corpus or lower data.seq_len or {batch_key}")
+  if "compare" not in config:
+    return
+  cmp = config.compare
+  num_prompts = max(cmp.batch_sizes, default=0)
+  length = cmp.prompt_len + cmp.reference_len
+  _, lengths = _document_spans(corpus.tokens["test"])
+  long_enough = int((lengths >= length).sum())
+  if long_enough < num_prompts:
+    raise ValueError(
+        f"corpus too small for the config: the test split has {long_enough} "
+        f"documents of at least compare.prompt_len + compare.reference_len = "
+        f"{cmp.prompt_len} + {cmp.reference_len} = {length} tokens (of "
+        f"{lengths.size} documents, the longest {lengths.max(initial=0)} "
+        f"tokens), fewer than max(compare.batch_sizes) = {num_prompts} "
+        f"prompts; give a corpus with more or longer documents (data.path; "
+        f"the test split is {corpus_lib.SPLIT_FRACTIONS['test']:.0%} of the "
+        f"text) or lower compare.prompt_len, compare.reference_len or "
+        f"compare.batch_sizes")
 
 
 def pack(stream: np.ndarray, seq_len: int) -> np.ndarray:
   """Cuts a token stream into consecutive sequences of seq_len tokens.
 
-  Sequences cross paragraph boundaries (marked by EOS); the ragged tail of
+  Sequences cross document boundaries (marked by EOS); the ragged tail of
   N % seq_len tokens is dropped.
 
   Args:
@@ -227,9 +342,9 @@ def batches(packed: np.ndarray, batch_size: int, seed: int,
 
 def prompts(corpus: Corpus, split: str, num: int, prompt_len: int,
             min_continuation: int) -> tuple[np.ndarray, list[str]]:
-  """Prompts and reference continuations from the paragraphs of a split.
+  """Prompts and reference continuations from the documents of a split.
 
-  Takes the first `num` paragraphs of `split`, in corpus order, with at least
+  Takes the first `num` documents of `split`, in corpus order, with at least
   prompt_len + min_continuation tokens (EOS not counted); a prompt is the
   first prompt_len tokens of one (no BOS), its reference the decoded text of
   the next min_continuation tokens (what omission rate compares against).
@@ -239,7 +354,8 @@ def prompts(corpus: Corpus, split: str, num: int, prompt_len: int,
 
   Raises:
     ValueError: unknown split, num / prompt_len / min_continuation < 1, or
-      fewer than `num` paragraphs long enough.
+      fewer than `num` documents long enough (`check_corpus_size` tells
+      earlier, naming the config keys).
   """
   if split not in corpus.tokens:
     raise ValueError(f"split={split!r}; allowed: {tuple(corpus.tokens)}")
@@ -248,12 +364,11 @@ def prompts(corpus: Corpus, split: str, num: int, prompt_len: int,
     if value < 1:
       raise ValueError(f"{name}={value} must be >= 1")
   stream = corpus.tokens[split]
-  ends = np.flatnonzero(stream == EOS_ID)
-  starts = np.concatenate([[0], ends + 1])[:-1]
-  long_enough = np.flatnonzero(ends - starts >= prompt_len + min_continuation)
+  starts, lengths = _document_spans(stream)
+  long_enough = np.flatnonzero(lengths >= prompt_len + min_continuation)
   if long_enough.size < num:
     raise ValueError(
-        f"num={num}: only {long_enough.size} paragraphs of split {split!r} "
+        f"num={num}: only {long_enough.size} documents of split {split!r} "
         f"have >= prompt_len + min_continuation = "
         f"{prompt_len + min_continuation} tokens")
   chosen = starts[long_enough[:num]]

@@ -39,6 +39,8 @@ NUM_BYTE_PIECES = 256
 # multi-character pieces; smaller vocabularies cannot be trained.
 MIN_VOCAB_SIZE = MASK_ID + 1 + NUM_BYTE_PIECES + 64
 MAX_TRAIN_CHARS = 4_000_000  # bounds training time (3-6 s for 3.6M chars)
+MAX_SENTENCE_BYTES = 1 << 16  # SentencePiece skips longer training sentences
+MAX_PIECE_CHARS = MAX_SENTENCE_BYTES // 4  # UTF-8: at most 4 bytes a character
 NUM_THREADS = 2  # the trained model depends on it: keep it fixed
 _DROPPED_IDS = frozenset((PAD_ID, BOS_ID, EOS_ID, MASK_ID))
 
@@ -52,22 +54,34 @@ _TRAINER_OPTIONS = dict(
     remove_extra_whitespaces=False,
     character_coverage=0.9995,
     shuffle_input_sentence=False,
-    max_sentence_length=1 << 16,  # bytes; longer paragraphs are skipped
+    max_sentence_length=MAX_SENTENCE_BYTES,
     num_threads=NUM_THREADS,
     minloglevel=2,
 )
 
 
-def training_sample(texts: Sequence[str],
-                    max_chars: int = MAX_TRAIN_CHARS) -> list[str]:
+def training_sample(texts: Sequence[str], max_chars: int = MAX_TRAIN_CHARS,
+                    piece_chars: int = MAX_PIECE_CHARS) -> list[str]:
   """Texts used to train: all of them, or every k-th if they exceed max_chars.
 
   k = ceil(total characters / max_chars): a deterministic, evenly spread
-  subset of about max_chars characters.
+  subset of about max_chars characters. A chosen text longer than
+  piece_chars is cut into consecutive pieces of at most piece_chars
+  characters, each ending after the last space that fits (or at piece_chars
+  if none does): SentencePiece skips longer sentences, and a corpus of a few
+  huge documents would otherwise leave it none ('!sentences_.empty()').
   """
   total = sum(len(t) for t in texts)
   stride = max(1, math.ceil(total / max_chars))
-  return [t for t in texts[::stride] if t]
+  sample = []
+  for text in texts[::stride]:
+    while len(text) > piece_chars:
+      cut = text.rfind(" ", 1, piece_chars) + 1 or piece_chars
+      sample.append(text[:cut])
+      text = text[cut:]
+    if text:
+      sample.append(text)
+  return sample
 
 
 class Tokenizer:
@@ -163,7 +177,6 @@ class Tokenizer:
   @property
   def vocab_size(self) -> int:
     return self._sp.vocab_size()
-
 
   def encode(self, text: str) -> list[int]:
     """Token ids of `text`, without BOS/EOS; never PAD, BOS, EOS or MASK."""

@@ -40,6 +40,39 @@ def recipe(config: ml_collections.ConfigDict) -> dict:
           "model": config.model.to_dict(), "train": config.train.to_dict()}
 
 
+_ABSENT = object()
+
+
+def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+  """{dotted key: leaf} of nested dicts; a leaf: an empty dict or a non-dict."""
+  if not isinstance(tree, dict) or (prefix and not tree):
+    return {prefix.rstrip("."): tree}
+  flat = {}
+  for key, value in tree.items():
+    flat.update(_flatten(value, f"{prefix}{key}."))
+  return flat
+
+
+def _show(value: Any) -> str:
+  return "(absent)" if value is _ABSENT else json.dumps(value)
+
+
+def recipe_differences(shipped: dict, requested: dict) -> list[str]:
+  """'key: shipped X, requested Y' for each setting where two recipes differ.
+
+  Keys are dotted paths ('model.d_model'), sorted; values are shown as JSON,
+  or as '(absent)' where a recipe lacks the key.
+  """
+  flat_shipped, flat_requested = _flatten(shipped), _flatten(requested)
+  differences = []
+  for key in sorted(flat_shipped.keys() | flat_requested.keys()):
+    a = flat_shipped.get(key, _ABSENT)
+    b = flat_requested.get(key, _ABSENT)
+    if a != b:
+      differences.append(f"{key}: shipped {_show(a)}, requested {_show(b)}")
+  return differences
+
+
 def tokenizer_sha256(tokenizer: Tokenizer) -> str:
   return hashlib.sha256(tokenizer.model_proto).hexdigest()
 
@@ -116,10 +149,19 @@ def find(config: ml_collections.ConfigDict, name: str, tokenizer: Tokenizer,
     manifest = json.loads(manifest_path.read_text())
   except json.JSONDecodeError as e:
     raise CheckpointError(f"manifest {manifest_path} is corrupt: {e}") from e
-  if manifest.get("recipe") != json.loads(json.dumps(recipe(config))):
-    return None, f"pretrained {name!r} was trained with another config"
-  if manifest.get("tokenizer_sha256") != tokenizer_sha256(tokenizer):
-    return None, f"pretrained {name!r} was trained with another tokenizer"
+  shipped = manifest.get("recipe")
+  differences = recipe_differences(
+      shipped if isinstance(shipped, dict) else {},
+      json.loads(json.dumps(recipe(config))))
+  if differences:
+    return None, (f"pretrained {name!r} was trained with another config ("
+                  + "; ".join(differences) + ")")
+  shipped_sha = str(manifest.get("tokenizer_sha256"))
+  if shipped_sha != tokenizer_sha256(tokenizer):
+    return None, (
+        f"pretrained {name!r} was trained with another tokenizer (sha256 "
+        f"{shipped_sha[:12]}, here {tokenizer_sha256(tokenizer)[:12]}: the "
+        "corpus text, its split or the tokenizer training differ)")
   abstract = abstract_params(train_lib.model_config(config))
   checkpoints = Checkpoints(str(member / "params"))
   params, _ = checkpoints.restore(train_lib.unbox(abstract))
