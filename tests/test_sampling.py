@@ -284,3 +284,45 @@ def test_two_level_categorical_rejects_a_wrong_distribution():
   counts = np.bincount(tokens, minlength=vocab).reshape(-1, 16).sum(1)
   expected = _softmax(logits_V).reshape(-1, 16).sum(1) * draws
   assert stats.chisquare(counts, expected).pvalue < P_VALUE
+
+
+# R2 (reliability_cases.md): a tiny positive temperature overflowed logits / T
+# and returned the wrong token; below MIN_TEMPERATURE decoding is greedy.
+BELOW_FLOOR = [1e-45, 1e-39, 1e-38, 1e-37, 1e-30, 1e-10,
+               sampling.MIN_TEMPERATURE / 2,
+               float(np.nextafter(sampling.MIN_TEMPERATURE, 0))]
+
+
+@pytest.mark.parametrize("temperature", [0.0] + BELOW_FLOOR)
+def test_temperature_below_the_floor_is_greedy(temperature):
+  logits_BxV = jnp.asarray([[50.0, 60.0, 0.0]] * 4)
+  config = SamplingConfig(temperature=temperature)
+  for seed in range(3):
+    np.testing.assert_array_equal(
+        sampling.sample(jax.random.key(seed), logits_BxV, config), [1] * 4)
+  assert sampling.is_greedy(temperature)
+
+
+@pytest.mark.parametrize("temperature", [sampling.MIN_TEMPERATURE, 1e-5, 1e-3])
+def test_temperature_at_and_above_the_floor_stays_finite(temperature):
+  """Sampled (not the greedy shortcut), yet one-hot here: still token 1."""
+  assert not sampling.is_greedy(temperature)
+  logits_BxV = jnp.asarray([[50.0, 60.0, 0.0]] * 4)
+  drawn = sampling.sample(jax.random.key(0), logits_BxV,
+                          SamplingConfig(temperature=temperature))
+  np.testing.assert_array_equal(drawn, [1] * 4)
+
+
+def test_per_row_temperature_below_the_floor_is_greedy_for_that_row():
+  temperature_B = jnp.asarray([1e-37, 1e-39, 0.0, 5e-7, 1e3])
+  logits_BxV = jnp.broadcast_to(jnp.asarray([50.0, 60.0, 0.0]), (5, 3))
+  np.testing.assert_array_equal(
+      sampling.is_greedy(temperature_B), [True, True, True, True, False])
+  hot_rows = set()
+  for seed in range(20):
+    drawn = np.asarray(sampling.sample(
+        jax.random.key(seed), logits_BxV, SamplingConfig(),
+        temperature_B=temperature_B))
+    np.testing.assert_array_equal(drawn[:4], [1] * 4)
+    hot_rows.add(int(drawn[4]))
+  assert len(hot_rows) > 1  # T = 1000 really samples

@@ -24,8 +24,9 @@ to the previous one's output:
      in the row (prompt + generated), a positive logit is divided by the
      penalty and a negative one multiplied by it, so a penalty > 1 never
      raises that token's logit;
-  2. temperature: logits / T; T = 0 is greedy (argmax of the penalised
-     logits; steps 3-6 are skipped);
+  2. temperature: logits / T; T below `MIN_TEMPERATURE` (0 included) is
+     greedy (argmax of the penalised logits; steps 3-6 are skipped), see
+     `is_greedy`;
   3. top-k (Fan et al. 2018): keep exactly the k largest logits;
   4. top-p, nucleus (Holtzman et al. 2020): keep the smallest set of the most
      likely tokens whose probability mass is >= p;
@@ -50,13 +51,22 @@ import numpy as np
 
 from lm_decoding.decoding.base import is_count
 
+# Temperatures below this decode greedily, in every decoder (`is_greedy`).
+# Dividing float32 logits by a tiny T overflows: logits [50, 60, 0] / 1e-37
+# are [inf, inf, 0], and the draw among infinities is arbitrary (a subnormal T
+# may even be flushed to 0, giving inf/NaN). At T = 1e-6 logits up to ~3e32
+# stay finite, and the softmax is already one-hot unless the two best logits
+# lie within ~1e-4 of each other, i.e. within the rounding noise of a float32
+# forward pass: sampling below this floor is argmax in all but name.
+MIN_TEMPERATURE = 1e-6
+
 
 @dataclasses.dataclass(frozen=True)
 class SamplingConfig:
   """How a token is chosen from next-token logits (hashable: static jit arg).
 
   Attributes:
-    temperature: >= 0; 0 is greedy decoding.
+    temperature: >= 0; below MIN_TEMPERATURE (0 included) is greedy decoding.
     top_k: >= 0 tokens kept; 0 keeps all.
     top_p: nucleus mass in (0, 1]; 1 keeps all.
     min_p: in [0, 1); 0 keeps all.
@@ -86,6 +96,20 @@ class SamplingConfig:
     for name, ok, allowed in checks:
       if not ok:
         raise ValueError(f"{name}={getattr(self, name)!r} must be {allowed}")
+
+
+def is_greedy(temperature: float | jax.Array) -> bool | jax.Array:
+  """Whether a temperature decodes greedily: T < MIN_TEMPERATURE (0 included).
+
+  The one rule for every decoder (autoregressive, beam, masked diffusion):
+  below the floor, choose the argmax instead of dividing the logits by T.
+
+  Args:
+    temperature: a Python float (static, e.g. from a config: returns a bool)
+      or a float array such as per-row temperatures float32[B] (returns
+      bool[B], elementwise). Callers validate T >= 0 beforehand.
+  """
+  return temperature < MIN_TEMPERATURE
 
 
 def _group_size(vocab_size: int) -> int:
@@ -238,8 +262,8 @@ def sample(key: jax.Array, logits_BxV: jax.Array, config: SamplingConfig,
     config: the processors' settings.
     seen_BxV: bool[B, V] tokens already in each row (prompt + generated);
       required when config.repetition_penalty != 1, ignored otherwise.
-    temperature_B: optional float32[B] per-row temperatures (>= 0; 0 is greedy
-      for that row) overriding config.temperature.
+    temperature_B: optional float32[B] per-row temperatures (>= 0; greedy
+      for a row below MIN_TEMPERATURE) overriding config.temperature.
   Returns:
     int32[B] token ids.
   Raises:
@@ -255,7 +279,7 @@ def sample(key: jax.Array, logits_BxV: jax.Array, config: SamplingConfig,
     logits = apply_repetition_penalty(logits, seen_BxV,
                                       config.repetition_penalty)
   if temperature_B is None:
-    if config.temperature == 0:
+    if is_greedy(config.temperature):
       return greedy(logits)
     temperature_B = jnp.full(logits.shape[:1], config.temperature, jnp.float32)
   elif jnp.shape(temperature_B) != logits.shape[:1]:
@@ -264,7 +288,7 @@ def sample(key: jax.Array, logits_BxV: jax.Array, config: SamplingConfig,
   elif (not isinstance(temperature_B, jax.core.Tracer)
         and not np.all(np.asarray(temperature_B) >= 0)):
     raise ValueError(f"temperature_B={temperature_B} must be >= 0")
-  hot_B = temperature_B > 0
+  hot_B = ~is_greedy(temperature_B)
   tempered = logits / jnp.where(hot_B, temperature_B, 1.0)[:, None]
   drawn_B = categorical(key, filter_logits(tempered, config))
   return jnp.where(hot_B, drawn_B, greedy(logits))
