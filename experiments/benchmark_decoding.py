@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 from ml_collections import config_flags
 
-from lm_decoding.decoding import make_decoder
+from lm_decoding.decoding import bind, make_decoder
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.evaluation import cost
 from lm_decoding.models import init_params, make_logits_fn
@@ -45,7 +45,9 @@ _RUNS = flags.DEFINE_integer("runs", 5, "Timed runs (median reported).")
 def _ar_fn(model_cfg, new_tokens):
   decoder = make_decoder("ar", max_new_tokens=new_tokens, eos_ids=(),
                          sampling=SamplingConfig(temperature=1.0))
-  return jax.jit(functools.partial(decoder.decode, make_logits_fn(model_cfg)))
+  logits_fn = make_logits_fn(model_cfg)
+  return jax.jit(lambda params, *args: decoder.decode(
+      bind(logits_fn, params), *args))
 
 
 def main(argv):

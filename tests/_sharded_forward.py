@@ -22,18 +22,18 @@ def main():
   logits_fn = jax.jit(make_logits_fn(cfg))
   tokens = jax.random.randint(jax.random.key(1), (8, 12), 0, 64)
   positions = jnp.broadcast_to(jnp.arange(12), (8, 12))
-  ref, _ = logits_fn(params, tokens, positions)
-  ref_step, ref_cache = logits_fn(params, tokens[:, :5], positions[:, :5],
+  ref = logits_fn(params, tokens, positions).logits
+  ref_step, ref_cache, _ = logits_fn(params, tokens[:, :5], positions[:, :5],
                                   KVCache.init(cfg, 8, 16))
   for shape in ((8, 1, 1), (2, 2, 2), (1, 2, 4), (2, 4, 1)):
     mesh = sharding.make_mesh(*shape)
     p = sharding.shard_params(params, cfg, mesh)
     t = sharding.shard_batch(tokens, mesh)
     pos = sharding.shard_batch(positions, mesh)
-    out, _ = logits_fn(p, t, pos)
+    out = logits_fn(p, t, pos).logits
     np.testing.assert_allclose(np.asarray(out), np.asarray(ref), atol=1e-5)
     cache = sharding.shard_cache(KVCache.init(cfg, 8, 16), mesh)
-    out, new_cache = logits_fn(p, t[:, :5], pos[:, :5], cache)
+    out, new_cache, _ = logits_fn(p, t[:, :5], pos[:, :5], cache)
     np.testing.assert_allclose(np.asarray(out), np.asarray(ref_step), atol=1e-5)
     np.testing.assert_allclose(np.asarray(new_cache.k[1]),
                                np.asarray(ref_cache.k[1]), atol=1e-5)

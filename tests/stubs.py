@@ -34,7 +34,14 @@ have the batch as leading axis, as beam search requires.
 
 `calls` records the shape of every call's `tokens`: under `jax.jit` that is
 one entry per trace, under `jax.disable_jit()` one per real forward pass (so a
-test can check a decoder's NFE count against the calls it made).
+test can check a decoder's NFE count against the calls it made). `executed`
+records B * L for every call actually executed, jitted or not (a
+`jax.debug.callback`, so calls skipped by `lax.cond` or a finished
+`while_loop` are absent): the ground truth for a decoder's reported
+`forward_tokens` and `calls`.
+
+The stubs return `ModelOutput(logits, cache, hidden)`, hidden being the
+one-hot input tokens (float32[B, L, V]), and ignore `attention_mask`.
 
 `RaisingLogitsFn` fails on any use: a decoder that raises ValueError with it
 has checked its input before tracing or compiling anything.
@@ -53,6 +60,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from lm_decoding.models.output import ModelOutput
+
 
 @flax.struct.dataclass
 class StubCache:
@@ -65,6 +74,17 @@ class StubCache:
 
   tokens: jax.Array
   index: jax.Array
+
+  def at(self, index_B):
+    index_B = jnp.broadcast_to(jnp.asarray(index_B, jnp.int32),
+                               self.index.shape)
+    return self.replace(index=index_B)
+
+  def rollback(self, length_B):
+    return self.at(jnp.minimum(self.index, length_B))
+
+  def reorder(self, rows_B):
+    return StubCache(tokens=self.tokens[rows_B], index=self.index[rows_B])
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -79,14 +99,18 @@ class TableLogitsFn:
 
   table: np.ndarray
   calls: list = dataclasses.field(default_factory=list)
+  executed: list = dataclasses.field(default_factory=list)
 
   @property
   def max_len(self) -> int:
     return self.table.shape[1]
 
-  def __call__(self, params, tokens, positions, cache=None, input_mask=None):
-    del params, input_mask
+  def __call__(self, params, tokens, positions, cache=None,
+               attention_mask=None):
+    del params, attention_mask
     self.calls.append(tuple(tokens.shape))
+    size = int(np.prod(tokens.shape))
+    jax.debug.callback(lambda: self.executed.append(size))
     batch = tokens.shape[0]
     tokens = tokens.astype(jnp.int32)
     first_previous_B = jnp.zeros((batch,), jnp.int32)
@@ -99,12 +123,13 @@ class TableLogitsFn:
     rows_Bx1 = (jnp.arange(batch) % self.table.shape[0])[:, None]
     logits_BxLxV = jnp.asarray(self.table)[rows_Bx1, positions, previous_BxL,
                                            tokens]
+    hidden = jax.nn.one_hot(tokens, self.table.shape[-1])
     if cache is None:
-      return logits_BxLxV, None
+      return ModelOutput(logits_BxLxV, None, hidden)
     written = jax.vmap(lambda buf, new, i: jax.lax.dynamic_update_slice(
         buf, new, (i,)))(cache.tokens, tokens, cache.index)
-    return logits_BxLxV, cache.replace(tokens=written,
-                                       index=cache.index + tokens.shape[1])
+    return ModelOutput(logits_BxLxV, cache.replace(
+        tokens=written, index=cache.index + tokens.shape[1]), hidden)
 
   def init_cache(self, batch_size: int, length: int) -> StubCache:
     return StubCache(tokens=jnp.zeros((batch_size, length), jnp.int32),

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import stubs
+from lm_decoding.decoding.base import bind
 from lm_decoding.decoding import autoregressive as ar
 from lm_decoding.decoding import base
 from lm_decoding.decoding import beam_search  # noqa: F401 registers ar_beam
@@ -34,7 +35,7 @@ def _decode(name, logits_fn, params, prompts, lengths, key=KEY, **options):
   if name != "ar_beam":
     options.setdefault("sampling", GREEDY)
   return base.make_decoder(name, **options).decode(
-      logits_fn, params, jnp.asarray(prompts, jnp.int32),
+      bind(logits_fn, params), jnp.asarray(prompts, jnp.int32),
       jnp.asarray(lengths, jnp.int32), key)
 
 
@@ -215,7 +216,7 @@ def test_bad_lengths_raise_before_compiling(name, options, prompt_width,
   decoder = base.make_decoder(name, **options)
   prompts = jnp.ones((1, prompt_width), jnp.int32)
   with pytest.raises(ValueError, match=match):
-    decoder.decode(stubs.RaisingLogitsFn(max_len=16), None, prompts,
+    decoder.decode(bind(stubs.RaisingLogitsFn(max_len=16), None), prompts,
                    jnp.asarray(lengths, jnp.int32), KEY)
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import stubs
+from lm_decoding.decoding.base import bind
 from lm_decoding.decoding import base
 from lm_decoding.decoding import beam_search
 from lm_decoding.models import TransformerConfig, init_params, make_logits_fn
@@ -24,7 +25,7 @@ def _beam(logits_fn, params, num_beams, alpha, prompts=PROMPTS,
   options.setdefault("max_new_tokens", STEPS)
   decoder = base.make_decoder("ar_beam", num_beams=num_beams,
                               length_penalty=alpha, **options)
-  return decoder.decode(logits_fn, params, jnp.asarray(prompts, jnp.int32),
+  return decoder.decode(bind(logits_fn, params), jnp.asarray(prompts, jnp.int32),
                         jnp.asarray(lengths, jnp.int32), None)
 
 
@@ -133,7 +134,7 @@ def _transformer_log_probs(logits_fn, params, row):
   rows = [prompt + list(h) for h in hypotheses]
   tokens = jnp.asarray([r + [PAD] * (width - len(r)) for r in rows])
   positions = jnp.broadcast_to(jnp.arange(width), tokens.shape)
-  logits, _ = jax.jit(logits_fn)(params, tokens, positions)
+  logits = jax.jit(logits_fn)(params, tokens, positions).logits
   log_probs = np.asarray(jax.nn.log_softmax(logits, -1), np.float64)
   table = {h: [log_probs[i, len(prompt) - 1 + j, t] for j, t in enumerate(h)]
            for i, h in enumerate(hypotheses)}

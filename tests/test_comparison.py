@@ -78,7 +78,8 @@ def test_standard_specs_cover_both_families():
       "AR cached", "AR uncached", "MDLM K=8", "MDLM K=T", "LLaDA K=32",
       "LLaDA K=32 block=32"]
   decoder = specs[3].build(64, 0.7, (3,))
-  assert (decoder.steps, decoder.gen_length, decoder.temperature) == (64, 64, 0.7)
+  assert (decoder.steps, decoder.gen_length, decoder.sampling.temperature) == (
+      64, 64, 0.7)
   assert specs[0].build(16, 0.7, (3,)).sampling.temperature == 0.7
 
 

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import stubs
+from lm_decoding.decoding.base import bind
 from lm_decoding.data import corpus as corpus_lib
 from lm_decoding.data import pipeline
 from lm_decoding.data.tokenizer import Tokenizer
@@ -88,12 +89,12 @@ def test_python_lists_and_numpy_int64_decode_like_jax_arrays(name):
   the three `decode` methods pass the converted arrays on to the jitted loop.
   """
   decoder = build(name, 5, eos_ids=TWO_EOS)
-  reference = decoder.decode(STUB, None, PROMPTS, PROMPT_LENGTHS, KEY)
+  reference = decoder.decode(bind(STUB, None), PROMPTS, PROMPT_LENGTHS, KEY)
   rows = np.asarray(PROMPTS).tolist()
   for prompts, lengths in ((np.asarray(rows, np.int64), np.asarray([3, 1, 2])),
                            (rows, [3, 1, 2]),
                            (np.asarray(rows), (3, 1, 2))):
-    out = decoder.decode(STUB, None, prompts, lengths, KEY)
+    out = decoder.decode(bind(STUB, None), prompts, lengths, KEY)
     np.testing.assert_array_equal(out.tokens, reference.tokens)
     np.testing.assert_array_equal(out.lengths, reference.lengths)
 
@@ -113,12 +114,12 @@ def test_masked_diffusion_rejects_fractional_prompt_lengths(name):
   """Bug: MDLM/LLaDA cast prompt_lengths to int32 silently (2.5 -> 2) while
   the AR decoders refuse non-integers.
 
-  Fix: in `_MaskedDiffusionDecoder.denoise`, before the cast, raise
+  Fix: in `IterativeDecoder._check`, before the cast, raise
   ValueError unless `jnp.issubdtype(jnp.result_type(prompt_lengths),
   jnp.integer)` (after `jnp.asarray`), naming prompt_lengths.
   """
   with pytest.raises(ValueError, match="prompt_lengths"):
-    build(name, 4).decode(stubs.RaisingLogitsFn(), None,
+    build(name, 4).decode(bind(stubs.RaisingLogitsFn(), None),
                           jnp.ones((2, 3), jnp.int32),
                           jnp.asarray([3.0, 2.5]), KEY)
 
@@ -131,12 +132,12 @@ def test_masked_diffusion_temperature_must_be_finite(name, temperature):
   """Bug: `temperature < 0` lets NaN and inf through; decoding then returns
   garbage silently (MDLM all PAD, LLaDA all MASK).
 
-  Fix: in `_MaskedDiffusionDecoder.__post_init__`:
-  `if not 0 <= self.temperature < math.inf: raise ValueError(
-  f"temperature={self.temperature} must be in [0, inf)")`.
+  Fix: the parallel decoders draw through `SamplingConfig`, whose
+  `__post_init__` raises unless 0 <= temperature < inf.
   """
-  with pytest.raises(ValueError, match="temperature"):
-    make_decoder(name, gen_length=4, steps=4, temperature=temperature)
+  with pytest.raises(ValueError, match="temperature=(nan|inf)"):
+    make_decoder(name, gen_length=4, steps=4,
+                 sampling=sampling.SamplingConfig(temperature=temperature))
 
 
 def test_sampling_temperature_must_be_finite():
@@ -214,7 +215,7 @@ def test_beam_search_never_emits_an_eos_id_outside_the_vocabulary():
   decoder = make_decoder("ar_beam", max_new_tokens=4, num_beams=2,
                          eos_ids=(V + 2,))
   try:
-    out = decoder.decode(stub, None, jnp.asarray([[5, 6, 7], [5, 6, 0]]),
+    out = decoder.decode(bind(stub, None), jnp.asarray([[5, 6, 7], [5, 6, 0]]),
                          jnp.asarray([3, 2]), KEY)
   except ValueError as e:
     assert "eos_ids" in str(e)
@@ -234,7 +235,7 @@ def test_masked_diffusion_rejects_mask_id_outside_the_vocabulary(name):
   stub = stubs.TableLogitsFn.random(0, V, 10)
   with pytest.raises(ValueError, match="mask_id"):
     make_decoder(name, gen_length=3, steps=3, mask_id=V).decode(
-        stub, None, jnp.asarray([[5, 6]]), jnp.asarray([2]), KEY)
+        bind(stub, None), jnp.asarray([[5, 6]]), jnp.asarray([2]), KEY)
 
 
 # --- Bad input raises ValueError naming it before the model is touched. ----
@@ -250,7 +251,7 @@ def test_masked_diffusion_rejects_mask_id_outside_the_vocabulary(name):
 def test_bad_prompts_raise_before_the_model_runs(name, prompts, lengths,
                                                  match):
   with pytest.raises(ValueError, match=match):
-    build(name, 4).decode(stubs.RaisingLogitsFn(max_len=16), None,
+    build(name, 4).decode(bind(stubs.RaisingLogitsFn(max_len=16), None),
                           jnp.asarray(prompts), jnp.asarray(lengths), KEY)
 
 
@@ -278,7 +279,8 @@ def test_bad_decoder_names_and_options_name_the_allowed_range():
 
 # --- DecodeResult invariants, for every registered decoder. ----------------
 
-def check_result(name, out, batch, length, steps, eos_ids):
+def check_result(name, out, batch, length, steps, eos_ids, executed):
+  """`executed`: B * L of every call the stub actually ran for `out`."""
   tokens, lengths = np.asarray(out.tokens), np.asarray(out.lengths)
   committed, nfe = np.asarray(out.committed), int(out.nfe)
   assert tokens.shape == (batch, length) and tokens.dtype == np.int32
@@ -298,8 +300,18 @@ def check_result(name, out, batch, length, steps, eos_ids):
   else:
     assert not (tokens == MASK).any()
     np.testing.assert_array_equal(committed.sum(0), [length] * batch)
-    # MDLM's caching trick: a call at step 0 and after every changing step.
-    assert nfe == 1 + int((committed[:-1].sum(1) > 0).sum())
+    assert 1 <= nfe <= steps
+  # The cost the decoder reports is the cost the stub counted.
+  assert nfe == len(executed) == sum(map(int, out.calls.values()))
+  assert int(sum(map(int, out.forward_tokens.values()))) == sum(executed)
+
+
+def run_counted(decoder, prompts, prompt_lengths):
+  """decoder.decode on STUB; returns (result, the calls STUB executed)."""
+  first = len(STUB.executed)
+  out = decoder.decode(bind(STUB, None), prompts, prompt_lengths, KEY)
+  jax.effects_barrier()
+  return out, STUB.executed[first:]
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -309,12 +321,12 @@ def test_decode_result_is_consistent(name):
   prompt filling the cache; then T = 1, B = 1 and no EOS id."""
   for length, batch, eos_ids in ((5, 3, TWO_EOS), (1, 1, ())):
     decoder = build(name, length, eos_ids=eos_ids)
-    out = decoder.decode(STUB, None, PROMPTS[:batch], PROMPT_LENGTHS[:batch],
-                         KEY)
-    check_result(name, out, batch, length, length, eos_ids)
+    out, executed = run_counted(decoder, PROMPTS[:batch],
+                                PROMPT_LENGTHS[:batch])
+    check_result(name, out, batch, length, length, eos_ids, executed)
     np.testing.assert_array_equal(out.tokens[0], [EOS] + [PAD] * (length - 1))
   with pytest.raises(ValueError, match="max_len"):
-    build(name, 6).decode(STUB, None, PROMPTS, PROMPT_LENGTHS, KEY)
+    build(name, 6).decode(bind(STUB, None), PROMPTS, PROMPT_LENGTHS, KEY)
 
 
 @pytest.mark.parametrize("name, options", [
@@ -323,9 +335,9 @@ def test_decode_result_is_consistent(name):
     ("llada", dict(gen_length=4, steps=4, block_length=4)),  # == gen_length
 ])
 def test_parallel_decoders_with_more_steps_than_tokens(name, options):
-  out = make_decoder(name, **options).decode(
-      STUB, None, PROMPTS[1:], PROMPT_LENGTHS[1:], KEY)
-  check_result(name, out, 2, 4, options["steps"], (EOS,))
+  out, executed = run_counted(make_decoder(name, **options), PROMPTS[1:],
+                              PROMPT_LENGTHS[1:])
+  check_result(name, out, 2, 4, options["steps"], (EOS,), executed)
   if options.get("block_length") == 1:  # one position per block, 2 steps each
     np.testing.assert_array_equal(out.committed,
                                   np.asarray([[1, 1], [0, 0]] * 4, np.int32))
@@ -350,7 +362,7 @@ def test_bfloat16_model_with_a_bfloat16_kv_cache():
   logits_fn = make_logits_fn(cfg)
   assert logits_fn.init_cache(1, 1).k[0].dtype == jnp.bfloat16
   out = build("ar", 4, eos_ids=(EOS,)).decode(
-      logits_fn, init_params(cfg, jax.random.key(0)),
+      bind(logits_fn, init_params(cfg, jax.random.key(0))),
       jnp.asarray([[5, 6, 7], [8, 9, 0]]), jnp.asarray([3, 2]), KEY)
   tokens = np.asarray(out.tokens)
   assert tokens.shape == (2, 4) and ((tokens >= 0) & (tokens < 32)).all()

@@ -10,9 +10,14 @@ import numpy as np
 import pytest
 
 from lm_decoding.decoding import base
-from lm_decoding.decoding.masked_diffusion import (
-    LLaDADecoder, MDLMDecoder, eos_counts, finish_at_eos, prompt_layout)
+from lm_decoding.decoding.base import bind
+from lm_decoding.decoding.iterative import (
+    eos_counts, finish_at_eos, prompt_layout)
+from lm_decoding.decoding.llada import LLaDADecoder
+from lm_decoding.decoding.mdlm import MDLMDecoder
+from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.models import TransformerConfig, init_params, make_logits_fn
+from lm_decoding.models.output import ModelOutput
 
 PAD, EOS, MASK = 0, 3, 4
 _CALLS = [0]  # logits_fn calls counted by the stubs' debug callback
@@ -26,8 +31,8 @@ def _count_call():
 class HashDenoiser:
   """Pseudo-random logits of (row context, position, token, params).
 
-  The context hashes the row's visible non-MASK tokens (input_mask False keys
-  excluded) in uint32 arithmetic, so a row's logits are exact and independent
+  The context hashes the row's visible non-MASK tokens (keys no query of the
+  row may attend to, e.g. PAD, excluded) in uint32 arithmetic, so a row's logits are exact and independent
   of the other rows. At unmasked positions the next token id gets +5: a
   decoder that re-samples committed positions would change them.
   """
@@ -36,13 +41,14 @@ class HashDenoiser:
   max_len: int = 64
   count: bool = True
 
-  def __call__(self, params, tokens, positions, cache=None, input_mask=None):
+  def __call__(self, params, tokens, positions, cache=None,
+               attention_mask=None):
     if self.count:
       jax.debug.callback(_count_call)
     u32 = lambda x: jnp.asarray(x, jnp.uint32)
     visible = tokens != MASK
-    if input_mask is not None:
-      visible &= input_mask
+    if attention_mask is not None:
+      visible &= attention_mask.any(1)
     terms = u32(tokens + 1) * u32(2 * positions + 1) * u32(2654435761)
     context_B = jnp.sum(jnp.where(visible, terms, u32(0)), 1, dtype=jnp.uint32)
     x = (context_B[:, None, None] + u32(positions)[..., None] * u32(40503)
@@ -51,7 +57,7 @@ class HashDenoiser:
       x = (x ^ (x >> shift)) * u32(factor)
     logits = (x >> 8).astype(jnp.float32) * (4.0 / 2 ** 24)
     bonus = jax.nn.one_hot((tokens + 1) % self.vocab, self.vocab) * 5.0
-    return logits + bonus * (tokens != MASK)[..., None], cache
+    return ModelOutput(logits + bonus * (tokens != MASK)[..., None], cache)
 
   def init_cache(self, batch_size, length):
     return None
@@ -64,8 +70,9 @@ class TableDenoiser:
   table: tuple[tuple[float, ...], ...]
   max_len: int = 64
 
-  def __call__(self, params, tokens, positions, cache=None, input_mask=None):
-    return jnp.asarray(self.table, jnp.float32)[positions], cache
+  def __call__(self, params, tokens, positions, cache=None,
+               attention_mask=None):
+    return ModelOutput(jnp.asarray(self.table, jnp.float32)[positions], cache)
 
   def init_cache(self, batch_size, length):
     return None
@@ -98,7 +105,7 @@ def _denoise(decoder, prompts=PROMPTS, prompt_lengths=PROMPT_LENGTHS, seed=0,
              logits_fn=STUB):
   """Traced run; returns (Denoised, model calls counted through the stub)."""
   _CALLS[0] = 0
-  out = decoder.denoise(logits_fn, PARAMS, prompts, prompt_lengths,
+  out = decoder.denoise(bind(logits_fn, PARAMS), prompts, prompt_lengths,
                         jax.random.key(seed), trace=True)
   jax.effects_barrier()
   return jax.tree.map(np.asarray, out), _CALLS[0]
@@ -125,17 +132,22 @@ def _check_unmasking(initial_BxL, states_KxBxL, committed_KxB):
 
 # Decoders run on PROMPTS (ragged, one unconditional row), each with the
 # tokens LLaDA must commit per step (its per-block transfer schedule; C6, C7),
-# or None for MDLM (random counts).
-MDLM = MDLMDecoder(gen_length=8, steps=4)
-MDLM_CACHED = MDLMDecoder(gen_length=4, steps=16)  # more steps than positions
-MDLM_UNCACHED = dataclasses.replace(MDLM_CACHED, use_cache=False)
-LLADA = LLaDADecoder(gen_length=8, steps=4)
+# or None for MDLM (random counts). These run every step of their budget
+# (early_stop=False), so NFE follows `_expected_nfe`; early stopping has its
+# own tests.
+FULL = dict(early_stop=False)
+MDLM = MDLMDecoder(gen_length=8, steps=4, **FULL)
+MDLM_CACHED = MDLMDecoder(gen_length=4, steps=16, **FULL)  # steps > positions
+MDLM_UNCACHED = dataclasses.replace(MDLM_CACHED, reuse_logits=False)
+LLADA = LLaDADecoder(gen_length=8, steps=4, **FULL)
 LLADA_RANDOM = LLaDADecoder(gen_length=5, steps=3, block_length=5,
-                            remasking="random")
+                            remasking="random", **FULL)
 LLADA_TWO_BLOCKS = LLaDADecoder(gen_length=8, steps=4, block_length=4,
-                                remasking="random", temperature=1.0)
+                                remasking="random",
+                                sampling=SamplingConfig(temperature=1.0),
+                                **FULL)
 LLADA_BLOCKS = LLaDADecoder(gen_length=6, steps=6, block_length=2,
-                            eos_ids=(3, 9))
+                            eos_ids=(3, 9), **FULL)
 CASES = [
     (MDLM, None),
     (MDLM_CACHED, None),
@@ -143,10 +155,12 @@ CASES = [
     (LLADA, [2, 2, 2, 2]),
     (LLADA_TWO_BLOCKS, [2, 2, 2, 2]),
     (LLADA_RANDOM, [2, 2, 1]),
-    (LLaDADecoder(gen_length=6, steps=4, block_length=3, temperature=0.7),
+    (LLaDADecoder(gen_length=6, steps=4, block_length=3,
+                  sampling=SamplingConfig(temperature=0.7), **FULL),
      [2, 1, 2, 1]),
     (LLADA_BLOCKS, [1] * 6),
-    (LLaDADecoder(gen_length=4, steps=6, block_length=2, remasking="random"),
+    (LLaDADecoder(gen_length=4, steps=6, block_length=2, remasking="random",
+                  **FULL),
      [1, 1, 0, 1, 1, 0]),
 ]
 
@@ -170,7 +184,7 @@ def test_decoders_unmask_once_on_schedule_and_count_calls(decoder, expected,
   generated_KxBxT = np.take_along_axis(out.states, index_BxT[None], 2)
   np.testing.assert_array_equal(out.tokens, generated_KxBxT[-1])
   assert out.nfe == calls
-  if decoder.use_cache:
+  if decoder.reuse_logits:
     assert calls == _expected_nfe(out.committed) <= decoder.steps
   else:
     assert calls == decoder.steps
@@ -218,7 +232,7 @@ def test_mdlm_never_draws_mask_and_unmasks_uniformly_over_steps():
   # its token is uniform over the 7 tokens other than MASK.
   steps, rows = 4, 2000
   decoder = MDLMDecoder(gen_length=1, steps=steps, eos_ids=())
-  out = decoder.decode(_mask_loving(), None, jnp.zeros((rows, 0), jnp.int32),
+  out = decoder.decode(bind(_mask_loving(), None), jnp.zeros((rows, 0), jnp.int32),
                        jnp.zeros(rows, jnp.int32), jax.random.key(3))
   tokens = np.asarray(out.tokens).ravel()
   assert not np.any(tokens == MASK)
@@ -232,7 +246,7 @@ def test_mdlm_never_draws_mask_and_unmasks_uniformly_over_steps():
 def test_llada_argmax_never_picks_mask_even_when_the_model_prefers_it():
   rows = 1000  # 2000 tokens
   decoder = LLaDADecoder(gen_length=2, steps=1, eos_ids=())
-  out = decoder.decode(_mask_loving(), None, jnp.zeros((rows, 0), jnp.int32),
+  out = decoder.decode(bind(_mask_loving(), None), jnp.zeros((rows, 0), jnp.int32),
                        jnp.zeros(rows, jnp.int32), jax.random.key(5))
   assert not np.any(np.asarray(out.tokens) == MASK)
 
@@ -271,7 +285,7 @@ def test_infill_fills_only_the_holes(decoder):
   fill = rng.random(shape) < 0.5
   fill[2] = False  # a row with nothing to fill
   _CALLS[0] = 0
-  out = decoder.infill(STUB, PARAMS, tokens, fill, jax.random.key(1),
+  out = decoder.infill(bind(STUB, PARAMS), tokens, fill, jax.random.key(1),
                        trace=True)
   jax.effects_barrier()
   filled = np.asarray(out.tokens)
@@ -288,8 +302,8 @@ def test_decode_is_infill_of_the_prompt_layout(decoder):
   tokens, fill, input_mask = prompt_layout(PROMPTS, PROMPT_LENGTHS,
                                            decoder.gen_length, MASK, PAD)
   key = jax.random.key(2)
-  out = decoder.denoise(STUB, PARAMS, PROMPTS, PROMPT_LENGTHS, key, trace=True)
-  filled = decoder.infill(STUB, PARAMS, tokens, fill, key, input_mask,
+  out = decoder.denoise(bind(STUB, PARAMS), PROMPTS, PROMPT_LENGTHS, key, trace=True)
+  filled = decoder.infill(bind(STUB, PARAMS), tokens, fill, key, input_mask,
                           trace=True)
   np.testing.assert_array_equal(out.states, filled.states)
   np.testing.assert_array_equal(out.committed, filled.committed)
@@ -331,23 +345,23 @@ def test_decode_cuts_after_the_first_committed_eos():
     row[EOS if p == 4 else (10 + p) % vocab] = 5.0
     table.append(tuple(row))
   stub = TableDenoiser(table=tuple(table), max_len=width + t)
-  decoder = LLaDADecoder(gen_length=t, steps=3, temperature=0.0)
+  decoder = LLaDADecoder(gen_length=t, steps=3)
   prompts = jnp.array([[8, 9, PAD, PAD], [PAD] * 4, [5, 6, 7, 8]])
   lengths = jnp.array([2, 0, 4])
-  out = decoder.decode(stub, None, prompts, lengths, jax.random.key(0))
+  out = decoder.decode(bind(stub, None), prompts, lengths, jax.random.key(0))
   np.testing.assert_array_equal(out.tokens, [[12, 13, 3, 0, 0, 0],
                                              [10, 11, 12, 13, 3, 0],
                                              [3, 0, 0, 0, 0, 0]])
   np.testing.assert_array_equal(out.lengths, [3, 5, 1])
-  raw = decoder.denoise(stub, None, prompts, lengths, jax.random.key(0)).tokens
+  raw = decoder.denoise(bind(stub, None), prompts, lengths, jax.random.key(0)).tokens
   np.testing.assert_array_equal(raw[2], [3, 15, 0, 1, 2, 3])
   assert tuple(map(int, eos_counts(raw, decoder.eos_ids))) == (1, 0)
 
 
 def test_decode_under_an_outer_jit_matches_the_traced_run():
   decoder = LLADA_TWO_BLOCKS  # random remasking, temperature 1
-  run = jax.jit(decoder.decode, static_argnums=0)
-  jitted = run(STUB, PARAMS, PROMPTS, PROMPT_LENGTHS, jax.random.key(0))
+  run = jax.jit(decoder.decode)
+  jitted = run(bind(STUB, PARAMS), PROMPTS, PROMPT_LENGTHS, jax.random.key(0))
   traced, _ = _denoise(decoder)
   tokens, lengths = finish_at_eos(traced.tokens, decoder.eos_ids, PAD)
   np.testing.assert_array_equal(jitted.tokens, tokens)
@@ -362,7 +376,7 @@ def test_tiny_transformer_denoiser():
                              mlp_dim=64, max_len=16, attention="bidirectional")
   params = init_params(config, jax.random.key(0))
   decoder = LLaDADecoder(gen_length=6, steps=4, block_length=3)
-  out = decoder.decode(make_logits_fn(config), params, PROMPTS, PROMPT_LENGTHS,
+  out = decoder.decode(bind(make_logits_fn(config), params), PROMPTS, PROMPT_LENGTHS,
                        jax.random.key(1))
   tokens = np.asarray(out.tokens)
   assert tokens.shape == (3, 6) and not np.any(tokens == MASK)
@@ -374,7 +388,8 @@ def test_tiny_transformer_denoiser():
 @pytest.mark.parametrize("make, match", [
     (lambda: MDLMDecoder(gen_length=8, steps=0), "steps=0"),
     (lambda: MDLMDecoder(gen_length=0, steps=2), "gen_length=0"),
-    (lambda: MDLMDecoder(gen_length=8, steps=2, temperature=-0.5),
+    (lambda: MDLMDecoder(gen_length=8, steps=2,
+                         sampling=SamplingConfig(temperature=-0.5)),
      "temperature=-0.5"),
     (lambda: LLaDADecoder(gen_length=8, steps=4, block_length=3),
      "block_length=3"),
@@ -397,21 +412,21 @@ def test_bad_config_raises(make, match):
 
 
 @pytest.mark.parametrize("call, match", [
-    (lambda d: d.decode(ExplodingDenoiser(max_len=10), None, PROMPTS,
+    (lambda d: d.decode(bind(ExplodingDenoiser(max_len=10), None), PROMPTS,
                         PROMPT_LENGTHS, jax.random.key(0)), "max_len=10"),
-    (lambda d: d.decode(ExplodingDenoiser(), None, PROMPTS,
+    (lambda d: d.decode(bind(ExplodingDenoiser(), None), PROMPTS,
                         jnp.array([3, 4, 0]), jax.random.key(0)),
      "prompt_lengths"),
-    (lambda d: d.decode(ExplodingDenoiser(), None, PROMPTS, jnp.array([3, 1]),
+    (lambda d: d.decode(bind(ExplodingDenoiser(), None), PROMPTS, jnp.array([3, 1]),
                         jax.random.key(0)), "prompt_lengths"),
-    (lambda d: d.decode(ExplodingDenoiser(), None, PROMPTS[0],
+    (lambda d: d.decode(bind(ExplodingDenoiser(), None), PROMPTS[0],
                         PROMPT_LENGTHS, jax.random.key(0)), "prompts"),
-    (lambda d: d.decode(ExplodingDenoiser(), None, PROMPTS * 1.0,
+    (lambda d: d.decode(bind(ExplodingDenoiser(), None), PROMPTS * 1.0,
                         PROMPT_LENGTHS, jax.random.key(0)), "prompts"),
-    (lambda d: d.infill(ExplodingDenoiser(), None, PROMPTS,
+    (lambda d: d.infill(bind(ExplodingDenoiser(), None), PROMPTS,
                         jnp.ones((3, 2), bool), jax.random.key(0)),
      "fill_mask"),
-    (lambda d: d.infill(ExplodingDenoiser(max_len=2), None, PROMPTS,
+    (lambda d: d.infill(bind(ExplodingDenoiser(max_len=2), None), PROMPTS,
                         jnp.ones((3, 3), bool), jax.random.key(0)),
      "max_len=2"),
 ])

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from lm_decoding.models import TransformerConfig, abstract_params, make_logits_fn
-from lm_decoding.models.heads import subs_log_probs
+from lm_decoding.models.diffusion import EPS, subs_log_probs
+from lm_decoding.models.output import ModelOutput
 from lm_decoding.training import objectives
-from lm_decoding.training.schedules import EPS
 
 PAD, BOS, MASK = 0, 2, 4
 VOCAB = 8
@@ -68,9 +68,9 @@ def _prefix_conditional_logits(joint, inputs_BxT):
 
 def _stub(logits_of_tokens):
   """A logits_fn whose logits depend on the input tokens only."""
-  def logits_fn(params, tokens, positions, cache=None, input_mask=None):
-    del params, positions, input_mask
-    return logits_of_tokens(tokens), cache
+  def logits_fn(params, tokens, positions, cache=None, attention_mask=None):
+    del params, positions, attention_mask
+    return ModelOutput(logits_of_tokens(tokens), cache)
   return logits_fn
 
 
@@ -225,13 +225,15 @@ def test_ar_loss_hand_computed_and_ignores_pad_targets():
 def test_mdlm_loss_hides_pad_keys_and_counts_real_tokens():
   seen = []
 
-  def logits_fn(params, tokens, positions, cache=None, input_mask=None):
-    seen.append(np.asarray(input_mask))
-    return jnp.zeros(tokens.shape + (VOCAB,)), cache
+  def logits_fn(params, tokens, positions, cache=None, attention_mask=None):
+    seen.append(np.asarray(attention_mask))
+    return ModelOutput(jnp.zeros(tokens.shape + (VOCAB,)), cache)
 
   tokens = jnp.array([[5, 6, PAD, PAD], [7, 5, 6, PAD]])
   _, metrics = objectives.mdlm_loss(logits_fn, None, tokens, jax.random.key(0))
-  np.testing.assert_array_equal(seen[0], np.asarray(tokens) != PAD)
+  valid = np.asarray(tokens) != PAD  # every query sees exactly the real keys
+  np.testing.assert_array_equal(seen[0], np.broadcast_to(valid[:, None],
+                                                         (2, 4, 4)))
   assert float(metrics["tokens"]) == 5
 
 

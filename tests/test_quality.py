@@ -12,6 +12,7 @@ import pytest
 
 from lm_decoding.evaluation import quality
 from lm_decoding.models import TransformerConfig, init_params, make_logits_fn
+from lm_decoding.models.output import ModelOutput
 
 BOS = 2
 V = 16
@@ -28,8 +29,9 @@ class TableLM:
 
   max_len: int = MAX_POS
 
-  def __call__(self, params, tokens, positions, cache=None, input_mask=None):
-    return params[positions, tokens], cache
+  def __call__(self, params, tokens, positions, cache=None,
+               attention_mask=None):
+    return ModelOutput(params[positions, tokens], cache)
 
 
 def random_table(seed):

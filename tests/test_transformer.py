@@ -12,7 +12,8 @@ import pytest
 
 from lm_decoding.models import (KVCache, TransformerConfig, abstract_params,
                                 count_params, init_params, make_logits_fn)
-from lm_decoding.models.transformer import Attention, attention_mask
+from lm_decoding.models import masks
+from lm_decoding.models.transformer import Attention
 
 PAD = 0
 BASE = TransformerConfig(vocab_size=32, d_model=32, num_layers=2, num_heads=4,
@@ -75,9 +76,8 @@ def _tokens(key, batch, length, vocab):
 
 
 def _full(config, params, tokens, **kwargs):
-  logits, _ = _apply(config)(params, tokens, _positions(*tokens.shape),
-                             **kwargs)
-  return np.asarray(logits)
+  out = _apply(config)(params, tokens, _positions(*tokens.shape), **kwargs)
+  return np.asarray(out.logits)
 
 
 # ----------------------------------------------------------------------------
@@ -98,7 +98,7 @@ def test_cached_decoding_matches_full_forward_for_every_prompt_length(name):
   slot = jnp.arange(prompt_len)[None, :]
   prompts = jnp.where(slot < lengths[:, None], seqs[:, :prompt_len], PAD)
   cache = make_logits_fn(config).init_cache(batch, 2 * length)
-  logits, cache = logits_fn(params, prompts, _positions(batch, prompt_len),
+  logits, cache, _ = logits_fn(params, prompts, _positions(batch, prompt_len),
                             cache)
   np.testing.assert_array_equal(cache.index, prompt_len)
   for b in range(batch):
@@ -109,7 +109,7 @@ def test_cached_decoding_matches_full_forward_for_every_prompt_length(name):
     position_B = lengths + step
     token_B = jnp.take_along_axis(
         seqs, jnp.minimum(position_B, length - 1)[:, None], axis=1)
-    logits, cache = logits_fn(params, token_B, position_B[:, None], cache)
+    logits, cache, _ = logits_fn(params, token_B, position_B[:, None], cache)
     np.testing.assert_array_equal(cache.index, position_B + 1)
     for b in range(batch):
       if position_B[b] < length:
@@ -123,10 +123,11 @@ def test_f3_rotary_positions_during_cached_decoding():
   tokens = jnp.array([[3, 1, 4, 1, 5]], jnp.int32)
   full = _full(config, params, tokens)
   cache = make_logits_fn(config).init_cache(1, 8)
-  _, cache = logits_fn(params, tokens[:, :4], _positions(1, 4), cache)
+  _, cache, _ = logits_fn(params, tokens[:, :4], _positions(1, 4), cache)
 
   def last_logits(position):
-    logits, _ = logits_fn(params, tokens[:, 4:], jnp.array([[position]]), cache)
+    logits = logits_fn(params, tokens[:, 4:], jnp.array([[position]]),
+                       cache).logits
     return np.asarray(logits[0, 0])
 
   np.testing.assert_allclose(last_logits(4), full[0, 4], atol=1e-5, rtol=0)
@@ -163,7 +164,7 @@ def test_gradient_causality(attention):
 
   def logits_of(pos_embedding):
     p = {**params, "pos_embedding": pos_embedding}
-    logits, _ = _apply(config)(p, tokens, _positions(5, 6))
+    logits = _apply(config)(p, tokens, _positions(5, 6)).logits
     return logits.sum(-1)[0]
 
   jac_LxSxD = jax.jacrev(logits_of)(params["pos_embedding"])
@@ -227,7 +228,7 @@ def test_f2_gqa_query_head_reads_kv_head_h_div_group(constant_values):
                                      {"params": params}))
   positions = _positions(1, length)
   y, _, _ = attend(jnp.asarray(x), positions,
-                   attention_mask(config, 1, length, None, None),
+                   masks.default_mask(config.attention, 1, length),
                    None, None, None)
   y_BxLxHxD = np.asarray(y).reshape(1, length, heads, head_dim)
   if constant_values:
@@ -241,7 +242,8 @@ def test_f2_gqa_query_head_reads_kv_head_h_div_group(constant_values):
   cache = KVCache(k=(zeros,), v=(zeros,), index=jnp.zeros((1,), jnp.int32))
   cached = []
   for start, stop in ((0, 3), (3, 4), (4, 5)):  # prefill 3, then decode
-    mask = attention_mask(config, 1, stop - start, cache, None)
+    mask = masks.default_mask(config.attention, 1, stop - start, cache.index,
+                              cache.length)
     y_step, k, v = attend(jnp.asarray(x[:, start:stop]),
                           positions[:, start:stop], mask,
                           cache.k[0], cache.v[0], cache.index)
@@ -251,16 +253,16 @@ def test_f2_gqa_query_head_reads_kv_head_h_div_group(constant_values):
 
 
 # ----------------------------------------------------------------------------
-# input_mask, jit, dtypes.
+# attention masks, jit, dtypes.
 
-def test_input_mask_hides_padded_keys_in_bidirectional_mode():
+def test_key_padding_mask_hides_padded_keys_in_bidirectional_mode():
   config = BASE.replace(attention="bidirectional")
   params = _params(config)
   tokens = _tokens(5, 5, 6, config.vocab_size).at[0, 4:].set(PAD)
-  input_mask = tokens != PAD
+  mask = masks.key_padding_mask(tokens != PAD, 6)
   refilled = tokens.at[0, 4:].set(jnp.array([7, 8]))
-  a = _full(config, params, tokens, input_mask=input_mask)
-  b = _full(config, params, refilled, input_mask=input_mask)
+  a = _full(config, params, tokens, attention_mask=mask)
+  b = _full(config, params, refilled, attention_mask=mask)
   np.testing.assert_allclose(a[0, :4], b[0, :4], atol=1e-5, rtol=0)
   np.testing.assert_array_equal(a[1:], b[1:])
   alone = _full(config, params, tokens[:1, :4])
@@ -278,8 +280,8 @@ def test_init_params_and_jit_matches_eager():
   # The shapes init_params traces with, so eager mode reuses its kernels.
   tokens = _tokens(6, 1, 8, config.vocab_size)
   positions = _positions(1, 8)
-  eager, _ = make_logits_fn(config)(params, tokens, positions)
-  jitted, _ = _apply(config)(params, tokens, positions)
+  eager = make_logits_fn(config)(params, tokens, positions).logits
+  jitted = _apply(config)(params, tokens, positions).logits
   np.testing.assert_allclose(jitted, eager, atol=1e-5, rtol=1e-5)
 
 
@@ -289,7 +291,7 @@ def test_low_precision_runs_and_returns_float32_logits(dtype):
   params = _params(config)  # BASE's draws, rounded to `dtype`
   tokens = _tokens(7, 5, 6, config.vocab_size)
   cache = make_logits_fn(config).init_cache(5, 12)
-  logits, cache = _apply(config)(params, tokens, _positions(5, 6), cache)
+  logits, cache, _ = _apply(config)(params, tokens, _positions(5, 6), cache)
   assert logits.dtype == jnp.float32
   assert cache.k[0].dtype == jnp.dtype(dtype)
   assert np.all(np.isfinite(logits))
@@ -318,16 +320,19 @@ def test_config_validation(changes, match):
     BASE.replace(**changes)
 
 
-def test_cache_and_input_mask_validation():
+def test_cache_and_attention_mask_validation():
   logits_fn = make_logits_fn(BASE)
   with pytest.raises(ValueError, match="length"):
     logits_fn.init_cache(1, BASE.max_len + 1)
   with pytest.raises(ValueError, match="length"):
     logits_fn.init_cache(1, 0)
   tokens = jnp.ones((1, 3), jnp.int32)
-  with pytest.raises(ValueError, match="input_mask"):
+  with pytest.raises(ValueError, match="attention_mask"):  # S = 4 with a cache
     logits_fn(_params(BASE), tokens, _positions(1, 3), logits_fn.init_cache(1, 4),
-              input_mask=jnp.ones((1, 3), bool))
+              attention_mask=jnp.ones((1, 3, 3), bool))
+  with pytest.raises(ValueError, match="attention_mask"):
+    logits_fn(_params(BASE), tokens, _positions(1, 3),
+              attention_mask=jnp.ones((1, 3), bool))
 
 
 # ----------------------------------------------------------------------------
@@ -351,6 +356,140 @@ def test_gpt2_small_shaped_config_abstract_shapes_and_size():
   assert count_params(abstract) == expected
   assert 100e6 <= expected <= 170e6  # 124.4M
   tokens = jax.ShapeDtypeStruct((2, 1024), jnp.int32)
-  logits, cache = jax.eval_shape(make_logits_fn(config), shapes, tokens, tokens)
+  logits, cache, hidden = jax.eval_shape(make_logits_fn(config), shapes,
+                                         tokens, tokens)
   assert logits.shape == (2, 1024, 50304) and logits.dtype == jnp.float32
-  assert cache is None
+  assert cache is None and hidden.shape == (2, 1024, 768)
+
+
+# ----------------------------------------------------------------------------
+# Masks at the boundary, cache operations, hidden states, initial scale.
+
+def test_mask_builders_worked_examples():
+  np.testing.assert_array_equal(masks.causal_mask(1, 3)[0],
+                                [[1, 0, 0], [1, 1, 0], [1, 1, 1]])
+  np.testing.assert_array_equal(masks.block_causal_mask(1, 4, 2)[0],
+                                [[1, 1, 0, 0]] * 2 + [[1, 1, 1, 1]] * 2)
+  np.testing.assert_array_equal(masks.block_causal_mask(2, 5, 1),
+                                masks.causal_mask(2, 5))
+  np.testing.assert_array_equal(masks.block_causal_mask(1, 5, 5),
+                                masks.full_mask(1, 5))
+  np.testing.assert_array_equal(
+      masks.prefix_lm_mask(jnp.array([2, 0]), 4),
+      [[[1, 1, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]],
+       np.tril(np.ones((4, 4)))])
+  np.testing.assert_array_equal(
+      masks.key_padding_mask(jnp.array([[1, 1, 0]], bool), 2)[0],
+      [[1, 1, 0], [1, 1, 0]])
+  # Queries at slots 2, 3 of a 5-slot cache: written slots are < 4.
+  np.testing.assert_array_equal(
+      masks.cache_query_mask(jnp.array([2]), 2, 5, causal=True)[0],
+      [[1, 1, 1, 0, 0], [1, 1, 1, 1, 0]])
+  np.testing.assert_array_equal(
+      masks.cache_query_mask(jnp.array([2]), 2, 5, causal=False)[0],
+      [[1, 1, 1, 1, 0]] * 2)
+
+
+@pytest.mark.parametrize("block", [1, 2, 3, 6])
+def test_bd3lm_training_mask_layout(block):
+  length = 6
+  mask = np.asarray(masks.bd3lm_training_mask(1, length, block)[0])
+  b = np.arange(length) // block
+  for i in range(length):
+    for j in range(length):
+      assert mask[i, j] == (b[i] == b[j])  # noisy sees its own noisy block
+      assert mask[i, length + j] == (b[j] < b[i])  # and earlier clean blocks
+      assert not mask[length + i, j]  # clean never sees noisy
+      assert mask[length + i, length + j] == (b[j] <= b[i])
+
+
+def test_explicit_masks_equal_the_configured_attention():
+  """The default mask is only a default: a causal mask passed to a
+  bidirectional model gives the causal model's logits (same parameters)."""
+  causal = BASE
+  bidirectional = BASE.replace(attention="bidirectional")
+  params = _params(BASE)
+  tokens = _tokens(11, 3, 7, BASE.vocab_size)
+  np.testing.assert_allclose(
+      _full(bidirectional, params, tokens,
+            attention_mask=masks.causal_mask(3, 7)),
+      _full(causal, params, tokens), atol=1e-5)
+  np.testing.assert_allclose(
+      _full(causal, params, tokens, attention_mask=masks.full_mask(3, 7)),
+      _full(bidirectional, params, tokens), atol=1e-5)
+  # A block-causal mask differs from both (so the comparison can fail).
+  block = _full(causal, params, tokens,
+                attention_mask=masks.block_causal_mask(3, 7, 2))
+  assert np.abs(block - _full(causal, params, tokens)).max() > 1e-3
+
+
+def test_masked_cached_call_equals_masked_full_pass():
+  """A bidirectional prefix in the cache, then a bidirectional block of 3
+  queries written at slots 4..6 (a dual-cache step): equal to the full pass
+  over the same 7 tokens with the same mask."""
+  config = BASE.replace(attention="bidirectional")
+  params = _params(config)
+  logits_fn = _apply(config)
+  tokens = _tokens(12, 2, 7, config.vocab_size)
+  full = _full(config, params, tokens)
+  cache = make_logits_fn(config).init_cache(2, 7)
+  _, cache, _ = logits_fn(params, tokens, _positions(2, 7), cache)
+  mask = jnp.ones((2, 3, 7), bool)
+  step = logits_fn(params, tokens[:, 4:], _positions(2, 3, 4), cache.at(4),
+                   attention_mask=mask)
+  np.testing.assert_allclose(step.logits, full[:, 4:], atol=1e-5)
+  assert np.all(np.asarray(step.cache.index) == 7)
+
+
+def test_kv_cache_rollback_and_reorder():
+  config = BASE
+  params = _params(config)
+  logits_fn = _apply(config)
+  tokens = _tokens(13, 3, 6, config.vocab_size)
+  cache = make_logits_fn(config).init_cache(3, 8)
+  _, cache, _ = logits_fn(params, tokens, _positions(3, 6), cache)
+  # Row-wise rollback to 4, 2, 6, then re-feeding the dropped tokens gives
+  # the logits of an uninterrupted pass.
+  kept = jnp.array([4, 2, 6])
+  rolled = cache.rollback(kept)
+  np.testing.assert_array_equal(rolled.index, kept)
+  np.testing.assert_array_equal(cache.rollback(jnp.array([9, 9, 9])).index,
+                                [6, 6, 6])
+  full = _full(config, params, tokens)
+  for row in range(3):
+    n = int(kept[row])
+    if n == 6:
+      continue
+    one = rolled.reorder(jnp.array([row]))
+    out = logits_fn(params, tokens[row:row + 1, n:],
+                    _positions(1, 6 - n, n), one)
+    np.testing.assert_allclose(out.logits[0], full[row, n:], atol=1e-5)
+  reordered = cache.reorder(jnp.array([2, 0, 0]))
+  np.testing.assert_array_equal(reordered.k[1][1], cache.k[1][0])
+  np.testing.assert_array_equal(reordered.k[0][0], cache.k[0][2])
+  assert reordered.k[0].shape == cache.k[0].shape
+
+
+def test_hidden_states_are_the_final_norm_output():
+  config = BASE.replace(tie_embeddings=False)
+  params = _params(config)
+  tokens = _tokens(14, 2, 5, config.vocab_size)
+  out = _apply(config)(params, tokens, _positions(2, 5))
+  assert out.hidden.shape == (2, 5, config.d_model)
+  head = np.asarray(params["lm_head"]["kernel"])
+  np.testing.assert_allclose(np.asarray(out.hidden) @ head, out.logits,
+                             atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_initial_loss_is_near_uniform(name):
+  """A fresh model's next-token loss is within 10% of log V (a uniform
+  guess): initial logits on the scale of a uniform distribution."""
+  config = VARIANTS[name].replace(vocab_size=4096)
+  params = init_params(config, jax.random.key(3))
+  tokens = _tokens(15, 4, 16, config.vocab_size)
+  logits = _full(config, params, tokens)
+  log_probs = jax.nn.log_softmax(logits[:, :-1], -1)
+  loss = -float(np.take_along_axis(np.asarray(log_probs),
+                                   np.asarray(tokens)[:, 1:, None], -1).mean())
+  assert abs(loss - np.log(4096)) < 0.1 * np.log(4096), loss

@@ -32,7 +32,9 @@ from collections.abc import Sequence
 
 import sentencepiece as spm
 
-PAD_ID, UNK_ID, BOS_ID, EOS_ID, MASK_ID = 0, 1, 2, 3, 4
+from lm_decoding.special_tokens import (  # noqa: F401  (re-exported)
+    BOS_ID, EOS_ID, MASK_ID, PAD_ID, UNK_ID)
+
 MASK_PIECE = "<mask>"
 NUM_BYTE_PIECES = 256
 # Reserved ids, byte pieces and room for the characters of the text and a few

@@ -10,10 +10,14 @@ Registered decoders (configs below; all return a `DecodeResult`):
   "ar_uncached"    no cache: every new token recomputes the whole fixed-size
                    buffer (the cost baseline). NFE = max_new_tokens.
 
+Every decoder here uses one model, role "model": `decode(bind(logits_fn,
+params), prompts, prompt_lengths, key)`.
+
 Prompts are right-padded, int32[B, P], with prompt_lengths int32[B] in [1, P].
 Each row's tokens sit at positions 0, 1, ... whatever its length. Token i of
-a row is drawn from the logits at position prompt_length - 1 + i with the key
-fold_in(key, i), by `sampling.sample`. A row ends at its first token in
+row b is drawn from the logits at position prompt_length - 1 + i with the key
+fold_in(row_key[b], i) (`base.row_keys`), by `sampling.sample`, so a row
+decodes the same alone or in any batch. A row ends at its first token in
 `eos_ids` (kept); it then emits PAD, commits nothing and is still fed (static
 shapes), until all rows end (early exit) or max_new_tokens.
 
@@ -31,24 +35,24 @@ The cache (or uncached buffer) needs prompt + max_new_tokens slots; more is
 refused with a ValueError before compiling, because `dynamic_update_slice`
 would silently clamp writes past the end onto earlier slots.
 
-The cache a logits_fn returns must have `replace(index=...)` with `index`
-int32[B], the per-row write slot (as `lm_decoding.models.KVCache`).
+The cache a logits_fn returns must have `at(index)` with `index` int32[B],
+the per-row write slot (as `lm_decoding.models.KVCache`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping
 
 import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lm_decoding.decoding import sampling
+from lm_decoding.decoding import base, sampling
 from lm_decoding.decoding.base import (
-    DecodeResult, LogitsFn, id_tuple, is_count, register)
+    DecodeResult, LogitsFn, Model, id_tuple, is_count, register)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,15 +87,20 @@ class SequenceConfig:
     if self.cache_length is not None and not is_count(self.cache_length):
       raise ValueError(f"cache_length={self.cache_length} must be >= 1")
 
-  def checked_cache_length(self, logits_fn: LogitsFn, prompts: jax.Array,
-                           prompt_lengths: jax.Array):
+  roles = ("model",)
+
+  def checked_cache_length(self, models: Mapping[str, Model],
+                           prompts: jax.Array, prompt_lengths: jax.Array):
     """Validates a decode call's inputs; returns the cache length to use.
 
     Raises:
-      ValueError: prompts not int[B, P] with P >= 1; prompt_lengths not [B]
-        or (when concrete) outside [1, P]; P + max_new_tokens > cache
-        length; cache length > logits_fn.max_len.
+      ValueError: models not binding exactly `roles`; prompts not int[B, P]
+        with P >= 1; prompt_lengths not [B] or (when concrete) outside
+        [1, P]; P + max_new_tokens > cache length; cache length >
+        logits_fn.max_len.
     """
+    base.check_models(self, models)
+    logits_fn = models["model"].logits_fn
     prompts, prompt_lengths = check_prompts(prompts, prompt_lengths)
     width = prompts.shape[1]
     length = (width + self.max_new_tokens if self.cache_length is None
@@ -131,21 +140,29 @@ def check_prompts(prompts: jax.Array, prompt_lengths: jax.Array):
   return prompts, prompt_lengths
 
 
-def prefill_body(logits_fn, params, prompts_BxP, prompt_lengths_B,
+def prefill_body(models, role, cost, prompts_BxP, prompt_lengths_B,
                  cache_length):
-  """The traceable part of `prefill` (no checks): for use inside a jit."""
+  """The traceable part of `prefill` (no checks): for use inside a jit.
+
+  Returns (logits float32[B, V], cache, cost with the call counted).
+  """
   batch, width = prompts_BxP.shape
   positions_BxP = jnp.broadcast_to(jnp.arange(width, dtype=jnp.int32),
                                    (batch, width))
-  cache = logits_fn.init_cache(batch, cache_length)
-  logits_BxPxV, cache = logits_fn(params, prompts_BxP.astype(jnp.int32),
-                                  positions_BxP, cache=cache)
+  cache = models[role].logits_fn.init_cache(batch, cache_length)
+  out, cost = base.forward(models, role, cost, prompts_BxP.astype(jnp.int32),
+                           positions_BxP, cache=cache)
   last_Bx1x1 = (prompt_lengths_B - 1)[:, None, None]
-  logits_BxV = jnp.take_along_axis(logits_BxPxV, last_Bx1x1, axis=1)[:, 0]
-  return logits_BxV, cache.replace(index=prompt_lengths_B.astype(jnp.int32))
+  logits_BxV = jnp.take_along_axis(out.logits, last_Bx1x1, axis=1)[:, 0]
+  return logits_BxV, out.cache.at(prompt_lengths_B), cost
 
 
-_prefill = jax.jit(prefill_body, static_argnames=("logits_fn", "cache_length"))
+@functools.partial(jax.jit, static_argnames=("cache_length",))
+def _prefill(model, prompts, prompt_lengths, cache_length):
+  models = {"model": model}
+  logits, cache, _ = prefill_body(models, "model", base.Cost.zero(models),
+                                  prompts, prompt_lengths, cache_length)
+  return logits, cache
 
 
 def prefill(logits_fn: LogitsFn, params: Any, prompts: jax.Array,
@@ -171,7 +188,8 @@ def prefill(logits_fn: LogitsFn, params: Any, prompts: jax.Array,
   if not width <= cache_length <= logits_fn.max_len:
     raise ValueError(f"cache_length={cache_length} must be in [P={width}, "
                      f"max_len={logits_fn.max_len}]")
-  return _prefill(logits_fn, params, prompts, prompt_lengths, cache_length)
+  return _prefill(Model(logits_fn, params), prompts, prompt_lengths,
+                  cache_length)
 
 
 @flax.struct.dataclass
@@ -182,10 +200,10 @@ class _LoopState:
   done: jax.Array  # bool[B] the row has emitted an EOS
   seen: jax.Array | None  # bool[B, V] ids in the row (repetition penalty only)
   committed: jax.Array  # int32[T, B] 1 where the row committed token i
-  nfe: jax.Array  # int32[] forward passes so far
+  cost: base.Cost  # forward calls and positions so far
 
 
-def _init_state(config, prompts_BxP, prompt_lengths_B, vocab_size, nfe):
+def _init_state(config, prompts_BxP, prompt_lengths_B, vocab_size, cost):
   batch, width = prompts_BxP.shape
   seen = None
   if config.sampling.repetition_penalty != 1:
@@ -195,16 +213,25 @@ def _init_state(config, prompts_BxP, prompt_lengths_B, vocab_size, nfe):
   return _LoopState(
       tokens=jnp.full((batch, steps), config.pad_id, jnp.int32),
       done=jnp.zeros((batch,), bool), seen=seen,
-      committed=jnp.zeros((steps, batch), jnp.int32),
-      nfe=jnp.asarray(nfe, jnp.int32))
+      committed=jnp.zeros((steps, batch), jnp.int32), cost=cost)
 
 
-def _commit(config, state, step, logits_BxV, key, eos_E):
+def _sample_rows(config, keys_B, step, logits_BxV, seen_BxV):
+  """int32[B]: token `step` of each row, row b drawn with its own key."""
+  if keys_B is None or config.temperature == 0:
+    return sampling.sample(None, logits_BxV, config, seen_BxV=seen_BxV)
+
+  def one(key, logits_V, seen_V):
+    seen = None if seen_V is None else seen_V[None]
+    return sampling.sample(jax.random.fold_in(key, step), logits_V[None],
+                           config, seen_BxV=seen)[0]
+
+  return jax.vmap(one)(keys_B, logits_BxV, seen_BxV)
+
+
+def _commit(config, state, step, logits_BxV, keys_B, eos_E):
   """Chooses token `step` of every row from its logits and records it."""
-  greedy = config.sampling.temperature == 0
-  step_key = None if greedy else jax.random.fold_in(key, step)
-  token_B = sampling.sample(step_key, logits_BxV, config.sampling,
-                            seen_BxV=state.seen)
+  token_B = _sample_rows(config.sampling, keys_B, step, logits_BxV, state.seen)
   live_B = ~state.done
   token_B = jnp.where(live_B, token_B, config.pad_id)
   seen = state.seen
@@ -219,34 +246,35 @@ def _commit(config, state, step, logits_BxV, key, eos_E):
 
 
 def _result(state):
-  return DecodeResult(tokens=state.tokens, lengths=state.committed.sum(0),
-                      nfe=state.nfe, committed=state.committed)
+  return base.result(state.tokens, state.committed.sum(0), state.committed,
+                     state.cost)
 
 
-@functools.partial(jax.jit, static_argnames=("config", "logits_fn",
-                                             "cache_length"))
-def _cached_decode(config, logits_fn, cache_length, params, prompts_BxP,
-                   prompt_lengths_B, key):
+@functools.partial(jax.jit, static_argnames=("config", "cache_length"))
+def _cached_decode(config, cache_length, models, prompts_BxP,
+                   prompt_lengths_B, keys_B):
   """Prefill, token 0 from its logits, then one cached step per token.
 
   The cache is made and consumed inside this one jit: it never crosses a jit
   boundary, so there is nothing to donate, and the loop updates it in place.
   """
-  first_logits_BxV, cache = prefill_body(logits_fn, params, prompts_BxP,
-                                         prompt_lengths_B, cache_length)
+  first_logits_BxV, cache, cost = prefill_body(
+      models, "model", base.Cost.zero(models), prompts_BxP, prompt_lengths_B,
+      cache_length)
   eos_E = jnp.asarray(config.eos_ids, jnp.int32)
   state = _init_state(config, prompts_BxP, prompt_lengths_B,
-                      first_logits_BxV.shape[-1], nfe=1)
-  state = _commit(config, state, 0, first_logits_BxV, key, eos_E)
+                      first_logits_BxV.shape[-1], cost)
+  state = _commit(config, state, 0, first_logits_BxV, keys_B, eos_E)
 
   def step(carry, i):
     state, cache = carry
     tokens_Bx1 = jax.lax.dynamic_slice_in_dim(state.tokens, i - 1, 1, axis=1)
     positions_Bx1 = (prompt_lengths_B + i - 1)[:, None]
-    logits_Bx1xV, cache = logits_fn(params, tokens_Bx1, positions_Bx1,
-                                    cache=cache)
-    state = state.replace(nfe=state.nfe + 1)
-    return (_commit(config, state, i, logits_Bx1xV[:, 0], key, eos_E), cache)
+    out, cost = base.forward(models, "model", state.cost, tokens_Bx1,
+                             positions_Bx1, cache=cache)
+    state = state.replace(cost=cost)
+    return (_commit(config, state, i, out.logits[:, 0], keys_B, eos_E),
+            out.cache)
 
   steps = config.max_new_tokens
   if config.early_exit:
@@ -263,9 +291,9 @@ def _cached_decode(config, logits_fn, cache_length, params, prompts_BxP,
   return _result(state)
 
 
-@functools.partial(jax.jit, static_argnames=("config", "logits_fn", "length"))
-def _uncached_loop(config, logits_fn, length, params, prompts_BxP,
-                   prompt_lengths_B, key):
+@functools.partial(jax.jit, static_argnames=("config", "length"))
+def _uncached_loop(config, length, models, prompts_BxP, prompt_lengths_B,
+                   keys_B):
   """Each token runs logits_fn over the whole [B, length] buffer, no cache."""
   batch, width = prompts_BxP.shape
   eos_E = jnp.asarray(config.eos_ids, jnp.int32)
@@ -275,24 +303,24 @@ def _uncached_loop(config, logits_fn, length, params, prompts_BxP,
   buffer_BxL = jnp.full((batch, length), config.pad_id, jnp.int32)
   buffer_BxL = buffer_BxL.at[:, :width].set(prompts_BxP.astype(jnp.int32))
 
-  def forward(buffer_BxL, i):
-    logits_BxLxV, _ = logits_fn(params, buffer_BxL, positions_BxL)
-    return logits_BxLxV[rows_B, prompt_lengths_B + i - 1]
+  def logits_at(cost, buffer_BxL, i):
+    out, cost = base.forward(models, "model", cost, buffer_BxL, positions_BxL)
+    return out.logits[rows_B, prompt_lengths_B + i - 1], cost
 
   def advance(state, buffer_BxL, i, logits_BxV):
-    state = _commit(config, state, i, logits_BxV, key, eos_E)
+    state = _commit(config, state, i, logits_BxV, keys_B, eos_E)
     buffer_BxL = buffer_BxL.at[rows_B, prompt_lengths_B + i].set(
         state.tokens[:, i])
     return state, buffer_BxL
 
   def step(carry, i):
     state, buffer_BxL = carry
-    state = state.replace(nfe=state.nfe + 1)
-    return advance(state, buffer_BxL, i, forward(buffer_BxL, i)), None
+    logits_BxV, cost = logits_at(state.cost, buffer_BxL, i)
+    return advance(state.replace(cost=cost), buffer_BxL, i, logits_BxV), None
 
-  first_logits_BxV = forward(buffer_BxL, 0)
+  first_logits_BxV, cost = logits_at(base.Cost.zero(models), buffer_BxL, 0)
   state = _init_state(config, prompts_BxP, prompt_lengths_B,
-                      first_logits_BxV.shape[-1], nfe=1)
+                      first_logits_BxV.shape[-1], cost)
   carry = advance(state, buffer_BxL, 0, first_logits_BxV)
   (state, _), _ = jax.lax.scan(
       step, carry, jnp.arange(1, config.max_new_tokens, dtype=jnp.int32))
@@ -318,26 +346,30 @@ class AutoregressiveDecoder(SequenceConfig):
     if not isinstance(self.sampling, sampling.SamplingConfig):
       raise ValueError(f"sampling={self.sampling!r} must be a SamplingConfig")
 
-  def decode(self, logits_fn: LogitsFn, params: Any, prompts: jax.Array,
+  def decode(self, models: Mapping[str, Model], prompts: jax.Array,
              prompt_lengths: jax.Array, key: jax.Array) -> DecodeResult:
     """Decodes max_new_tokens after right-padded prompts.
 
     Args:
-      logits_fn: the model (static: hashable).
-      params: its parameters.
+      models: {"model": Model(logits_fn, params)} (`base.bind`).
       prompts: int32[B, P] right-padded prompts.
       prompt_lengths: int32[B] real tokens per row, in [1, P].
-      key: PRNG key; token i uses fold_in(key, i). Unused (may be None) when
-        sampling is greedy.
+      key: PRNG key (or one per row, see `base.row_keys`); token i of row b
+        uses fold_in(row_key[b], i). Unused (may be None) when sampling is
+        greedy.
     Returns:
       A `DecodeResult` with tokens int32[B, max_new_tokens].
     Raises:
       ValueError: see `SequenceConfig.checked_cache_length` (before compiling).
     """
     length, prompts, prompt_lengths = self.checked_cache_length(
-        logits_fn, prompts, prompt_lengths)
-    return _cached_decode(self, logits_fn, length, params, prompts,
-                          prompt_lengths, key)
+        models, prompts, prompt_lengths)
+    return _cached_decode(self, length, models, prompts, prompt_lengths,
+                          self._keys(key, prompts.shape[0]))
+
+  def _keys(self, key, batch):
+    return (None if self.sampling.temperature == 0
+            else base.row_keys(key, batch))
 
 
 @register("ar_early_exit")
@@ -354,10 +386,10 @@ class EarlyExitDecoder(AutoregressiveDecoder):
 class UncachedDecoder(AutoregressiveDecoder):
   """Full recompute of the fixed [B, cache_length] buffer for every token."""
 
-  def decode(self, logits_fn: LogitsFn, params: Any, prompts: jax.Array,
+  def decode(self, models: Mapping[str, Model], prompts: jax.Array,
              prompt_lengths: jax.Array, key: jax.Array) -> DecodeResult:
     """As `AutoregressiveDecoder.decode`, without a cache."""
     length, prompts, prompt_lengths = self.checked_cache_length(
-        logits_fn, prompts, prompt_lengths)
-    return _uncached_loop(self, logits_fn, length, params, prompts,
-                          prompt_lengths, key)
+        models, prompts, prompt_lengths)
+    return _uncached_loop(self, length, models, prompts, prompt_lengths,
+                          self._keys(key, prompts.shape[0]))

@@ -4,26 +4,42 @@ Decoders never see the model. They call a `logits_fn` (as t5x's
 `tokens_to_logits`):
 
     logits_fn(params, tokens: int32[B, L], positions: int32[B, L],
-              cache=None, input_mask: bool[B, L] | None = None)
-        -> (logits: float32[B, L, V], cache)
+              cache=None, attention_mask: bool[B, L, S] | None = None)
+        -> ModelOutput(logits: float32[B, L, V], cache, hidden)
     logits_fn.init_cache(batch_size, length) -> an empty cache pytree
     logits_fn.max_len -> the longest sequence / cache the model accepts
 
 built by `lm_decoding.models.make_logits_fn` for the Transformer (a frozen,
 hashable dataclass, so it can be a static jit argument), or by a test as a
-stub. Every decoder returns a `DecodeResult`, so one harness times,
-counts and scores them all. Decoders are configured by frozen dataclasses
-(hashable: static jit arguments) registered by name.
+stub. A decoder may use several models, each under a named role ("model",
+"draft", "target", ...): it is called with `models`, a mapping from role to
+`Model` (a logits_fn bound to its parameters; `bind` makes the one-role
+mapping), and declares the roles it needs in `roles`. Every model call goes
+through `forward`, which counts calls and token positions per role in a
+`Cost`, so the harness can compare a 32-token block pass, a 272-token full
+pass and a draft step by what they cost. Every decoder returns a
+`DecodeResult`. Decoders are configured by frozen dataclasses (hashable:
+static jit arguments) registered by name.
+
+Dimension letters, one meaning each, in names and docstrings:
+  B batch rows        L sequence (a call's inputs)   S cache slots
+  T new tokens (the output length, `gen_length` / `max_new_tokens`)
+  P prompt width      V vocabulary    D model width  H heads, Hkv KV heads
+  K steps (denoising steps, NFE budget)              W beam width
+  N blocks            E end-of-sequence ids
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Protocol
+from typing import Any, Mapping, Protocol
 
 import flax.struct
 import jax
+import jax.numpy as jnp
 import numpy as np
+
+from lm_decoding.models.output import ModelOutput
 
 
 class LogitsFn(Protocol):
@@ -33,11 +49,67 @@ class LogitsFn(Protocol):
 
   def __call__(self, params: Any, tokens: jax.Array, positions: jax.Array,
                cache: Any = None,
-               input_mask: jax.Array | None = None) -> tuple[jax.Array, Any]:
+               attention_mask: jax.Array | None = None) -> ModelOutput:
     ...
 
   def init_cache(self, batch_size: int, length: int) -> Any:
     ...
+
+
+@flax.struct.dataclass
+class Model:
+  """A logits_fn bound to its parameters: one role of a decoder.
+
+  A pytree whose `logits_fn` is static (part of the tree structure), so a
+  mapping of `Model`s can be passed straight through `jax.jit`.
+  """
+
+  logits_fn: LogitsFn = flax.struct.field(pytree_node=False)
+  params: Any = None
+
+
+def bind(logits_fn: LogitsFn, params: Any, role: str = "model"
+         ) -> dict[str, Model]:
+  """{role: Model(logits_fn, params)}: the models of a one-role decoder."""
+  return {role: Model(logits_fn, params)}
+
+
+@flax.struct.dataclass
+class Cost:
+  """Forward calls and token positions processed, per role (int32 scalars).
+
+  `forward` adds B * L positions for a call on tokens int32[B, L]: what the
+  hardware processes, padding and finished rows included.
+  """
+
+  calls: dict[str, jax.Array]
+  tokens: dict[str, jax.Array]
+
+  @classmethod
+  def zero(cls, roles) -> "Cost":
+    return cls(calls={r: jnp.int32(0) for r in roles},
+               tokens={r: jnp.int32(0) for r in roles})
+
+  def add(self, role: str, tokens_BxL: jax.Array) -> "Cost":
+    calls = dict(self.calls, **{role: self.calls[role] + 1})
+    tokens = dict(self.tokens, **{role: self.tokens[role]
+                                  + int(np.prod(tokens_BxL.shape))})
+    return Cost(calls=calls, tokens=tokens)
+
+  @property
+  def nfe(self) -> jax.Array:
+    return sum(self.calls.values(), jnp.int32(0))
+
+
+def forward(models: Mapping[str, Model], role: str, cost: Cost,
+            tokens: jax.Array, positions: jax.Array, cache: Any = None,
+            attention_mask: jax.Array | None = None
+            ) -> tuple[ModelOutput, Cost]:
+  """Calls the model of `role` and counts the call in `cost`."""
+  model = models[role]
+  out = model.logits_fn(model.params, tokens, positions, cache=cache,
+                        attention_mask=attention_mask)
+  return out, cost.add(role, tokens)
 
 
 @flax.struct.dataclass
@@ -49,25 +121,84 @@ class DecodeResult:
       end (its first EOS, which is kept, or T).
     lengths: int32[B] generated tokens per row up to and including the first
       EOS (T if none).
-    nfe: int32[] number of forward passes (logits_fn calls) made for the
-      batch; a prefill counts as one.
-    committed: int32[S, B] tokens committed in each row at each of the S
-      decoding steps (S is static: T for AR decoders, the step count for
-      parallel ones); rows that finished early commit 0.
+    nfe: int32[] number of forward passes (logits_fn calls, all roles) made
+      for the batch; a prefill counts as one.
+    committed: int32[K, B] tokens committed in each row at each of the K
+      decoding steps (K is static: T for AR decoders, the maximum step count
+      for parallel ones); rows that finished early commit 0.
+    calls: {role: int32[]} forward calls per role (they sum to nfe).
+    forward_tokens: {role: int32[]} token positions processed per role
+      (B * L summed over the role's calls).
+    stats: {name: array} decoder-specific statistics (e.g. acceptance
+      counts); empty for most decoders.
   """
 
   tokens: jax.Array
   lengths: jax.Array
   nfe: jax.Array
   committed: jax.Array
+  calls: dict[str, jax.Array] = flax.struct.field(default_factory=dict)
+  forward_tokens: dict[str, jax.Array] = flax.struct.field(
+      default_factory=dict)
+  stats: dict[str, jax.Array] = flax.struct.field(default_factory=dict)
+
+
+def result(tokens: jax.Array, lengths: jax.Array, committed: jax.Array,
+           cost: Cost, **stats: jax.Array) -> DecodeResult:
+  """A `DecodeResult` whose nfe, calls and forward_tokens come from `cost`."""
+  return DecodeResult(tokens=tokens, lengths=lengths, nfe=cost.nfe,
+                      committed=committed, calls=dict(cost.calls),
+                      forward_tokens=dict(cost.tokens), stats=stats)
 
 
 class Decoder(Protocol):
-  """A decoder config: a frozen dataclass with a `decode` method."""
+  """A decoder config: a frozen dataclass with `roles` and `decode`."""
 
-  def decode(self, logits_fn: LogitsFn, params: Any, prompts: jax.Array,
+  roles: tuple[str, ...]
+
+  def decode(self, models: Mapping[str, Model], prompts: jax.Array,
              prompt_lengths: jax.Array, key: jax.Array) -> DecodeResult:
     """Decodes continuations of right-padded `prompts` int32[B, P]."""
+
+
+def check_models(decoder: Any, models: Mapping[str, Model]) -> None:
+  """Raises ValueError unless `models` binds exactly `decoder.roles`.
+
+  Called by every decoder before anything is traced.
+  """
+  if not isinstance(models, Mapping) or not all(
+      isinstance(m, Model) for m in models.values()):
+    raise ValueError(f"models must map role names to base.Model; got "
+                     f"{type(models).__name__} (use base.bind(logits_fn, "
+                     f"params) for a one-model decoder)")
+  wanted, given = set(decoder.roles), set(models)
+  if wanted != given:
+    raise ValueError(
+        f"decoder {type(decoder).__name__} needs roles "
+        f"{sorted(wanted)}; got {sorted(given)} (unknown: "
+        f"{sorted(given - wanted)}, missing: {sorted(wanted - given)})")
+
+
+def row_keys(key: jax.Array | None, batch: int) -> jax.Array | None:
+  """Per-row PRNG keys: row b gets fold_in(key, b).
+
+  A key array of shape [B] is returned as it is, so a row decoded alone with
+  `row_keys(key, B)[b:b + 1]` gets the key it has in the batch: every
+  decoder's output for a row is then independent of the batch size and of
+  the other rows. None (greedy decoders) stays None.
+
+  Raises:
+    ValueError: a key array whose shape is neither [] nor [B].
+  """
+  if key is None:
+    return None
+  key = jnp.asarray(key)
+  if key.shape == (batch,):
+    return key
+  if key.shape:
+    raise ValueError(f"key must be one PRNG key or one per row [{batch}]; "
+                     f"got shape {key.shape}")
+  return jax.vmap(lambda b: jax.random.fold_in(key, b))(jnp.arange(batch))
 
 
 def is_count(value: Any, minimum: int = 1) -> bool:

@@ -14,9 +14,8 @@ hypothesis by score. There is no early stopping: every row runs all steps, and
 rows are independent (per-row EOS and prompt lengths).
 
 Cache: one prefill at batch B, then the cache is repeated per beam (row-major
-B x K rows) and gathered along the batch axis when beams are reordered, so
-every leaf of the cache must have the batch as its leading axis (true of
-`KVCache`). NFE = max_new_tokens (1 prefill + one [B * K]-row step per further
+B x K rows) and its rows follow their beams (`cache.reorder`, as
+`KVCache.reorder`). NFE = max_new_tokens (1 prefill + one [B * K]-row step per further
 token).
 """
 
@@ -25,14 +24,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any
+from typing import Mapping
 
 import flax.struct
 import jax
 import jax.numpy as jnp
 
 from lm_decoding.decoding.autoregressive import SequenceConfig, prefill_body
-from lm_decoding.decoding.base import DecodeResult, LogitsFn, is_count, register
+from lm_decoding.decoding import base
+from lm_decoding.decoding.base import DecodeResult, Model, is_count, register
 
 
 def gnmt_length_penalty(length: jax.Array, alpha: float) -> jax.Array:
@@ -49,7 +49,7 @@ class _BeamState:
   finished_tokens: jax.Array  # int32[B, K, T], EOS kept, PAD after
   finished_score: jax.Array  # float32[B, K], -inf for an empty slot
   finished_length: jax.Array  # int32[B, K]
-  nfe: jax.Array  # int32[]
+  cost: base.Cost
 
 
 def _top(k, scores_BxN, *values_BxN):
@@ -95,27 +95,26 @@ def _beam_step(config, state, cache, step, logits_BKxV):
       state.alive_tokens, parent_BxK[:, :, None], axis=1).at[:, :, step].set(
           token_BxK)
   rows_BK = (jnp.arange(batch)[:, None] * beams + parent_BxK).reshape(-1)
-  cache = jax.tree.map(lambda x: x[rows_BK], cache)
+  cache = cache.reorder(rows_BK)
   return state.replace(
       alive_tokens=alive_tokens, alive_log_prob=alive_log_prob,
       finished_tokens=finished_tokens, finished_score=finished_score,
       finished_length=finished_length), cache
 
 
-@functools.partial(jax.jit, static_argnames=("config", "logits_fn",
-                                             "cache_length"))
-def _beam_decode(config, logits_fn, cache_length, params, prompts_BxP,
-                 prompt_lengths_B):
+@functools.partial(jax.jit, static_argnames=("config", "cache_length"))
+def _beam_decode(config, cache_length, models, prompts_BxP, prompt_lengths_B):
   batch = prompts_BxP.shape[0]
   beams, steps = config.num_beams, config.max_new_tokens
-  first_logits_BxV, cache = prefill_body(logits_fn, params, prompts_BxP,
-                                         prompt_lengths_B, cache_length)
+  first_logits_BxV, cache, cost = prefill_body(
+      models, "model", base.Cost.zero(models), prompts_BxP, prompt_lengths_B,
+      cache_length)
   vocab = first_logits_BxV.shape[-1]
   if max(config.eos_ids + (config.pad_id,)) >= vocab:
     raise ValueError(f"eos_ids={config.eos_ids} and pad_id={config.pad_id} "
                      f"must be < vocab size {vocab}")
   per_beam = lambda x: jnp.repeat(x, beams, axis=0)
-  cache = jax.tree.map(per_beam, cache)
+  cache = cache.reorder(jnp.repeat(jnp.arange(batch), beams))
   positions_BK = per_beam(prompt_lengths_B)
   empty = jnp.full((batch, beams, steps), config.pad_id, jnp.int32)
   state = _BeamState(
@@ -123,18 +122,16 @@ def _beam_decode(config, logits_fn, cache_length, params, prompts_BxP,
       alive_log_prob=jnp.full((batch, beams), -jnp.inf).at[:, 0].set(0.0),
       finished_tokens=empty,
       finished_score=jnp.full((batch, beams), -jnp.inf),
-      finished_length=jnp.zeros((batch, beams), jnp.int32),
-      nfe=jnp.int32(1))
+      finished_length=jnp.zeros((batch, beams), jnp.int32), cost=cost)
   carry = _beam_step(config, state, cache, 0, per_beam(first_logits_BxV))
 
   def step(carry, i):
     state, cache = carry
     tokens_BKx1 = state.alive_tokens[:, :, i - 1].reshape(batch * beams, 1)
-    logits_BKx1xV, cache = logits_fn(params, tokens_BKx1,
-                                     (positions_BK + i - 1)[:, None],
-                                     cache=cache)
-    state = state.replace(nfe=state.nfe + 1)
-    return _beam_step(config, state, cache, i, logits_BKx1xV[:, 0]), None
+    out, cost = base.forward(models, "model", state.cost, tokens_BKx1,
+                             (positions_BK + i - 1)[:, None], cache=cache)
+    state = state.replace(cost=cost)
+    return _beam_step(config, state, out.cache, i, out.logits[:, 0]), None
 
   (state, _), _ = jax.lax.scan(step, carry,
                                jnp.arange(1, steps, dtype=jnp.int32))
@@ -149,8 +146,8 @@ def _beam_decode(config, logits_fn, cache_length, params, prompts_BxP,
                        jnp.full((batch, beams), steps, jnp.int32)], axis=1))
   lengths_B = lengths[:, 0]
   committed_TxB = (jnp.arange(steps)[:, None] < lengths_B[None, :])
-  return DecodeResult(tokens=tokens[:, 0], lengths=lengths_B, nfe=state.nfe,
-                      committed=committed_TxB.astype(jnp.int32))
+  return base.result(tokens[:, 0], lengths_B,
+                     committed_TxB.astype(jnp.int32), state.cost)
 
 
 @register("ar_beam")
@@ -177,7 +174,7 @@ class BeamSearchDecoder(SequenceConfig):
       raise ValueError(
           f"length_penalty={self.length_penalty} must be in [0, inf)")
 
-  def decode(self, logits_fn: LogitsFn, params: Any, prompts: jax.Array,
+  def decode(self, models: Mapping[str, Model], prompts: jax.Array,
              prompt_lengths: jax.Array, key: jax.Array) -> DecodeResult:
     """Returns each row's best hypothesis; `key` is unused (deterministic).
 
@@ -186,6 +183,5 @@ class BeamSearchDecoder(SequenceConfig):
     """
     del key
     length, prompts, prompt_lengths = self.checked_cache_length(
-        logits_fn, prompts, prompt_lengths)
-    return _beam_decode(self, logits_fn, length, params, prompts,
-                        prompt_lengths)
+        models, prompts, prompt_lengths)
+    return _beam_decode(self, length, models, prompts, prompt_lengths)

@@ -20,8 +20,8 @@ import tqdm
 
 from lm_decoding.data.tokenizer import Tokenizer
 from lm_decoding.decoding import autoregressive
-from lm_decoding.decoding import masked_diffusion
-from lm_decoding.decoding.base import LogitsFn, make_decoder
+from lm_decoding.decoding import iterative
+from lm_decoding.decoding.base import LogitsFn, bind, make_decoder
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.evaluation import cost, quality
 
@@ -59,7 +59,8 @@ class DecoderSpec:
       options.update(max_new_tokens=length,
                      sampling=SamplingConfig(temperature=temperature))
     else:
-      options.update(gen_length=length, temperature=temperature,
+      options.update(gen_length=length,
+                     sampling=SamplingConfig(temperature=temperature),
                      steps=self.steps or length)
     return make_decoder(self.name, **options)
 
@@ -161,7 +162,8 @@ def run(specs: Sequence[DecoderSpec], ar: Model, mdlm: Model,
     batch_prompts = jnp.asarray(prompts[:b], jnp.int32)
     prompt_lengths = jnp.full((b,), prompts.shape[1], jnp.int32)
     key = jax.random.fold_in(jax.random.key(seed), t)
-    fn = jax.jit(functools.partial(decoder.decode, model.logits_fn))
+    fn = jax.jit(lambda params, *args: decoder.decode(
+        bind(model.logits_fn, params), *args))
     ttft = None
     if spec.family == SEQUENTIAL:
       ttft = _ttft_s(model, batch_prompts, prompt_lengths,
@@ -179,11 +181,11 @@ def run(specs: Sequence[DecoderSpec], ar: Model, mdlm: Model,
                  roofline_ratio=record.ms_per_sequence / (bound * 1e3))
     if b == quality_batch:
       if spec.family == PARALLEL:  # one run gives both the raw and cut tokens
-        raw = jax.jit(functools.partial(decoder.denoise, model.logits_fn))(
-            model.params, batch_prompts, prompt_lengths, key).tokens
-        row["all_eos"] = int(masked_diffusion.eos_counts(raw, eos_ids)[1])
-        tokens, lengths = masked_diffusion.finish_at_eos(raw, eos_ids,
-                                                         decoder.pad_id)
+        raw = decoder.denoise(bind(model.logits_fn, model.params),
+                              batch_prompts, prompt_lengths, key).tokens
+        row["all_eos"] = int(iterative.eos_counts(raw, eos_ids)[1])
+        tokens, lengths = iterative.finish_at_eos(raw, eos_ids,
+                                                  decoder.pad_id)
       else:
         result = fn(model.params, batch_prompts, prompt_lengths, key)
         tokens, lengths = result.tokens, result.lengths

@@ -125,7 +125,7 @@ def _target_log_probs(logits_fn, params, seq_BxL):
   inputs_BxL = seq_BxL[:, :-1]
   positions_BxL = jnp.broadcast_to(
       jnp.arange(inputs_BxL.shape[1], dtype=jnp.int32), inputs_BxL.shape)
-  logits_BxLxV, _ = logits_fn(params, inputs_BxL, positions_BxL)
+  logits_BxLxV = logits_fn(params, inputs_BxL, positions_BxL).logits
   log_probs_BxLxV = jax.nn.log_softmax(logits_BxLxV.astype(jnp.float32), -1)
   return jnp.take_along_axis(
       log_probs_BxLxV, seq_BxL[:, 1:, None], axis=-1)[..., 0]

@@ -17,6 +17,19 @@ Worked example (S = 6, two rows, prompts of 3 and 2 tokens right-padded to 3):
 Writes past S would be clamped by `dynamic_update_slice`; callers must check
 `prompt_len + max_new_tokens <= S` before compiling (see
 `lm_decoding.decoding.autoregressive`).
+
+Operations decoders need, all per row and pure:
+  `at(index)`        the next call writes at these slots (e.g. a dual cache
+                     rewrites one block in the middle of the sequence);
+  `rollback(length)` forgets slots >= length (speculative rejection: a row
+                     keeps only its accepted tokens); stale slots are never
+                     attended because masks only reach slots < index + L;
+  `reorder(rows)`    gathers rows (beam search follows each beam's parent).
+
+The arrays carry their own logical axes, `LOGICAL_AXES` = ('cache_batch',
+'cache_length', 'cache_kv_heads', 'cache_head_dim'), distinct from the
+parameters' 'heads', so a mesh can shard the cache by batch and KV heads
+independently of the weights (as MaxText does).
 """
 
 from __future__ import annotations
@@ -42,6 +55,9 @@ class KVCache:
   v: tuple[jax.Array, ...]
   index: jax.Array
 
+  LOGICAL_AXES = ("cache_batch", "cache_length", "cache_kv_heads",
+                  "cache_head_dim")
+
   @property
   def length(self) -> int:
     """Number of slots S (static)."""
@@ -64,6 +80,34 @@ class KVCache:
     return cls(k=tuple(zeros() for _ in range(config.num_layers)),
                v=tuple(zeros() for _ in range(config.num_layers)),
                index=jnp.zeros((batch_size,), jnp.int32))
+
+  def at(self, index_B: jax.Array) -> "KVCache":
+    """The same cache with the next write at slot index[b] of row b.
+
+    Args:
+      index_B: int32[B] (or a scalar, for every row) write slots.
+    """
+    index_B = jnp.broadcast_to(jnp.asarray(index_B, jnp.int32),
+                               self.index.shape)
+    return self.replace(index=index_B)
+
+  def rollback(self, length_B: jax.Array) -> "KVCache":
+    """Keeps the first min(index[b], length[b]) slots of each row.
+
+    Args:
+      length_B: int32[B] slots to keep per row (e.g. the accepted prefix).
+    """
+    return self.at(jnp.minimum(self.index, jnp.asarray(length_B, jnp.int32)))
+
+  def reorder(self, rows_B: jax.Array) -> "KVCache":
+    """Row b of the result is row rows[b] of this cache (keys, values, index).
+
+    Args:
+      rows_B: int32[B'] source rows (B' may differ from B).
+    """
+    take = lambda a: jnp.take(a, rows_B, axis=0)
+    return KVCache(k=tuple(map(take, self.k)), v=tuple(map(take, self.v)),
+                   index=take(self.index))
 
   def bytes_per_slot(self) -> int:
     """Bytes of keys and values one token occupies across all layers."""

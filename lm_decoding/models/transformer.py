@@ -1,8 +1,10 @@
 """A pure decoder-only Transformer (flax linen) with an explicit KV cache.
 
-`Transformer(config).apply({'params': p}, tokens, positions, cache=None)`
-returns `(logits float32[B, L, V], cache)`. The same module serves as a causal
-LM and as a bidirectional masked-diffusion denoiser (`config.attention`).
+`Transformer(config).apply({'params': p}, tokens, positions, cache=None,
+attention_mask=None)` returns a `ModelOutput` (logits float32[B, L, V], cache,
+hidden). The same module serves as a causal LM, a bidirectional masked-
+diffusion denoiser, a block-causal BD3-LM or a prefix LM: the attention mask
+is an input (`lm_decoding.models.masks`), `config.attention` only its default.
 Parameters carry logical axis names ('vocab', 'embed', 'heads', 'kv', 'mlp')
 so sharding only adds rules (see `lm_decoding.parallel`).
 """
@@ -15,8 +17,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from lm_decoding.models import masks
 from lm_decoding.models.config import TransformerConfig
 from lm_decoding.models.kv_cache import KVCache, write_rows
+from lm_decoding.models.output import ModelOutput
 
 _NEG = -1e30  # finite mask value for float32 attention scores
 
@@ -139,58 +143,45 @@ class Block(nn.Module):
     return x, k_cache, v_cache
 
 
-def attention_mask(config: TransformerConfig, batch: int, length: int,
-                   cache: KVCache | None,
-                   input_mask_BxL: jax.Array | None) -> jax.Array:
-  """bool[B, L, S]: which key slots each query may attend to.
-
-  Without a cache, S = L and keys are the inputs themselves. With a cache,
-  query i of row b sits in slot index[b] + i and sees the slots written so far.
-  """
-  q = jnp.arange(length)
-  if cache is None:
-    k = jnp.arange(length)
-    mask = jnp.ones((batch, length, length), bool)
-    if config.attention == "causal":
-      mask &= (k[None, :] <= q[:, None])[None]
-    if input_mask_BxL is not None:
-      mask &= input_mask_BxL[:, None, :].astype(bool)
-    return mask
-  k = jnp.arange(cache.length)
-  query_slot_BxL = cache.index[:, None] + q[None, :]
-  written_BxS = k[None, :] < (cache.index[:, None] + length)
-  mask = jnp.broadcast_to(written_BxS[:, None, :], (batch, length, cache.length))
-  if config.attention == "causal":
-    mask &= k[None, None, :] <= query_slot_BxL[:, :, None]
-  return mask
-
-
 class Transformer(nn.Module):
   """Decoder-only Transformer: tokens -> float32 logits, threading a KV cache.
 
-  Call: `apply({'params': p}, tokens, positions, cache=None, input_mask=None)`.
+  Call: `apply({'params': p}, tokens, positions, cache=None,
+  attention_mask=None)`.
     tokens: int32[B, L] token ids.
     positions: int32[B, L] per-row positions (RoPE angle or learned row).
     cache: a `KVCache` to read and extend (cached decoding), or None for a
       full forward pass over `tokens` alone.
-    input_mask: optional bool[B, L] key validity (False keys are never
-      attended to); only without a cache (e.g. padding in diffusion decoding).
+    attention_mask: bool[B, L, S] which keys each query sees (S = L without
+      a cache, the cache length with one); build it with
+      `lm_decoding.models.masks`. None is `masks.default_mask` of
+      `config.attention` (causal, or every written slot).
   Returns:
-    logits: float32[B, L, vocab_size].
-    cache: the cache with the L new keys/values written at each row's index
-      and index advanced by L, or None when no cache was given.
+    `ModelOutput`: logits float32[B, L, vocab_size]; the cache with the L new
+    keys/values written at each row's index and index advanced by L (None
+    without a cache); hidden [B, L, D], the final-norm hidden states.
+  Raises:
+    ValueError: attention_mask not of shape [B, L, S].
   """
 
   config: TransformerConfig
 
   @nn.compact
-  def __call__(self, tokens_BxL, positions_BxL, cache=None, input_mask=None):
+  def __call__(self, tokens_BxL, positions_BxL, cache=None,
+               attention_mask=None):
     cfg = self.config
-    if cache is not None and input_mask is not None:
-      raise ValueError("input_mask is only supported without a cache")
     b, l = tokens_BxL.shape
+    if attention_mask is None:
+      attention_mask = masks.default_mask(
+          cfg.attention, b, l, None if cache is None else cache.index,
+          None if cache is None else cache.length)
+    s = l if cache is None else cache.length
+    if attention_mask.shape != (b, l, s):
+      raise ValueError(f"attention_mask has shape {attention_mask.shape}; "
+                       f"expected [B, L, S] = {(b, l, s)}")
     embedding = self.param(
-        "embedding", _init(nn.initializers.normal(1.0), "vocab", "embed"),
+        "embedding",
+        _init(nn.initializers.normal(cfg.d_model ** -0.5), "vocab", "embed"),
         (cfg.vocab_size, cfg.d_model), cfg.weight_dtype)
     x = jnp.take(embedding, tokens_BxL, axis=0).astype(cfg.compute_dtype)
     if cfg.tie_embeddings:
@@ -200,7 +191,7 @@ class Transformer(nn.Module):
           "pos_embedding", _init(nn.initializers.normal(0.02), None, "embed"),
           (cfg.max_len, cfg.d_model), cfg.weight_dtype)
       x = x + jnp.take(pos_embedding, positions_BxL, axis=0).astype(cfg.compute_dtype)
-    mask = attention_mask(cfg, b, l, cache, input_mask)
+    mask = attention_mask.astype(bool)
     new_k, new_v = [], []
     for i in range(cfg.num_layers):
       kc = vc = None
@@ -210,7 +201,7 @@ class Transformer(nn.Module):
           x, positions_BxL, mask, kc, vc, None if cache is None else cache.index)
       new_k.append(kc)
       new_v.append(vc)
-    x = Norm(cfg, name="final_norm")(x)
+    x = hidden = Norm(cfg, name="final_norm")(x)
     if cfg.tie_embeddings:
       logits = jnp.einsum("bld,vd->blv", x, embedding.astype(cfg.compute_dtype),
                           preferred_element_type=jnp.float32)
@@ -222,10 +213,10 @@ class Transformer(nn.Module):
           kernel_init=_init(nn.initializers.lecun_normal(), "embed", "vocab"),
       )(x)
     logits = logits.astype(jnp.float32)
-    if cache is None:
-      return logits, None
-    return logits, cache.replace(k=tuple(new_k), v=tuple(new_v),
-                                 index=cache.index + l)
+    if cache is not None:
+      cache = cache.replace(k=tuple(new_k), v=tuple(new_v),
+                            index=cache.index + l)
+    return ModelOutput(logits, cache, hidden)
 
 
 def init_params(config: TransformerConfig, key: jax.Array, length: int = 8):
@@ -262,15 +253,16 @@ class ModelLogitsFn:
   def max_len(self) -> int:
     return self.config.max_len
 
-  def __call__(self, params, tokens, positions, cache=None, input_mask=None):
+  def __call__(self, params, tokens, positions, cache=None,
+               attention_mask=None) -> ModelOutput:
     return Transformer(self.config).apply(
         {"params": params}, tokens, positions, cache=cache,
-        input_mask=input_mask)
+        attention_mask=attention_mask)
 
   def init_cache(self, batch_size: int, length: int) -> KVCache:
     return KVCache.init(self.config, batch_size, length)
 
 
 def make_logits_fn(config: TransformerConfig) -> ModelLogitsFn:
-  """(params, tokens, positions, cache, input_mask) -> (logits, cache)."""
+  """(params, tokens, positions, cache, attention_mask) -> ModelOutput."""
   return ModelLogitsFn(config)

@@ -9,9 +9,9 @@ bound, so it can be jitted and differentiated:
 
 The model enters as a `logits_fn`, the decoder boundary of
 `lm_decoding.decoding.base`: (params, tokens, positions, cache=None,
-input_mask=None) -> (float32 logits, cache). `make_logits_fn(config)` is
-hashable (usable as a static jit argument) and tests pass stub logits
-instead. When `logits_fn` has a `config`, its attention kind is checked:
+attention_mask=None) -> `ModelOutput` (float32 logits, cache, hidden).
+`make_logits_fn(config)` is hashable (usable as a static jit argument) and
+tests pass stub logits instead. When `logits_fn` has a `config`, its attention kind is checked:
 a causal model for `ar_*`, a non-causal one for `mdlm_*`.
 
 Every objective returns `(loss, metrics)`:
@@ -30,10 +30,10 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from lm_decoding.data.tokenizer import MASK_ID, PAD_ID
-from lm_decoding.models.heads import subs_log_probs
-from lm_decoding.training.schedules import (
-    EPS, log_linear_alpha, log_linear_alpha_prime)
+from lm_decoding.models import diffusion, masks
+from lm_decoding.models.diffusion import (
+    EPS, log_linear_alpha, log_linear_alpha_prime, subs_log_probs)
+from lm_decoding.special_tokens import MASK_ID, PAD_ID
 
 
 def _check_tokens(tokens_BxL, min_length: int) -> None:
@@ -87,7 +87,7 @@ def ar_eval(logits_fn, params, tokens_BxL: jax.Array):
   _check_tokens(tokens_BxL, min_length=2)
   _check_attention(logits_fn, causal=True, objective="ar_eval")
   inputs_BxT, targets_BxT = tokens_BxL[:, :-1], tokens_BxL[:, 1:]
-  logits_BxTxV, _ = logits_fn(params, inputs_BxT, _positions(inputs_BxT))
+  logits_BxTxV = logits_fn(params, inputs_BxT, _positions(inputs_BxT)).logits
   log_probs = jax.nn.log_softmax(logits_BxTxV.astype(jnp.float32), axis=-1)
   scored_BxT = targets_BxT != PAD_ID
   nll_BxT = jnp.where(scored_BxT, -_gather(log_probs, targets_BxT), 0.0)
@@ -118,7 +118,7 @@ def mask_tokens(key: jax.Array, x0_BxL: jax.Array, t_B: jax.Array,
   """Samples the absorbing forward process q(x_t | x_0) of masked diffusion.
 
   Each non-PAD token independently becomes `mask_id` with probability
-  1 - alpha_t (log-linear schedule, `schedules.log_linear_alpha(t, eps)`);
+  1 - alpha_t (log-linear schedule, `diffusion.log_linear_alpha(t, eps)`);
   PAD is never masked.
 
   Args:
@@ -130,10 +130,8 @@ def mask_tokens(key: jax.Array, x0_BxL: jax.Array, t_B: jax.Array,
   Returns:
     int32[B, L] x_t.
   """
-  u_BxL = jax.random.uniform(key, x0_BxL.shape, jnp.float32)
-  masked_BxL = ((u_BxL < 1.0 - log_linear_alpha(t_B, eps)[:, None])
-                & (x0_BxL != PAD_ID))
-  return jnp.where(masked_BxL, mask_id, x0_BxL).astype(x0_BxL.dtype)
+  return diffusion.mask_tokens(key, x0_BxL, log_linear_alpha(t_B, eps),
+                               mask_id)
 
 
 def mdlm_nelbo_terms(logits_BxLxV: jax.Array, x0_BxL: jax.Array,
@@ -143,7 +141,7 @@ def mdlm_nelbo_terms(logits_BxLxV: jax.Array, x0_BxL: jax.Array,
 
   term[b, l] = -alpha'_t / (1 - alpha_t) * -log p_theta(x0[b, l] | x_t[b])
   where x_t[b, l] is MASK (and x0[b, l] is not PAD), 0 elsewhere; p_theta is
-  the SUBS parameterisation (`heads.subs_log_probs`: MASK never predicted,
+  the SUBS parameterisation (`diffusion.subs_log_probs`: MASK never predicted,
   unmasked positions carried over). With the log-linear schedule the weight
   is 1 / t. Sahoo et al. 2024, "Simple and Effective Masked Diffusion
   Language Models", eq. 10: NELBO = E_{t ~ U(0,1], x_t} sum_l term[l].
@@ -169,8 +167,10 @@ def mdlm_nelbo_terms(logits_BxLxV: jax.Array, x0_BxL: jax.Array,
 def _mdlm_nelbo(logits_fn, params, x0_BxL, x_t_BxL, t_B, mask_id, eps):
   """Summed NELBO terms of one (t, x_t) draw per row."""
   # PAD keys are hidden, as a diffusion decoder hides padding past a length.
-  logits, _ = logits_fn(params, x_t_BxL, _positions(x_t_BxL),
-                        input_mask=x0_BxL != PAD_ID)
+  length = x_t_BxL.shape[1]
+  logits = logits_fn(params, x_t_BxL, _positions(x_t_BxL),
+                     attention_mask=masks.key_padding_mask(x0_BxL != PAD_ID,
+                                                           length)).logits
   return mdlm_nelbo_terms(logits, x0_BxL, x_t_BxL, t_B, mask_id, eps).sum()
 
 

@@ -1,0 +1,682 @@
+"""One iterative-decoding loop for masked-diffusion LMs, with pluggable policies.
+
+Every parallel decoder of this package (MDLM, LLaDA, Fast-dLLM threshold
+decoding, MaskGIT, ReMDM, ...) is a wiring of this loop: a frozen dataclass
+deriving from `IterativeDecoder` that says how many steps a block may take
+(`max_block_steps`) and which masked positions to commit, and which committed
+ones to re-mask, at each step (`select`). The loop itself, the layout, the
+proposals, the KV-cache contexts, the cost accounting and the EOS handling
+live here once (as dInfer separates iteration manager, decoding strategy and
+KV-cache manager).
+
+Layout. With right-padded prompts int32[B, P] and prompt_lengths int32[B],
+every row is laid out in a static length L = P + T (T = gen_length) as
+[prompt | T MASK | PAD], positions arange(L), and PAD keys hidden
+(`masks.key_padding_mask`). Worked example, P = 3, T = 4, M = MASK, _ = PAD:
+
+    prompts [[7, 8, 9], [5, _, _]], prompt_lengths [3, 1]
+    row 0:  7 8 9 M M M M      generated region: positions 3..6
+    row 1:  5 M M M M _ _      generated region: positions 1..4
+    valid row 1: 1 1 1 1 1 0 0
+
+The generated region is cut into N = T / block_length blocks decoded left to
+right (semi-autoregressive, as LLaDA; one block when block_length is None).
+Block n of row b is the window of W = block_length positions starting at
+prompt_lengths[b] + n W; rows move from block to block together, each with
+its own state.
+
+Step (inside block n, for every row; written for ONE row and `jax.vmap`-ed):
+  1. logits of the window, from the context (below);
+  2. proposal: every window position draws a token through the same
+     `SamplingConfig` as AR decoding (temperature, top-k, top-p, min-p), with
+     MASK excluded (SUBS, Sahoo et al. 2024), and gets `probs`, the softmax
+     of its raw logits over the whole vocabulary, MASK included (LLaDA's
+     confidence, Nie et al. 2025);
+  3. the decoder's `select` says which masked positions take their draw and
+     which committed ones return to MASK;
+  4. early stop: the block ends when no row has a masked window position, or
+     after `max_block_steps` steps (`lax.while_loop`, static maximum).
+Row b's randomness at global step s and absolute position p comes from
+fold_in(fold_in(row_key[b], s), p) with the row keys of `base.row_keys`: a
+row decodes the same alone or in any batch, and whatever its window.
+
+Contexts (`kv_cache`), i.e. how the window's logits are computed:
+  "none"    one full bidirectional pass over [B, L] per step (exact).
+  "prefix"  Fast-dLLM's prefix cache (Wu et al. 2025): at each block start
+            one full pass fills a KV cache; each step then recomputes only
+            the window and everything after it, attending to the cached
+            prefix. Exact for a causal model; approximate for a
+            bidirectional one (the prefix keys saw the old suffix).
+  "dual"    Fast-dLLM's dual cache: prefix and suffix both cached at the
+            block start; each step recomputes only the W window positions.
+As in Fast-dLLM, the full pass that fills the cache at a block start also
+gives the block's first-step logits. `cache_refresh="step"` refills the
+cache with a full pass before every cached step (two calls per step): the
+exactness check of the cached path. `reuse_logits` skips the model call of a
+step when no row changed since the last one (MDLM's caching trick; valid
+because the denoiser has no time input, and the cache is fixed within a
+block): NFE then counts the calls actually made for the batch, one whenever
+ANY row changed.
+
+Cost: every call goes through `base.forward`, role "model"; the result's
+`forward_tokens` counts B x (L, L - nW or W) positions per call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any, Mapping
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from lm_decoding.decoding import base
+from lm_decoding.decoding.base import DecodeResult, Model, id_tuple, is_count
+from lm_decoding.decoding.sampling import SamplingConfig, sample
+from lm_decoding.models import masks
+from lm_decoding.special_tokens import EOS_ID, MASK_ID, PAD_ID
+
+KV_CACHES = ("none", "prefix", "dual")
+CACHE_REFRESH = ("block", "step")
+ATTENTION = ("bidirectional", "causal")
+ORDERINGS = ("low_confidence", "random", "margin", "entropy")
+
+
+@flax.struct.dataclass
+class Denoised:
+  """The raw outcome of the loop (before EOS handling).
+
+  Attributes:
+    tokens: int32[B, T] generated regions (`denoise`) or int32[B, L] whole
+      sequences (`infill`); no MASK left.
+    committed: int32[K, B] net tokens committed per step per row (K the
+      static maximum of steps).
+    cost: forward calls and positions (`base.Cost`).
+    states: int32[K, B, L] the sequences after each step when traced, else
+      None.
+    max_logit_error: float32[] with `measure_error`, the largest |logit|
+      difference between the context's window logits and an uncached full
+      pass over the same tokens, over all steps (0 for kv_cache "none");
+      else None.
+  """
+
+  tokens: jax.Array
+  committed: jax.Array
+  cost: base.Cost
+  states: jax.Array | None = None
+  max_logit_error: jax.Array | None = None
+
+  @property
+  def nfe(self) -> jax.Array:
+    return self.cost.nfe
+
+
+@flax.struct.dataclass
+class Step:
+  """What a decoder's `select` sees of ONE row at one step (W = window).
+
+  Attributes:
+    k: int32[] step within the block (0-based).
+    masked: bool[W] window positions still MASK.
+    fill: bool[W] window positions the decoder may write (the generated
+      region); `select` must never commit or re-mask outside it.
+    num_masked: int32[] masked window positions when the block started.
+    drawn: int32[W] proposed tokens (never MASK).
+    probs: float32[W, V] softmax of the raw logits (MASK included).
+    committed_confidence: float32[W] probability each committed generated
+      token had when it was committed (0 elsewhere).
+    uniform: float32[W] U[0, 1) noise for the selector's own randomness,
+      drawn per absolute position (like the proposals), so a row's result
+      does not depend on where its window starts.
+  """
+
+  k: jax.Array
+  masked: jax.Array
+  fill: jax.Array
+  num_masked: jax.Array
+  drawn: jax.Array
+  probs: jax.Array
+  committed_confidence: jax.Array
+  uniform: jax.Array
+
+  def confidence(self, ordering: str) -> jax.Array:
+    """float32[W] score of each position under `ordering` (higher first).
+
+    'low_confidence' p(drawn) (LLaDA), 'random' uniform noise, 'margin' top-1
+    minus top-2 probability (Kim et al. 2025), 'entropy' minus the entropy of
+    the position's distribution (Ben-Hamu et al. 2025).
+    """
+    if ordering == "low_confidence":
+      return jnp.take_along_axis(self.probs, self.drawn[:, None], -1)[:, 0]
+    if ordering == "random":
+      return self.uniform
+    if ordering == "margin":
+      top2 = jax.lax.top_k(self.probs, 2)[0]
+      return top2[:, 0] - top2[:, 1]
+    if ordering == "entropy":
+      p = self.probs
+      return jnp.sum(jnp.where(p > 0, p * jnp.log(jnp.maximum(p, 1e-30)), 0.0),
+                     -1)
+    raise ValueError(f"ordering={ordering!r}; allowed: {ORDERINGS}")
+
+
+def top_n(score_W: jax.Array, allowed_W: jax.Array, n: jax.Array) -> jax.Array:
+  """bool[W]: the n allowed positions with the highest score.
+
+  Ties go to the leftmost position; n above the allowed count selects all.
+  """
+  score = jnp.where(allowed_W, score_W, -jnp.inf)
+  order = jnp.argsort(score, descending=True, stable=True)
+  first_n = jnp.arange(score_W.shape[0]) < n
+  return allowed_W & jnp.zeros_like(allowed_W).at[order].set(first_n)
+
+
+def _check_range(name: str, values: Any, low: int, high: int):
+  if isinstance(values, jax.core.Tracer):
+    return
+  values = np.asarray(values)
+  if values.size and (values.min() < low or values.max() > high):
+    raise ValueError(f"{name} must lie in [{low}, {high}]; got {values}")
+
+
+def prompt_layout(prompts: jax.Array, prompt_lengths: jax.Array,
+                  gen_length: int, mask_id: int = MASK_ID,
+                  pad_id: int = PAD_ID):
+  """Lays out [prompt | gen_length MASK | PAD] rows (see the module docstring).
+
+  Args:
+    prompts: int32[B, P] right-padded prompts.
+    prompt_lengths: int32[B] real prompt tokens per row, in [0, P].
+    gen_length: T, MASK positions per row.
+    mask_id, pad_id: MASK and PAD token ids.
+  Returns:
+    tokens: int32[B, P + T]; fill: bool[B, P + T] the generated region;
+    valid: bool[B, P + T] False on the PAD tail.
+  """
+  prompts = jnp.asarray(prompts, jnp.int32)
+  lengths_Bx1 = jnp.asarray(prompt_lengths, jnp.int32)[:, None]
+  index_L = jnp.arange(prompts.shape[1] + gen_length)
+  padded_BxL = jnp.pad(prompts, ((0, 0), (0, gen_length)),
+                       constant_values=pad_id)
+  in_prompt = index_L < lengths_Bx1
+  valid = index_L < lengths_Bx1 + gen_length
+  fill = valid & ~in_prompt
+  tokens = jnp.where(in_prompt, padded_BxL,
+                     jnp.where(fill, mask_id, pad_id)).astype(jnp.int32)
+  return tokens, fill, valid
+
+
+def _eos_mask(tokens: jax.Array, eos_ids: tuple[int, ...]) -> jax.Array:
+  if not eos_ids:
+    return jnp.zeros(tokens.shape, bool)
+  return jnp.isin(tokens, jnp.asarray(eos_ids, jnp.int32))
+
+
+def finish_at_eos(tokens: jax.Array, eos_ids: tuple[int, ...],
+                  pad_id: int = PAD_ID):
+  """Cuts rows after their first EOS.
+
+  Args:
+    tokens: int32[B, T] generated tokens.
+    eos_ids: ids that end a row (empty: no row ends early).
+    pad_id: id written after a row's first EOS.
+  Returns:
+    tokens: int32[B, T] with PAD after the first EOS (the EOS is kept);
+    lengths: int32[B] tokens up to and including the first EOS (T if none).
+  """
+  is_eos = _eos_mask(tokens, eos_ids)
+  t = tokens.shape[1]
+  lengths = jnp.where(is_eos.any(1), jnp.argmax(is_eos, 1) + 1,
+                      t).astype(jnp.int32)
+  keep = jnp.arange(t)[None, :] < lengths[:, None]
+  return jnp.where(keep, tokens, pad_id).astype(jnp.int32), lengths
+
+
+def eos_counts(tokens: jax.Array, eos_ids: tuple[int, ...]):
+  """Counts degenerate outputs of a decoder (for the quality report).
+
+  Args:
+    tokens: int32[B, T] raw generated tokens (`Denoised.tokens`, before
+      `finish_at_eos`, which turns an all-EOS row into an empty one).
+    eos_ids: ids that end a row.
+  Returns:
+    (empty, all_eos): int32[] rows whose first token is EOS (empty outputs)
+    and rows that are EOS at every position.
+  """
+  is_eos = _eos_mask(tokens, eos_ids)
+  return (jnp.sum(is_eos[:, 0], dtype=jnp.int32),
+          jnp.sum(is_eos.all(1), dtype=jnp.int32))
+
+
+def _propose(sampling: SamplingConfig, mask_id: int, keys_W, logits_WxV):
+  """(drawn int32[W], probs float32[W, V]) for ONE row's window."""
+  logits = logits_WxV.astype(jnp.float32)
+  probs = jax.nn.softmax(logits, -1)
+  no_mask = logits.at[:, mask_id].set(-jnp.inf)
+  draw = lambda key, logits_V: sample(key, logits_V[None], sampling)[0]
+  return jax.vmap(draw)(keys_W, no_mask), probs
+
+
+@flax.struct.dataclass
+class _Loop:
+  """The loop's carry (leading axis B on the per-row arrays)."""
+
+  tokens: jax.Array  # int32[B, L]
+  confidence: jax.Array  # float32[B, L] of committed generated tokens
+  committed: jax.Array  # int32[K, B]
+  executed: jax.Array  # bool[K] steps run
+  states: jax.Array | None  # int32[K, B, L] when traced
+  cost: base.Cost
+  logits: jax.Array  # float32[B, L or W, V] the last call's logits (reuse)
+  error: jax.Array  # float32[] max logit error (measure_error)
+
+
+def _windows(x_BxL, start_B, width):
+  return jax.vmap(lambda x, s: jax.lax.dynamic_slice_in_dim(x, s, width))(
+      x_BxL, start_B)
+
+
+def _put_windows(x_BxL, new_BxW, start_B):
+  return jax.vmap(lambda x, n, s: jax.lax.dynamic_update_slice_in_dim(
+      x, n, s, 0))(x_BxL, new_BxW, start_B)
+
+
+def _run(decoder, models, tokens_BxL, fill_BxL, valid_BxL, start_B,
+         num_blocks, width, keys_B, trace, measure_error):
+  """The loop over N blocks of W positions (traced inside a jit)."""
+  batch, length = tokens_BxL.shape
+  positions_BxL = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32),
+                                   (batch, length))
+  causal = decoder.attention == "causal"
+  full_mask = masks.key_padding_mask(valid_BxL, length)
+  if causal:
+    full_mask &= masks.causal_mask(batch, length)
+  max_steps = decoder.max_block_steps(width)
+  total = num_blocks * max_steps
+
+  def full_pass(cost, tokens, cache=None):
+    return base.forward(models, "model", cost, tokens, positions_BxL,
+                        cache=None if cache is None else cache.at(0),
+                        attention_mask=full_mask)
+
+  def call(loop, cache, start_B, query):
+    """(logits, cache, cost): float32[B, L, V] full-pass logits, or with a
+    KV cache float32[B, W, V] window logits."""
+    if decoder.kv_cache == "none":
+      out, cost = full_pass(loop.cost, loop.tokens)
+      return out.logits, cache, cost
+    cost = loop.cost
+    if decoder.cache_refresh == "step":
+      out, cost = full_pass(cost, loop.tokens, cache)
+      cache = out.cache
+    q_tokens = _windows(loop.tokens, start_B, query)
+    q_positions = start_B[:, None] + jnp.arange(query, dtype=jnp.int32)
+    valid_keys = masks.key_padding_mask(valid_BxL, query)
+    if decoder.kv_cache == "prefix" or causal:  # prefix + the query span
+      mask = masks.cache_query_mask(start_B, query, length, causal)
+    else:  # dual: every slot, the window fresh, prefix and suffix cached
+      mask = jnp.ones((batch, query, length), bool)
+    out, cost = base.forward(models, "model", cost, q_tokens, q_positions,
+                             cache=cache.at(start_B),
+                             attention_mask=mask & valid_keys)
+    return out.logits[:, :width], out.cache, cost
+
+  def step_row(k, global_step, window_logits_WxV, tokens_W, fill_W,
+               confidence_W, num_masked, start, key):
+    step_key = jax.random.fold_in(key, global_step)
+    keys_Wx2 = jax.vmap(lambda p: jax.random.split(
+        jax.random.fold_in(step_key, p)))(start + jnp.arange(width))
+    drawn, probs = _propose(decoder.sampling, decoder.mask_id, keys_Wx2[:, 0],
+                            window_logits_WxV)
+    masked = fill_W & (tokens_W == decoder.mask_id)
+    step = Step(k=k, masked=masked, fill=fill_W, num_masked=num_masked,
+                drawn=drawn, probs=probs, committed_confidence=confidence_W,
+                uniform=jax.vmap(jax.random.uniform)(keys_Wx2[:, 1]))
+    commit, remask = decoder.select(step)
+    commit &= masked
+    remask &= fill_W & ~masked
+    p_drawn = jnp.take_along_axis(probs, drawn[:, None], -1)[:, 0]
+    new_tokens = jnp.where(commit, drawn,
+                           jnp.where(remask, decoder.mask_id, tokens_W))
+    new_confidence = jnp.where(commit, p_drawn,
+                               jnp.where(remask, 0.0, confidence_W))
+    net = (jnp.sum(commit, dtype=jnp.int32)
+           - jnp.sum(remask, dtype=jnp.int32))
+    return new_tokens, new_confidence, net
+
+  step_rows = jax.vmap(step_row, in_axes=(None, None, 0, 0, 0, 0, 0, 0, 0))
+
+  def window_of(logits, start):
+    if decoder.kv_cache == "none":
+      return _windows(logits, start, width)
+    return logits
+
+  def block(n, loop, fresh):
+    """Decodes block n; `fresh`: loop.logits are valid for the tokens."""
+    start = start_B + n * width
+    query = width if decoder.kv_cache == "dual" else (num_blocks - n) * width
+    cache = None
+    if decoder.kv_cache != "none":
+      fresh = jnp.bool_(False)
+      cache = models["model"].logits_fn.init_cache(batch, length)
+      if decoder.cache_refresh == "block":  # its logits serve step 0 too
+        out, cost = full_pass(loop.cost, loop.tokens, cache)
+        cache, fresh = out.cache, jnp.bool_(True)
+        loop = loop.replace(cost=cost,
+                            logits=_windows(out.logits, start, width))
+    masked_B = _windows(fill_BxL & (loop.tokens == decoder.mask_id), start,
+                        width).sum(-1, dtype=jnp.int32)
+    fill_BxW = _windows(fill_BxL, start, width)
+
+    def cond(carry):
+      k, loop = carry[:2]
+      window = _windows(loop.tokens, start, width)
+      live = jnp.any(fill_BxW & (window == decoder.mask_id))
+      return (k < max_steps) & (live | (not decoder.early_stop))
+
+    def body(carry):
+      k, loop, cache, fresh = carry
+      logits, cache, cost = jax.lax.cond(
+          fresh, lambda: (loop.logits, cache, loop.cost),
+          lambda: call(loop, cache, start, query))
+      window_logits = window_of(logits, start)
+      error = loop.error
+      if measure_error:
+        model = models["model"]  # measurement only: not counted as cost
+        exact = model.logits_fn(model.params, loop.tokens, positions_BxL,
+                                attention_mask=full_mask).logits
+        error = jnp.maximum(error, jnp.max(jnp.abs(
+            _windows(exact, start, width) - window_logits)))
+      global_step = n * max_steps + k
+      tokens_BxW, confidence_BxW, net_B = step_rows(
+          k, global_step, window_logits, _windows(loop.tokens, start, width),
+          fill_BxW, _windows(loop.confidence, start, width), masked_B, start,
+          keys_B)
+      tokens = _put_windows(loop.tokens, tokens_BxW, start)
+      fresh = decoder.reuse_logits & jnp.all(tokens == loop.tokens)
+      loop = loop.replace(
+          tokens=tokens,
+          confidence=_put_windows(loop.confidence, confidence_BxW, start),
+          committed=loop.committed.at[global_step].set(net_B),
+          executed=loop.executed.at[global_step].set(True),
+          states=(None if loop.states is None
+                  else loop.states.at[global_step].set(tokens)),
+          cost=cost, logits=logits, error=error)
+      return k + 1, loop, cache, fresh
+
+    _, loop, _, fresh = jax.lax.while_loop(cond, body,
+                                           (jnp.int32(0), loop, cache, fresh))
+    return loop, fresh
+
+  vocab = jax.eval_shape(
+      lambda t: models["model"].logits_fn(models["model"].params, t,
+                                          positions_BxL[:, :1]),
+      tokens_BxL[:, :1]).logits.shape[-1]
+  for name in ("mask_id", "pad_id"):
+    if getattr(decoder, name) >= vocab:
+      raise ValueError(f"{name}={getattr(decoder, name)} must be < vocab "
+                       f"size {vocab}")
+  loop = _Loop(
+      tokens=tokens_BxL, confidence=jnp.zeros((batch, length), jnp.float32),
+      committed=jnp.zeros((total, batch), jnp.int32),
+      executed=jnp.zeros((total,), bool),
+      states=jnp.zeros((total, batch, length), jnp.int32) if trace else None,
+      cost=base.Cost.zero(models),
+      logits=jnp.zeros((batch, length if decoder.kv_cache == "none" else width,
+                        vocab), jnp.float32),
+      error=jnp.float32(0))
+  fresh = jnp.bool_(False)
+  for n in range(num_blocks):
+    loop, fresh = block(n, loop, fresh)
+  if trace:  # a step not run (early stop) shows the state before it
+    last_K = jax.lax.cummax(jnp.where(loop.executed, jnp.arange(total), -1))
+    states = jnp.concatenate([tokens_BxL[None], loop.states])[last_K + 1]
+    loop = loop.replace(states=states)
+  return loop
+
+
+@functools.partial(jax.jit, static_argnames=("decoder", "trace",
+                                             "measure_error"))
+def _generate(decoder, models, prompts, prompt_lengths, keys_B, trace,
+              measure_error):
+  t = decoder.gen_length
+  tokens, fill, valid = prompt_layout(prompts, prompt_lengths, t,
+                                      decoder.mask_id, decoder.pad_id)
+  width = decoder.block_size()
+  loop = _run(decoder, models, tokens, fill, valid, prompt_lengths,
+              t // width, width, keys_B, trace, measure_error)
+  index_BxT = prompt_lengths[:, None] + jnp.arange(t)[None, :]
+  return Denoised(tokens=jnp.take_along_axis(loop.tokens, index_BxT, 1),
+                  committed=loop.committed, cost=loop.cost,
+                  states=loop.states,
+                  max_logit_error=loop.error if measure_error else None)
+
+
+@functools.partial(jax.jit, static_argnames=("decoder", "trace"))
+def _infill(decoder, models, tokens, fill, valid, keys_B, trace):
+  tokens = jnp.where(fill, decoder.mask_id, tokens).astype(jnp.int32)
+  batch, length = tokens.shape
+  loop = _run(decoder, models, tokens, fill, valid,
+              jnp.zeros((batch,), jnp.int32), 1, length, keys_B, trace,
+              measure_error=False)
+  return Denoised(tokens=loop.tokens, committed=loop.committed,
+                  cost=loop.cost, states=loop.states)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class IterativeDecoder:
+  """Fields and entry points shared by the iterative (diffusion) decoders.
+
+  A subclass adds its own options and implements `max_block_steps(W)` (the
+  static step budget of one block of W positions) and `select(step)` ->
+  (commit bool[W], remask bool[W]) for ONE row (see `Step`).
+
+  Attributes:
+    gen_length: T, tokens generated per row (>= 1).
+    steps: K, the denoising-step budget over the whole output (>= 1), for
+      the decoders that take one (`ScheduledDecoder`: K / N steps per
+      block); None for those that set their own pace (threshold decoding).
+    block_length: semi-autoregressive block length dividing gen_length, or
+      None for one block of T.
+    sampling: how each position's proposal is drawn (the AR processors;
+      temperature 0 is argmax); MASK is never drawn.
+    kv_cache: "none", "prefix" or "dual" (see the module docstring).
+    cache_refresh: "block" (refill the cache at each block start) or "step"
+      (every step: exact, for checks).
+    attention: "bidirectional" (a masked-diffusion denoiser) or "causal"
+      (the masks the loop builds are causal too).
+    reuse_logits: skip the call when no row changed (MDLM's caching trick).
+    early_stop: end a block as soon as no row has a masked position in it
+      (else run its whole step budget; the skipped steps commit nothing).
+    mask_id, pad_id: MASK and PAD token ids.
+    eos_ids: ids that end a row.
+
+  Raises:
+    ValueError: an option outside its range (checked at construction, so
+      before anything compiles).
+  """
+
+  roles = ("model",)
+
+  gen_length: int
+  steps: int | None = None
+  block_length: int | None = None
+  sampling: SamplingConfig = SamplingConfig(temperature=1.0)
+  kv_cache: str = "none"
+  cache_refresh: str = "block"
+  attention: str = "bidirectional"
+  reuse_logits: bool = True
+  early_stop: bool = True
+  mask_id: int = MASK_ID
+  pad_id: int = PAD_ID
+  eos_ids: tuple[int, ...] = (EOS_ID,)
+
+  def __post_init__(self):
+    object.__setattr__(self, "eos_ids", id_tuple(self.eos_ids))
+    if not is_count(self.gen_length):
+      raise ValueError(f"gen_length={self.gen_length!r} must be an integer "
+                       ">= 1")
+    if self.steps is not None and not is_count(self.steps):
+      raise ValueError(f"steps={self.steps!r} must be an integer >= 1")
+    if not isinstance(self.sampling, SamplingConfig):
+      raise ValueError(f"sampling={self.sampling!r} must be a SamplingConfig")
+    for name, allowed in (("kv_cache", KV_CACHES),
+                          ("cache_refresh", CACHE_REFRESH),
+                          ("attention", ATTENTION)):
+      if getattr(self, name) not in allowed:
+        raise ValueError(f"{name}={getattr(self, name)!r}; allowed: "
+                         f"{allowed}")
+    if min(self.mask_id, self.pad_id, *self.eos_ids) < 0:
+      raise ValueError(f"mask_id={self.mask_id}, pad_id={self.pad_id} and "
+                       f"eos_ids={self.eos_ids} must be >= 0")
+    if self.mask_id == self.pad_id or self.mask_id in self.eos_ids:
+      raise ValueError(f"mask_id={self.mask_id} must differ from pad_id="
+                       f"{self.pad_id} and eos_ids={self.eos_ids}")
+    block = self.block_size()
+    if not is_count(block) or self.gen_length % block:
+      raise ValueError(f"block_length={self.block_length!r} must be in "
+                       f"[1, {self.gen_length}] and divide "
+                       f"gen_length={self.gen_length}")
+
+  def block_size(self) -> int:
+    """W, the length of one block of the generated region."""
+    return self.gen_length if self.block_length is None else self.block_length
+
+  def num_blocks(self) -> int:
+    return self.gen_length // self.block_size()
+
+  def max_block_steps(self, width: int) -> int:
+    """Static step budget of one block of `width` positions."""
+    raise NotImplementedError
+
+  def select(self, step: Step) -> tuple[jax.Array, jax.Array]:
+    """(commit bool[W], remask bool[W]) for ONE row at one step."""
+    raise NotImplementedError
+
+  def _check(self, models, prompts, prompt_lengths):
+    base.check_models(self, models)
+    prompts = jnp.asarray(prompts)
+    if prompts.ndim != 2 or not jnp.issubdtype(prompts.dtype, jnp.integer):
+      raise ValueError(f"prompts must be int[B, P]; got {prompts.shape} "
+                       f"{prompts.dtype}")
+    prompts = prompts.astype(jnp.int32)
+    prompt_lengths = jnp.asarray(prompt_lengths)
+    if not jnp.issubdtype(prompt_lengths.dtype, jnp.integer):
+      raise ValueError(f"prompt_lengths must be int[B]; got "
+                       f"{prompt_lengths.dtype}")
+    prompt_lengths = prompt_lengths.astype(jnp.int32)
+    batch, width = prompts.shape
+    if prompt_lengths.shape != (batch,):
+      raise ValueError(f"prompt_lengths must have shape ({batch},); got "
+                       f"{prompt_lengths.shape}")
+    _check_range("prompt_lengths", prompt_lengths, 0, width)
+    max_len = models["model"].logits_fn.max_len
+    if width + self.gen_length > max_len:
+      raise ValueError(
+          f"prompt width P={width} + gen_length={self.gen_length} must be <= "
+          f"logits_fn.max_len={max_len}")
+    return prompts, prompt_lengths
+
+  def denoise(self, models: Mapping[str, Model], prompts: jax.Array,
+              prompt_lengths: jax.Array, key: jax.Array, trace: bool = False,
+              measure_error: bool = False) -> Denoised:
+    """Runs the loop on prompted rows, before EOS handling.
+
+    Args:
+      models: {"model": Model(logits_fn, params)}, the denoiser.
+      prompts: int32[B, P] right-padded prompts (P may be 0).
+      prompt_lengths: int32[B] in [0, P]; all 0 for unconditional samples.
+      key: PRNG key, or one per row (`base.row_keys`).
+      trace: also return the sequences after every step (`states`).
+      measure_error: also record the largest logit difference between the
+        cached context and an uncached pass (extra, uncounted passes).
+    Returns:
+      `Denoised` with tokens int32[B, T] (the raw generated regions).
+    Raises:
+      ValueError: models not binding "model"; prompts not int[B, P],
+        prompt_lengths not [B] or (when concrete) outside [0, P], or
+        P + gen_length > logits_fn.max_len; mask_id or pad_id >= V.
+    """
+    prompts, prompt_lengths = self._check(models, prompts, prompt_lengths)
+    return _generate(self, models, prompts, prompt_lengths,
+                     base.row_keys(key, prompts.shape[0]), trace,
+                     measure_error)
+
+  def decode(self, models: Mapping[str, Model], prompts: jax.Array,
+             prompt_lengths: jax.Array, key: jax.Array) -> DecodeResult:
+    """Generates gen_length tokens per row (see `denoise` for the arguments).
+
+    Returns:
+      `DecodeResult`: tokens int32[B, T] cut after the first EOS, lengths
+      int32[B], nfe, committed int32[K, B], calls and forward_tokens.
+    Raises:
+      ValueError: as `denoise`.
+    """
+    out = self.denoise(models, prompts, prompt_lengths, key)
+    tokens, lengths = finish_at_eos(out.tokens, self.eos_ids, self.pad_id)
+    return base.result(tokens, lengths, out.committed, out.cost)
+
+  def infill(self, models: Mapping[str, Model], tokens: jax.Array,
+             fill_mask: jax.Array, key: jax.Array,
+             valid: jax.Array | None = None,
+             trace: bool = False) -> Denoised:
+    """Fills the positions `fill_mask` marks, keeping every other token.
+
+    The whole sequence is one window (no blocks); no EOS handling.
+
+    Args:
+      models, key, trace: as `denoise`.
+      tokens: int32[B, L] sequences (their tokens at fill positions are
+        ignored).
+      fill_mask: bool[B, L] positions to decode.
+      valid: optional bool[B, L] valid keys (default all).
+    Returns:
+      `Denoised` with tokens int32[B, L]: `tokens` with the holes filled.
+    Raises:
+      ValueError: tokens not int[B, L], fill_mask or valid of another
+        shape, or L > logits_fn.max_len.
+    """
+    base.check_models(self, models)
+    tokens = jnp.asarray(tokens)
+    if tokens.ndim != 2 or not jnp.issubdtype(tokens.dtype, jnp.integer):
+      raise ValueError(f"tokens must be int[B, L]; got {tokens.shape} "
+                       f"{tokens.dtype}")
+    tokens = tokens.astype(jnp.int32)
+    if valid is None:
+      valid = jnp.ones(tokens.shape, bool)
+    for name, value in (("fill_mask", fill_mask), ("valid", valid)):
+      if jnp.shape(value) != tokens.shape:
+        raise ValueError(f"{name} must have shape {tokens.shape}; got "
+                         f"{jnp.shape(value)}")
+    max_len = models["model"].logits_fn.max_len
+    if tokens.shape[1] > max_len:
+      raise ValueError(f"tokens length L={tokens.shape[1]} must be <= "
+                       f"logits_fn.max_len={max_len}")
+    return _infill(self, models, tokens, jnp.asarray(fill_mask, bool),
+                   jnp.asarray(valid, bool),
+                   base.row_keys(key, tokens.shape[0]), trace)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ScheduledDecoder(IterativeDecoder):
+  """An iterative decoder spending K / N steps on each of its N blocks.
+
+  Raises:
+    ValueError: steps missing, or not a multiple of the number of blocks
+      N = gen_length / block_length.
+  """
+
+  def __post_init__(self):
+    super().__post_init__()
+    if self.steps is None or self.steps % self.num_blocks():
+      raise ValueError(f"steps={self.steps} must be a multiple of the number "
+                       f"of blocks gen_length / block_length = "
+                       f"{self.num_blocks()}")
+
+  def max_block_steps(self, width: int) -> int:
+    del width
+    return self.steps // self.num_blocks()
