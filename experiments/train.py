@@ -3,7 +3,10 @@ r"""Trains the backbone with the AR or masked-diffusion (MDLM) objective.
   python experiments/train.py --config=configs/tiny.py --workdir=/tmp/ar \
       --config.train.objective=ar --config.train.num_steps=600
 
-Resumes from the latest checkpoint in --workdir automatically. With
+Resumes from the latest complete checkpoint in --workdir automatically (a
+killed run loses at most the steps since its last checkpoint). A bad option, a
+checkpoint that does not fit, or a write that fails (full disk, read-only
+workdir) ends the run with one line on stderr and exit status 1. With
 --export_pretrained=NAME the trained parameters, tokenizer and a manifest (this
 exact command, config, commit, validation metrics) are written into the
 shipped pretrained set (`lm_decoding/pretrained/NAME`) that the main job uses
@@ -33,16 +36,27 @@ _EXPORT = flags.DEFINE_string(
     "export_pretrained", None,
     "If set, export the trained model into the shipped pretrained set under "
     "this name (ar, mdlm or evaluator).")
+_DATA_DIR = flags.DEFINE_string(
+    "data_dir", None,
+    "Where the tokenizer and encoded splits are cached (runs on the same data "
+    "share them); default: --workdir.")
 
 
 def main(argv):
   del argv
-  logging.set_verbosity(logging.WARNING)
+  # orbax logs every failure of its writer threads with full tracebacks; the
+  # one-line error below says what failed.
+  logging.set_verbosity(logging.FATAL)
   config, workdir = _CONFIG.value, _WORKDIR.value
-  summary = train.train(config, workdir)
+  data_dir = _DATA_DIR.value or workdir
+  try:
+    summary = train.train(config, workdir, data_dir=data_dir)
+  except (ValueError, OSError) as e:  # CheckpointError, CheckpointWriteError
+    sys.exit(f"error: {e}")
   print(json.dumps(summary, indent=2))
   if _EXPORT.value:
-    corpus = pipeline.prepare(config.data.path, config.data.vocab_size, workdir)
+    corpus = pipeline.prepare(config.data.path, config.data.vocab_size,
+                              data_dir)
     command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
     path = pretrained.export(config, workdir, _EXPORT.value, corpus.tokenizer,
                              command, summary)

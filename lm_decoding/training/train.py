@@ -2,12 +2,21 @@
 
 One jit-compiled step (optax AdamW, warmup + cosine decay, global-norm
 clipping), deterministic validation, orbax checkpoints that resume
-automatically, a progress bar with loss and tokens/s, and metrics appended to
-`{workdir}/metrics.jsonl`.
+automatically, a progress bar with the latest loss and tokens/s, and one JSON
+record per step appended to `{workdir}/metrics.jsonl`.
+
+Crash safety (`kill -9`, a full disk, a read-only workdir): a step's record is
+written before its checkpoint, checkpoints are atomic (see `checkpoints`), and
+a run that resumes from step s first rewinds `metrics.jsonl` to the records
+of steps <= s (dropping a torn last line), so a killed run loses at most the
+steps since its last complete checkpoint and the log never holds a step twice
+or misses one. A write that fails raises one error naming the file; the
+checkpoints written before it stay intact.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -60,8 +69,27 @@ def model_config(config: ml_collections.ConfigDict) -> TransformerConfig:
                            **config.model.to_dict())
 
 
+def decays(param: jax.Array) -> bool:
+  """Whether weight decay applies to a parameter: matrices only (ndim >= 2).
+
+  The usual AdamW practice (GPT-2, nanoGPT, MaxText): decay the weight
+  matrices (attention and MLP kernels, and the embedding table [V, D], which
+  is also the LM head when tied), never the vectors (norm scales, biases),
+  whose decay would pull a norm's gain towards 0 and not regularise.
+  """
+  return jnp.ndim(param) >= 2
+
+
 def make_optimizer(train: ml_collections.ConfigDict):
-  """AdamW with linear warmup then cosine decay, after global-norm clipping."""
+  """AdamW with linear warmup then cosine decay, after global-norm clipping.
+
+  Decoupled weight decay (Loshchilov & Hutter 2019) of `train.weight_decay`
+  times the learning rate, on the parameters `decays` selects.
+
+  Args:
+    train: the `train` section: learning_rate, warmup_steps, num_steps,
+      weight_decay, grad_clip_norm.
+  """
   schedule = optax.warmup_cosine_decay_schedule(
       init_value=0.0, peak_value=train.learning_rate,
       warmup_steps=train.warmup_steps,
@@ -69,7 +97,8 @@ def make_optimizer(train: ml_collections.ConfigDict):
       end_value=train.learning_rate * 0.1)
   return optax.chain(
       optax.clip_by_global_norm(train.grad_clip_norm),
-      optax.adamw(schedule, b1=0.9, b2=0.95, weight_decay=train.weight_decay))
+      optax.adamw(schedule, b1=0.9, b2=0.95, weight_decay=train.weight_decay,
+                  mask=lambda params: jax.tree.map(decays, params)))
 
 
 def init_state(model_cfg: TransformerConfig, optimizer, key) -> TrainState:
@@ -138,6 +167,60 @@ def evaluate(eval_fn, params, batches: np.ndarray) -> float:
   return total / max(count, 1.0)
 
 
+def _append_record(path: str, record: dict) -> None:
+  """Appends one JSON line to `path`.
+
+  Raises:
+    OSError: the write failed; the message names `path`.
+  """
+  try:
+    with open(path, "a") as f:
+      f.write(json.dumps(record) + "\n")
+  except OSError as e:
+    raise OSError(e.errno, f"could not write metrics ({e.strerror})",
+                  path) from e
+
+
+def _rewind_metrics(path: str, last_step: int) -> None:
+  """Keeps only the complete records of steps <= `last_step` in `path`.
+
+  A run killed after logging steps beyond its last checkpoint would otherwise
+  log them twice on resume; a torn last line (killed mid-write) is dropped.
+  The file is replaced atomically.
+  """
+  if not os.path.exists(path):
+    return
+  kept = []
+  with open(path) as f:
+    for line in f:
+      try:
+        record = json.loads(line)
+      except json.JSONDecodeError:
+        continue
+      if line.endswith("\n") and record.get("step", last_step + 1) <= last_step:
+        kept.append(line)
+  staging = path + ".tmp"
+  with open(staging, "w") as f:
+    f.writelines(kept)
+  os.replace(staging, path)
+
+
+def _check_workdir(workdir: str) -> None:
+  """Creates `workdir` if needed.
+
+  Raises:
+    ValueError: `workdir` is a file, or cannot be created or written.
+  """
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise ValueError(f"workdir={workdir!r} is a file, not a directory")
+  try:
+    os.makedirs(workdir, exist_ok=True)
+  except OSError as e:
+    raise ValueError(f"workdir={workdir!r} cannot be created: {e}") from e
+  if not os.access(workdir, os.W_OK):
+    raise ValueError(f"workdir={workdir!r} is not writable")
+
+
 def _fingerprint(config: ml_collections.ConfigDict) -> dict:
   """What a checkpoint must share with a config to be resumed or reused."""
   return {"data": config.data.to_dict(), "model": config.model.to_dict(),
@@ -149,23 +232,39 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   """Trains (or resumes) the model described by `config` under `workdir`.
 
   Writes `{workdir}/checkpoints/` (orbax, resumed automatically from the
-  latest step), `{workdir}/metrics.jsonl` (one JSON object per log point) and
-  the data cache (tokenizer, encoded splits) under `data_dir` (default
-  `workdir`), where models trained on the same data share it.
+  latest complete step), `{workdir}/metrics.jsonl` (one JSON object per step:
+  step 0 is the untrained model's validation loss; evaluation steps add
+  valid_loss and valid_ppl) and the data cache (tokenizer, encoded splits)
+  under `data_dir` (default `workdir`), where models trained on the same data
+  share it. See the module docstring for what a crash loses.
+
+  With `progress`, shows a bar with the latest loss and tokens/s (its
+  description says 'eval' or 'save' while validating or checkpointing), says
+  so when it resumes, and prints the final validation perplexity (MDLM: its
+  upper bound) as one line.
 
   Returns:
     A summary: parameter count, steps, final validation loss and perplexity
     (AR: perplexity; MDLM: perplexity bound), train tokens/s, wall seconds.
   Raises:
     ValueError: bad objective, sequence length above max_len, bad data path
-      or vocab size (before anything is compiled).
+      or vocab size, a workdir that is a file or not writable (all before
+      anything is compiled).
     CheckpointError: an existing checkpoint that does not fit `config`.
+    CheckpointWriteError: a checkpoint could not be written (full disk,
+      read-only file system); the earlier checkpoints are intact.
+    OSError: `metrics.jsonl` could not be written (the message names it).
   """
   start_time = time.time()
   model_cfg = model_config(config)
   train_cfg = config.train
+  objective, num_steps = train_cfg.objective, train_cfg.num_steps
+  _check_workdir(workdir)
   corpus = pipeline.prepare(config.data.path, config.data.vocab_size,
-                            data_dir or workdir)
+                            data_dir or workdir,
+                            config.data.get("format", "auto"))
+  if progress:
+    print(corpus.describe())
   if corpus.tokenizer.vocab_size != model_cfg.vocab_size:
     raise ValueError(
         f"tokenizer vocab_size={corpus.tokenizer.vocab_size} does not match "
@@ -187,63 +286,84 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   key = jax.random.key(config.seed)
   init_key, step_key = jax.random.split(key)
   state = init_state(model_cfg, optimizer, init_key)
-  checkpoints = Checkpoints(os.path.join(workdir, "checkpoints"),
-                            train_cfg.keep_checkpoints)
   fingerprint = _fingerprint(config)
-  if checkpoints.latest_step() is not None:
-    meta = checkpoints.read_meta()
-    if meta.get("fingerprint") != fingerprint:
-      raise CheckpointError(
-          f"checkpoint in {checkpoints.directory} was trained with "
-          f"{meta.get('fingerprint')}, not {fingerprint}; use another workdir")
-    state, _ = checkpoints.restore(state)
-
-  train_step = make_train_step(model_cfg, train_cfg.objective, optimizer)
-  eval_fn = make_eval_fn(model_cfg, train_cfg.objective,
-                         train_cfg.mdlm_eval_timesteps)
-  first = int(state.step)
-  batches = pipeline.batches(train_packed, train_cfg.batch_size, config.seed,
-                             start_step=first)
   log_path = os.path.join(workdir, "metrics.jsonl")
   tokens_per_step = train_cfg.batch_size * seq_len
+  train_step = make_train_step(model_cfg, objective, optimizer)
+  eval_fn = make_eval_fn(model_cfg, objective, train_cfg.mdlm_eval_timesteps)
+  desc = f"train {objective}"
   valid_loss = float("nan")
-  if first == 0:  # the untrained baseline, so every log shows the drop
-    valid_loss = evaluate(eval_fn, state.params, valid_batches)
-    with open(log_path, "a") as f:
-      f.write(json.dumps({"step": 0, "valid_loss": valid_loss,
-                          "valid_ppl": float(np.exp(valid_loss))}) + "\n")
-  tick, tick_step, tokens_per_s = time.time(), first, 0.0
-  bar = tqdm.tqdm(range(first, train_cfg.num_steps), initial=first,
-                  total=train_cfg.num_steps, disable=not progress,
-                  desc=f"train {train_cfg.objective}", unit="step")
-  for step in bar:
-    state, metrics = train_step(state, next(batches),
-                                jax.random.fold_in(step_key, step))
-    done = step + 1
-    last = done == train_cfg.num_steps
-    if done % 20 == 0 or last:
-      loss = float(metrics["loss"])
-      now = time.time()
-      tokens_per_s = (done - tick_step) * tokens_per_step / (now - tick)
-      tick, tick_step = now, done
-      bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tokens_per_s:.0f}")
-      record = {"step": done, "loss": loss, "tokens_per_s": tokens_per_s,
+  timed_steps, timed_s = 0, 0.0  # excludes each process's first (compiling) step
+  with contextlib.ExitStack() as stack:
+    checkpoints = stack.enter_context(Checkpoints(
+        os.path.join(workdir, "checkpoints"), train_cfg.keep_checkpoints))
+    if checkpoints.latest_step() is None:
+      _rewind_metrics(log_path, -1)  # a log left by a run killed before step 1
+    else:
+      meta = checkpoints.read_meta()
+      if meta.get("fingerprint") != fingerprint:
+        raise CheckpointError(
+            f"checkpoint in {checkpoints.directory} was trained with "
+            f"{meta.get('fingerprint')}, not {fingerprint}; use another "
+            "workdir")
+      state, _ = checkpoints.restore(state)
+      _rewind_metrics(log_path, int(state.step))
+      if progress:
+        print(f"{desc}: resuming from step {int(state.step)} of "
+              f"{checkpoints.directory}")
+    first = int(state.step)
+    batches = pipeline.batches(train_packed, train_cfg.batch_size, config.seed,
+                               start_step=first)
+    bar = stack.enter_context(tqdm.tqdm(  # closed before any error prints
+        initial=first, total=num_steps, disable=not progress, desc=desc,
+        unit="step"))
+
+    def validate(params) -> float:
+      bar.set_description(f"{desc}: eval")
+      loss = evaluate(eval_fn, params, valid_batches)
+      bar.set_description(desc)
+      return loss
+
+    if first == 0:  # the untrained baseline, so every log shows the drop
+      valid_loss = validate(state.params)
+      _append_record(log_path, {"step": 0, "valid_loss": valid_loss,
+                                "valid_ppl": float(np.exp(valid_loss))})
+    for step in range(first, num_steps):
+      tick = time.time()
+      state, metrics = train_step(state, next(batches),
+                                  jax.random.fold_in(step_key, step))
+      loss = float(metrics["loss"])  # waits for the step, so the time is real
+      seconds = time.time() - tick
+      if step > first:
+        timed_steps, timed_s = timed_steps + 1, timed_s + seconds
+      done = step + 1
+      record = {"step": done, "loss": loss,
+                "tokens_per_s": tokens_per_step / seconds,
                 "grad_norm": float(metrics["grad_norm"])}
-      if done % train_cfg.eval_every == 0 or last:
-        valid_loss = evaluate(eval_fn, state.params, valid_batches)
-        record.update(valid_loss=valid_loss, valid_ppl=float(np.exp(valid_loss)))
-      with open(log_path, "a") as f:
-        f.write(json.dumps(record) + "\n")
-    if done % train_cfg.checkpoint_every == 0 or last:
-      checkpoints.save(done, state, {"fingerprint": fingerprint,
-                                     "valid_loss": valid_loss})
-  bar.close()
-  checkpoints.close()
-  if first == train_cfg.num_steps:  # nothing left to train: report as is
+      bar.set_postfix(loss=f"{loss:.3f}",
+                      tok_s=f"{record['tokens_per_s']:.0f}", refresh=False)
+      bar.update(1)
+      if done % train_cfg.eval_every == 0 or done == num_steps:
+        valid_loss = validate(state.params)
+        record.update(valid_loss=valid_loss,
+                      valid_ppl=float(np.exp(valid_loss)))
+      _append_record(log_path, record)  # before the checkpoint of this step
+      if done % train_cfg.checkpoint_every == 0 or done == num_steps:
+        bar.set_description(f"{desc}: save")
+        checkpoints.save(done, state, {"fingerprint": fingerprint,
+                                       "valid_loss": valid_loss})
+        bar.set_description(desc)
+  if first == num_steps:  # nothing left to train: report as is
     valid_loss = evaluate(eval_fn, state.params, valid_batches)
-  return {"objective": train_cfg.objective,
+  valid_ppl = float(np.exp(valid_loss))
+  if progress:
+    measure = "perplexity" if objective == "ar" else "perplexity bound"
+    print(f"{desc}: final validation {measure} {valid_ppl:.2f} at step "
+          f"{int(state.step)} ({workdir})")
+  return {"objective": objective,
           "num_params": count_params(state.params),
           "steps": int(state.step), "valid_loss": valid_loss,
-          "valid_ppl": float(np.exp(valid_loss)),
-          "train_tokens_per_s": tokens_per_s,
+          "valid_ppl": valid_ppl,
+          "train_tokens_per_s": (timed_steps * tokens_per_step / timed_s
+                                 if timed_steps else 0.0),
           "wall_s": time.time() - start_time}
