@@ -43,6 +43,13 @@ records B * L for every call actually executed, jitted or not (a
 The stubs return `ModelOutput(logits, cache, hidden)`, hidden being the
 one-hot input tokens (float32[B, L, V]), and ignore `attention_mask`.
 
+`HashDenoiser` is a bidirectional stand-in for a masked-diffusion denoiser:
+pseudo-random logits of (row context, position, token, params), where the
+context hashes every visible non-MASK token of the row, so each position's
+logits change when any token of its row is committed, and a row's logits are
+exact and independent of the other rows. It records `executed` like
+`TableLogitsFn`.
+
 `RaisingLogitsFn` fails on any use: a decoder that raises ValueError with it
 has checked its input before tracing or compiling anything.
 
@@ -173,6 +180,44 @@ class TableLogitsFn:
     table = scale * rng.standard_normal((1, max_len) + (vocab_size,) * 3)
     table[..., list(masked_ids)] = -np.inf
     return cls(table.astype(np.float32))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class HashDenoiser:
+  """Pseudo-random, context-dependent denoiser logits (see module doc).
+
+  The context hashes the row's visible non-MASK tokens (keys no query of the
+  row may attend to, e.g. PAD, excluded) in uint32 arithmetic. At unmasked
+  positions the next token id gets +5: a decoder that re-samples committed
+  positions would change them. `params` is a uint32 scalar seed. No cache.
+  """
+
+  vocab: int = 16
+  max_len: int = 64
+  mask_id: int = 4
+  executed: list = dataclasses.field(default_factory=list)
+
+  def __call__(self, params, tokens, positions, cache=None,
+               attention_mask=None):
+    size = int(np.prod(tokens.shape))
+    jax.debug.callback(lambda: self.executed.append(size))
+    u32 = lambda x: jnp.asarray(x, jnp.uint32)
+    visible = tokens != self.mask_id
+    if attention_mask is not None:
+      visible &= attention_mask.any(1)
+    terms = u32(tokens + 1) * u32(2 * positions + 1) * u32(2654435761)
+    context_B = jnp.sum(jnp.where(visible, terms, u32(0)), 1, dtype=jnp.uint32)
+    x = (context_B[:, None, None] + u32(positions)[..., None] * u32(40503)
+         + jnp.arange(self.vocab, dtype=jnp.uint32) * u32(97) + u32(params))
+    for shift, factor in ((15, 2246822519), (13, 3266489917), (16, 1)):
+      x = (x ^ (x >> shift)) * u32(factor)
+    logits = (x >> 8).astype(jnp.float32) * (4.0 / 2 ** 24)
+    bonus = jax.nn.one_hot((tokens + 1) % self.vocab, self.vocab) * 5.0
+    return ModelOutput(logits + bonus * (tokens != self.mask_id)[..., None],
+                       cache)
+
+  def init_cache(self, batch_size, length):
+    return None
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import stubs
 from lm_decoding.decoding import base
 from lm_decoding.decoding.base import bind
 from lm_decoding.decoding.iterative import (
@@ -20,49 +21,6 @@ from lm_decoding.models import TransformerConfig, init_params, make_logits_fn
 from lm_decoding.models.output import ModelOutput
 
 PAD, EOS, MASK = 0, 3, 4
-_CALLS = [0]  # logits_fn calls counted by the stubs' debug callback
-
-
-def _count_call():
-  _CALLS[0] += 1
-
-
-@dataclasses.dataclass(frozen=True)
-class HashDenoiser:
-  """Pseudo-random logits of (row context, position, token, params).
-
-  The context hashes the row's visible non-MASK tokens (keys no query of the
-  row may attend to, e.g. PAD, excluded) in uint32 arithmetic, so a row's logits are exact and independent
-  of the other rows. At unmasked positions the next token id gets +5: a
-  decoder that re-samples committed positions would change them.
-  """
-
-  vocab: int = 16
-  max_len: int = 64
-  count: bool = True
-
-  def __call__(self, params, tokens, positions, cache=None,
-               attention_mask=None):
-    if self.count:
-      jax.debug.callback(_count_call)
-    u32 = lambda x: jnp.asarray(x, jnp.uint32)
-    visible = tokens != MASK
-    if attention_mask is not None:
-      visible &= attention_mask.any(1)
-    terms = u32(tokens + 1) * u32(2 * positions + 1) * u32(2654435761)
-    context_B = jnp.sum(jnp.where(visible, terms, u32(0)), 1, dtype=jnp.uint32)
-    x = (context_B[:, None, None] + u32(positions)[..., None] * u32(40503)
-         + jnp.arange(self.vocab, dtype=jnp.uint32) * u32(97) + u32(params))
-    for shift, factor in ((15, 2246822519), (13, 3266489917), (16, 1)):
-      x = (x ^ (x >> shift)) * u32(factor)
-    logits = (x >> 8).astype(jnp.float32) * (4.0 / 2 ** 24)
-    bonus = jax.nn.one_hot((tokens + 1) % self.vocab, self.vocab) * 5.0
-    return ModelOutput(logits + bonus * (tokens != MASK)[..., None], cache)
-
-  def init_cache(self, batch_size, length):
-    return None
-
-
 @dataclasses.dataclass(frozen=True)
 class TableDenoiser:
   """Logits `table[position]` in every row, whatever the tokens."""
@@ -95,7 +53,7 @@ def _constant(row, length=64):
   return TableDenoiser(table=(tuple(row),) * length, max_len=length)
 
 
-STUB = HashDenoiser()
+STUB = stubs.HashDenoiser()
 PARAMS = jnp.uint32(17)
 PROMPTS = jnp.array([[6, 7, 8], [9, PAD, PAD], [PAD, PAD, PAD]], jnp.int32)
 PROMPT_LENGTHS = jnp.array([3, 1, 0], jnp.int32)
@@ -104,11 +62,11 @@ PROMPT_LENGTHS = jnp.array([3, 1, 0], jnp.int32)
 def _denoise(decoder, prompts=PROMPTS, prompt_lengths=PROMPT_LENGTHS, seed=0,
              logits_fn=STUB):
   """Traced run; returns (Denoised, model calls counted through the stub)."""
-  _CALLS[0] = 0
+  first = len(logits_fn.executed)
   out = decoder.denoise(bind(logits_fn, PARAMS), prompts, prompt_lengths,
                         jax.random.key(seed), trace=True)
   jax.effects_barrier()
-  return jax.tree.map(np.asarray, out), _CALLS[0]
+  return jax.tree.map(np.asarray, out), len(logits_fn.executed) - first
 
 
 def _expected_nfe(committed_KxB):
@@ -284,7 +242,7 @@ def test_infill_fills_only_the_holes(decoder):
   tokens = jnp.asarray(rng.integers(5, 16, shape), jnp.int32)
   fill = rng.random(shape) < 0.5
   fill[2] = False  # a row with nothing to fill
-  _CALLS[0] = 0
+  first = len(STUB.executed)
   out = decoder.infill(bind(STUB, PARAMS), tokens, fill, jax.random.key(1),
                        trace=True)
   jax.effects_barrier()
@@ -294,7 +252,8 @@ def test_infill_fills_only_the_holes(decoder):
   np.testing.assert_array_equal(np.asarray(out.committed).sum(0), fill.sum(1))
   initial = np.where(fill, MASK, np.asarray(tokens))
   _check_unmasking(initial, np.asarray(out.states), np.asarray(out.committed))
-  assert out.nfe == _CALLS[0] == _expected_nfe(np.asarray(out.committed))
+  calls = len(STUB.executed) - first
+  assert out.nfe == calls == _expected_nfe(np.asarray(out.committed))
 
 
 @pytest.mark.parametrize("decoder", [MDLM, LLADA_RANDOM], ids=repr)

@@ -1,0 +1,98 @@
+"""Fast-dLLM's confidence-aware parallel decoding (Wu et al. 2025).
+
+Both decoders set their own pace inside each semi-autoregressive block: a
+step commits every masked position the rule accepts, at least one (the most
+confident), so a block of W positions takes between 1 and W steps and NFE
+adapts to how sure the model is. Confidence is LLaDA's: the probability of
+the drawn token under the softmax over the whole vocabulary. Combine with
+`kv_cache="prefix"` or `"dual"` for Fast-dLLM's approximate caches.
+
+- "threshold": commit the masked positions whose confidence is >= tau.
+  tau = 1 commits one token per step (the most confident; a probability of
+  exactly 1 aside), i.e. LLaDA's low-confidence decoding with K = T; tau
+  near 0 commits the whole block in one step.
+- "factor": with the masked confidences sorted, c_1 >= c_2 >= ..., commit
+  the n most confident for the largest n with (n + 1)(1 - c_n) < f (the
+  paper's factor rule, from its bound on the error of parallel decoding).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+
+from lm_decoding.decoding.base import register
+from lm_decoding.decoding.iterative import IterativeDecoder, Step, top_n
+from lm_decoding.decoding.sampling import SamplingConfig
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _SelfPacedDecoder(IterativeDecoder):
+  """Up to W steps per block of W; at least one commit per step.
+
+  Raises:
+    ValueError: `steps` given (these decoders take no step budget).
+  """
+
+  sampling: SamplingConfig = SamplingConfig(temperature=0.0)
+
+  def __post_init__(self):
+    super().__post_init__()
+    if self.steps is not None:
+      raise ValueError(f"steps={self.steps} must be None: "
+                       f"{type(self).__name__} takes as many steps as it "
+                       "needs, at most block_length per block")
+
+  def max_block_steps(self, width: int) -> int:
+    return width
+
+  def select(self, step: Step):
+    confidence = step.confidence("low_confidence")
+    commit = self._accept(jnp.where(step.masked, confidence, -jnp.inf),
+                          step.masked)
+    commit |= top_n(confidence, step.masked, 1)
+    return commit, jnp.zeros_like(commit)
+
+
+@register("threshold")
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ThresholdDecoder(_SelfPacedDecoder):
+  """Commit every masked position with confidence >= tau (see module doc).
+
+  Attributes (besides `IterativeDecoder`'s):
+    threshold: tau in (0, 1].
+  """
+
+  threshold: float = 0.9
+
+  def __post_init__(self):
+    super().__post_init__()
+    if not 0 < self.threshold <= 1:
+      raise ValueError(f"threshold={self.threshold} must be in (0, 1]")
+
+  def _accept(self, confidence_W, masked_W):
+    return masked_W & (confidence_W >= self.threshold)
+
+
+@register("factor")
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FactorDecoder(_SelfPacedDecoder):
+  """Commit the n most confident, largest n with (n + 1)(1 - c_n) < f.
+
+  Attributes (besides `IterativeDecoder`'s):
+    factor: f > 0; larger commits more per step.
+  """
+
+  factor: float = 1.0
+
+  def __post_init__(self):
+    super().__post_init__()
+    if not 0 < self.factor < float("inf"):
+      raise ValueError(f"factor={self.factor} must be in (0, inf)")
+
+  def _accept(self, confidence_W, masked_W):
+    sorted_W = -jnp.sort(-confidence_W)  # descending; -inf past the masked
+    n_W = jnp.arange(1, sorted_W.shape[0] + 1)
+    count = jnp.sum((n_W + 1) * (1.0 - sorted_W) < self.factor)
+    return top_n(confidence_W, masked_W, count)
