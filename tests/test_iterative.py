@@ -332,3 +332,20 @@ def test_unknown_or_missing_role_raises_before_the_model_runs(name):
       decoder.decode(models, RAGGED[:2], RAGGED_LENGTHS[:2], KEY)
   with pytest.raises(ValueError, match="base.bind"):
     decoder.decode(raising, RAGGED[:2], RAGGED_LENGTHS[:2], KEY)
+
+
+@pytest.mark.parametrize("name", registered())
+@pytest.mark.parametrize("temperature", [1e-39, 1e-37])
+def test_tiny_temperatures_decode_greedily_in_every_decoder(name,
+                                                            temperature):
+  """R2: below `sampling.MIN_TEMPERATURE` every decoder takes the argmax
+  (here token 5 at every position; MASK = 4 and EOS = 3 are not it) instead
+  of dividing the logits by a subnormal temperature."""
+  row = np.array([0.5, -1, 1, 0, 0, 2, -0.5, 1.5], np.float32)
+  stub = stubs.TableLogitsFn.random(0, 8, 8)
+  stub.table[:] = row
+  options = {} if name == "ar_beam" else dict(
+      sampling=SamplingConfig(temperature=temperature))
+  decoder = _build(name, 3, **options)
+  out = decoder.decode(bind(stub, None), RAGGED[:2], RAGGED_LENGTHS[:2], KEY)
+  np.testing.assert_array_equal(out.tokens, np.full((2, 3), 5))

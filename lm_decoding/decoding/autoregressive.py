@@ -218,7 +218,7 @@ def _init_state(config, prompts_BxP, prompt_lengths_B, vocab_size, cost):
 
 def _sample_rows(config, keys_B, step, logits_BxV, seen_BxV):
   """int32[B]: token `step` of each row, row b drawn with its own key."""
-  if keys_B is None or config.temperature == 0:
+  if keys_B is None or sampling.is_greedy(config.temperature):
     return sampling.sample(None, logits_BxV, config, seen_BxV=seen_BxV)
 
   def one(key, logits_V, seen_V):
@@ -368,7 +368,7 @@ class AutoregressiveDecoder(SequenceConfig):
                           self._keys(key, prompts.shape[0]))
 
   def _keys(self, key, batch):
-    return (None if self.sampling.temperature == 0
+    return (None if sampling.is_greedy(self.sampling.temperature)
             else base.row_keys(key, batch))
 
 
