@@ -63,15 +63,23 @@ def read_metrics(workdir):
 
 
 @pytest.mark.parametrize("objective", ["ar", "mdlm"])
-def test_short_run_lowers_validation_loss(objective, data_dir, tmp_path):
+def test_short_run_lowers_validation_loss(objective, data_dir, tmp_path,
+                                         capsys):
   workdir = fresh_workdir(data_dir, tmp_path, objective)
-  summary = train_lib.train(tiny_config(objective), workdir, progress=False)
-  evals = [r for r in read_metrics(workdir) if "valid_loss" in r]
+  summary = train_lib.train(tiny_config(objective), workdir, progress=True)
+  records = read_metrics(workdir)
+  assert [r["step"] for r in records] == list(range(41))  # every step, once
+  evals = [r for r in records if "valid_loss" in r]
   assert evals[0]["step"] == 0 and evals[-1]["step"] == 40
   initial, final = evals[0]["valid_loss"], evals[-1]["valid_loss"]
   assert final < initial - 1.0, (initial, final)  # nats per token
   assert summary["valid_loss"] == pytest.approx(final)
   assert summary["steps"] == 40 and summary["num_params"] > 0
+  # Issue 12 item 3: the run ends with one line giving its final perplexity.
+  measure = "perplexity" if objective == "ar" else "perplexity bound"
+  last = capsys.readouterr().out.strip().splitlines()[-1]
+  assert last == (f"train {objective}: final validation {measure} "
+                  f"{summary['valid_ppl']:.2f} at step 40 ({workdir})")
 
 
 def test_interrupted_run_resumes_bit_exactly(data_dir, tmp_path, monkeypatch):
@@ -92,9 +100,13 @@ def test_interrupted_run_resumes_bit_exactly(data_dir, tmp_path, monkeypatch):
   with pytest.raises(KeyboardInterrupt):
     train_lib.train(config, interrupted, progress=False)
   monkeypatch.setattr(pipeline, "batches", real_batches)
-  assert Checkpoints(os.path.join(interrupted, "checkpoints")).latest_step() == 20
+  with Checkpoints(os.path.join(interrupted, "checkpoints")) as checkpoints:
+    assert checkpoints.latest_step() == 20
+  assert read_metrics(interrupted)[-1]["step"] == 25  # logged past step 20
   summary = train_lib.train(config, interrupted, progress=False)
   assert summary["steps"] == 30
+  # Steps 21-25 were trained twice but are logged once.
+  assert [r["step"] for r in read_metrics(interrupted)] == list(range(31))
 
   from lm_decoding.training import pretrained
   a = pretrained.load_trained_params(config, straight)
@@ -110,10 +122,10 @@ def test_save_restore_gives_identical_state_and_next_loss(tmp_path):
   step = train_lib.make_train_step(model_cfg, "ar", optimizer)
   tokens = jax.random.randint(jax.random.key(4), (4, 16), 5, 512)
   state, _ = step(state, tokens, jax.random.key(5))
-  checkpoints = Checkpoints(str(tmp_path / "ckpt"))
-  checkpoints.save(1, state, {"note": "x"})
-  restored, meta = checkpoints.restore(
-      train_lib.abstract_state(model_cfg, optimizer))
+  with Checkpoints(str(tmp_path / "ckpt")) as checkpoints:
+    checkpoints.save(1, state, {"note": "x"})
+    restored, meta = checkpoints.restore(
+        train_lib.abstract_state(model_cfg, optimizer))
   assert meta == {"note": "x"}
   jax.tree.map(np.testing.assert_array_equal, state, restored)
   _, m1 = step(state, tokens, jax.random.key(6))
@@ -122,14 +134,15 @@ def test_save_restore_gives_identical_state_and_next_loss(tmp_path):
 
 
 def test_corrupt_checkpoint_raises_clear_error(tmp_path):
-  checkpoints = Checkpoints(str(tmp_path / "ckpt"))
   state = {"w": jnp.arange(1000.0)}
-  checkpoints.save(7, state, {})
+  with Checkpoints(str(tmp_path / "ckpt")) as checkpoints:
+    checkpoints.save(7, state, {})
   for path in (tmp_path / "ckpt" / "7").rglob("*"):
     if path.is_file() and path.stat().st_size > 0:
       path.write_bytes(b"garbage")
-  with pytest.raises(CheckpointError, match="step 7"):
-    Checkpoints(str(tmp_path / "ckpt")).restore(state)
+  with Checkpoints(str(tmp_path / "ckpt")) as checkpoints:
+    with pytest.raises(CheckpointError, match="step 7"):
+      checkpoints.restore(state)
 
 
 def test_mismatched_checkpoint_is_refused(data_dir, tmp_path):
