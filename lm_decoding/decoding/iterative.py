@@ -285,6 +285,76 @@ def _put_windows(x_BxL, new_BxW, start_B):
       x, n, s, 0))(x_BxL, new_BxW, start_B)
 
 
+def step_rows(decoder: IterativeDecoder, k: jax.Array, global_step: jax.Array,
+              logits_BxWxV: jax.Array, tokens_BxW: jax.Array,
+              fill_BxW: jax.Array, confidence_BxW: jax.Array,
+              num_masked_B: jax.Array, start_B: jax.Array, keys_B: jax.Array):
+  """One denoising step of every row's window: propose, select, commit.
+
+  Steps 2 and 3 of the module docstring, written for ONE row and `jax.vmap`-ed
+  over the batch; row b's randomness is fold_in(fold_in(keys[b],
+  global_step), p) at absolute position p = start[b] + w.
+
+  Args:
+    decoder: supplies `sampling`, `mask_id` and `select`.
+    k: int32[] step within the block; global_step: int32[] step overall.
+    logits_BxWxV: float32[B, W, V] window logits.
+    tokens_BxW: int32[B, W] window tokens; fill_BxW: bool[B, W] writable.
+    confidence_BxW: float32[B, W] confidence of committed tokens.
+    num_masked_B: int32[B] masked window positions at the block start.
+    start_B: int32[B] absolute position of each window's first token.
+    keys_B: [B] per-row PRNG keys (`base.row_keys`).
+  Returns:
+    (tokens int32[B, W], confidence float32[B, W], net int32[B]): the new
+    window tokens and confidences, and tokens committed minus re-masked.
+  """
+  def row(window_logits_WxV, tokens_W, fill_W, confidence_W, num_masked,
+          start, key):
+    width = tokens_W.shape[0]
+    step_key = jax.random.fold_in(key, global_step)
+    keys_Wx2 = jax.vmap(lambda p: jax.random.split(
+        jax.random.fold_in(step_key, p)))(start + jnp.arange(width))
+    drawn, probs = _propose(decoder.sampling, decoder.mask_id, keys_Wx2[:, 0],
+                            window_logits_WxV)
+    masked = fill_W & (tokens_W == decoder.mask_id)
+    step = Step(k=k, masked=masked, fill=fill_W, num_masked=num_masked,
+                drawn=drawn, probs=probs, committed_confidence=confidence_W,
+                uniform=jax.vmap(jax.random.uniform)(keys_Wx2[:, 1]))
+    commit, remask = decoder.select(step)
+    commit &= masked
+    remask &= fill_W & ~masked
+    p_drawn = jnp.take_along_axis(probs, drawn[:, None], -1)[:, 0]
+    new_tokens = jnp.where(commit, drawn,
+                           jnp.where(remask, decoder.mask_id, tokens_W))
+    new_confidence = jnp.where(commit, p_drawn,
+                               jnp.where(remask, 0.0, confidence_W))
+    net = (jnp.sum(commit, dtype=jnp.int32)
+           - jnp.sum(remask, dtype=jnp.int32))
+    return new_tokens, new_confidence, net
+
+  return jax.vmap(row)(logits_BxWxV, tokens_BxW, fill_BxW, confidence_BxW,
+                       num_masked_B, start_B, keys_B)
+
+
+def check_special_ids(decoder: IterativeDecoder, model: Model,
+                      tokens_BxL: jax.Array, positions_BxL: jax.Array) -> int:
+  """The vocab size V, after checking that mask_id and pad_id are below it.
+
+  Traces one abstract call of `model` on the first column (nothing runs).
+
+  Raises:
+    ValueError: decoder.mask_id or decoder.pad_id >= V.
+  """
+  vocab = jax.eval_shape(
+      lambda t: model.logits_fn(model.params, t, positions_BxL[:, :1]),
+      tokens_BxL[:, :1]).logits.shape[-1]
+  for name in ("mask_id", "pad_id"):
+    if getattr(decoder, name) >= vocab:
+      raise ValueError(f"{name}={getattr(decoder, name)} must be < vocab "
+                       f"size {vocab}")
+  return vocab
+
+
 def _run(decoder, models, tokens_BxL, fill_BxL, valid_BxL, start_B,
          num_blocks, width, keys_B, trace, measure_error):
   """The loop over N blocks of W positions (traced inside a jit)."""
@@ -325,31 +395,6 @@ def _run(decoder, models, tokens_BxL, fill_BxL, valid_BxL, start_B,
                              attention_mask=mask & valid_keys)
     return out.logits[:, :width], out.cache, cost
 
-  def step_row(k, global_step, window_logits_WxV, tokens_W, fill_W,
-               confidence_W, num_masked, start, key):
-    step_key = jax.random.fold_in(key, global_step)
-    keys_Wx2 = jax.vmap(lambda p: jax.random.split(
-        jax.random.fold_in(step_key, p)))(start + jnp.arange(width))
-    drawn, probs = _propose(decoder.sampling, decoder.mask_id, keys_Wx2[:, 0],
-                            window_logits_WxV)
-    masked = fill_W & (tokens_W == decoder.mask_id)
-    step = Step(k=k, masked=masked, fill=fill_W, num_masked=num_masked,
-                drawn=drawn, probs=probs, committed_confidence=confidence_W,
-                uniform=jax.vmap(jax.random.uniform)(keys_Wx2[:, 1]))
-    commit, remask = decoder.select(step)
-    commit &= masked
-    remask &= fill_W & ~masked
-    p_drawn = jnp.take_along_axis(probs, drawn[:, None], -1)[:, 0]
-    new_tokens = jnp.where(commit, drawn,
-                           jnp.where(remask, decoder.mask_id, tokens_W))
-    new_confidence = jnp.where(commit, p_drawn,
-                               jnp.where(remask, 0.0, confidence_W))
-    net = (jnp.sum(commit, dtype=jnp.int32)
-           - jnp.sum(remask, dtype=jnp.int32))
-    return new_tokens, new_confidence, net
-
-  step_rows = jax.vmap(step_row, in_axes=(None, None, 0, 0, 0, 0, 0, 0, 0))
-
   def window_of(logits, start):
     if decoder.kv_cache == "none":
       return _windows(logits, start, width)
@@ -358,7 +403,8 @@ def _run(decoder, models, tokens_BxL, fill_BxL, valid_BxL, start_B,
   def block(n, loop, fresh):
     """Decodes block n; `fresh`: loop.logits are valid for the tokens."""
     start = start_B + n * width
-    query = width if decoder.kv_cache == "dual" else (num_blocks - n) * width
+    # A prefix cache queries the rest of the generated region (static n).
+    query = (num_blocks - n) * width if decoder.kv_cache == "prefix" else width
     cache = None
     if decoder.kv_cache != "none":
       fresh = jnp.bool_(False)
@@ -393,9 +439,9 @@ def _run(decoder, models, tokens_BxL, fill_BxL, valid_BxL, start_B,
             _windows(exact, start, width) - window_logits)))
       global_step = n * max_steps + k
       tokens_BxW, confidence_BxW, net_B = step_rows(
-          k, global_step, window_logits, _windows(loop.tokens, start, width),
-          fill_BxW, _windows(loop.confidence, start, width), masked_B, start,
-          keys_B)
+          decoder, k, global_step, window_logits,
+          _windows(loop.tokens, start, width), fill_BxW,
+          _windows(loop.confidence, start, width), masked_B, start, keys_B)
       tokens = _put_windows(loop.tokens, tokens_BxW, start)
       fresh = decoder.reuse_logits & jnp.all(tokens == loop.tokens)
       loop = loop.replace(
@@ -412,14 +458,8 @@ def _run(decoder, models, tokens_BxL, fill_BxL, valid_BxL, start_B,
                                            (jnp.int32(0), loop, cache, fresh))
     return loop, fresh
 
-  vocab = jax.eval_shape(
-      lambda t: models["model"].logits_fn(models["model"].params, t,
-                                          positions_BxL[:, :1]),
-      tokens_BxL[:, :1]).logits.shape[-1]
-  for name in ("mask_id", "pad_id"):
-    if getattr(decoder, name) >= vocab:
-      raise ValueError(f"{name}={getattr(decoder, name)} must be < vocab "
-                       f"size {vocab}")
+  vocab = check_special_ids(decoder, models["model"], tokens_BxL,
+                            positions_BxL)
   loop = _Loop(
       tokens=tokens_BxL, confidence=jnp.zeros((batch, length), jnp.float32),
       committed=jnp.zeros((total, batch), jnp.int32),
@@ -430,8 +470,13 @@ def _run(decoder, models, tokens_BxL, fill_BxL, valid_BxL, start_B,
                         vocab), jnp.float32),
       error=jnp.float32(0))
   fresh = jnp.bool_(False)
-  for n in range(num_blocks):
-    loop, fresh = block(n, loop, fresh)
+  if decoder.kv_cache == "prefix":  # the query shrinks: one body per block
+    for n in range(num_blocks):
+      loop, fresh = block(n, loop, fresh)
+  else:  # one compiled body for every block
+    loop, fresh = jax.lax.fori_loop(0, num_blocks,
+                                    lambda n, carry: block(n, *carry),
+                                    (loop, fresh))
   if trace:  # a step not run (early stop) shows the state before it
     last_K = jax.lax.cummax(jnp.where(loop.executed, jnp.arange(total), -1))
     states = jnp.concatenate([tokens_BxL[None], loop.states])[last_K + 1]
