@@ -19,7 +19,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from lm_decoding.models import TransformerConfig, abstract_params
+from lm_decoding.models import KVCache, TransformerConfig, abstract_params
 
 MESH_AXES = ("data", "fsdp", "tensor")
 
@@ -43,8 +43,7 @@ DEFAULT_RULES: tuple[tuple[str, str | tuple[str, ...] | None], ...] = (
 )
 
 # Logical axes of one layer's cached keys/values [B, S, Hkv, Dh].
-KV_CACHE_AXES = ("cache_batch", "cache_length", "cache_kv_heads",
-                 "cache_head_dim")
+KV_CACHE_AXES = KVCache.LOGICAL_AXES
 
 
 def make_mesh(data: int = 1, fsdp: int = 1, tensor: int = 1,
