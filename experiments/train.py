@@ -56,7 +56,7 @@ def main(argv):
   print(json.dumps(summary, indent=2))
   if _EXPORT.value:
     corpus = pipeline.prepare(config.data.path, config.data.vocab_size,
-                              data_dir)
+                              data_dir, config.data.format)
     command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
     path = pretrained.export(config, workdir, _EXPORT.value, corpus.tokenizer,
                              command, summary)
