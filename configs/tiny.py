@@ -34,7 +34,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.model.param_dtype = "float32"
 
   config.train = ml_collections.ConfigDict()
-  config.train.objective = "ar"    # ar (causal attention) | mdlm (bidirectional)
+  config.train.objective = "ar"    # ar (causal attention) | mdlm (bidirectional) | bd3lm (blocks)
   config.train.batch_size = 16
   config.train.num_steps = 300
   config.train.learning_rate = 3e-3
@@ -43,7 +43,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.train.grad_clip_norm = 1.0
   config.train.eval_every = 100    # steps between validation passes
   config.train.eval_batches = 8    # validation batches (fixed, deterministic)
-  config.train.mdlm_eval_timesteps = 8  # fixed t grid for the MDLM bound
+  config.train.mdlm_eval_timesteps = 8  # fixed t grid for the MDLM bound (BD3-LM: strata)
+  config.train.block_length = 16   # bd3lm: block length W, divides seq_len (1 = AR, seq_len = MDLM)
   config.train.checkpoint_every = 100
   config.train.keep_checkpoints = 2
 

@@ -1,4 +1,4 @@
-"""Training objectives: next-token cross-entropy and the MDLM NELBO.
+"""Training objectives: next-token cross-entropy, the MDLM and BD3-LM NELBOs.
 
 Each objective is a pure function of (params, tokens, key) once the model is
 bound, so it can be jitted and differentiated:
@@ -12,15 +12,18 @@ The model enters as a `logits_fn`, the decoder boundary of
 attention_mask=None) -> `ModelOutput` (float32 logits, cache, hidden).
 `make_logits_fn(config)` is hashable (usable as a static jit argument) and
 tests pass stub logits instead. When `logits_fn` has a `config`, its attention kind is checked:
-a causal model for `ar_*`, a non-causal one for `mdlm_*`.
+a causal model for `ar_*`, a non-causal one for `mdlm_*` and `bd3lm_*` (BD3-LM
+passes its own block masks).
 
 Every objective returns `(loss, metrics)`:
-  metrics['nll']:    float32[] negative log-likelihood (for MDLM, its upper
-                     bound, the NELBO) summed over the batch, in nats.
+  metrics['nll']:    float32[] negative log-likelihood (for MDLM and BD3-LM,
+                     its upper bound, the NELBO) summed over the batch, in
+                     nats.
   metrics['tokens']: float32[] number of scored tokens.
   metrics['loss']:   nll / tokens, the returned loss (nats per token).
 Validation sums 'nll' and 'tokens' over batches and reports
-exp(sum nll / sum tokens) as perplexity (an upper bound of it for MDLM).
+exp(sum nll / sum tokens) as perplexity (an upper bound of it for MDLM and
+BD3-LM).
 
 PAD (id 0) marks positions outside a sequence: never a target, never masked.
 """
@@ -150,18 +153,21 @@ def mdlm_nelbo_terms(logits_BxLxV: jax.Array, x0_BxL: jax.Array,
     logits_BxLxV: float[B, L, V] denoiser logits (any float dtype).
     x0_BxL: int32[B, L] clean tokens.
     x_t_BxL: int32[B, L] masked tokens.
-    t_B: float32[B] times in (0, 1] (t = 0 gives an infinite weight).
+    t_B: float32[B] times in (0, 1] (t = 0 gives an infinite weight), or
+      float32[B, L], one time per position (BD3-LM: one per block).
     mask_id: the MASK token id.
     eps: schedule parameter, alpha_1 = eps.
   Returns:
     float32[B, L] terms, in nats.
   """
   log_probs = subs_log_probs(logits_BxLxV, x_t_BxL, mask_id)
-  weight_B = -log_linear_alpha_prime(t_B, eps) / (
-      1.0 - log_linear_alpha(t_B, eps))
+  t_BxL = jnp.asarray(t_B, jnp.float32)
+  if t_BxL.ndim == 1:
+    t_BxL = t_BxL[:, None]
+  weight_BxL = -log_linear_alpha_prime(t_BxL, eps) / (
+      1.0 - log_linear_alpha(t_BxL, eps))
   scored_BxL = (x_t_BxL == mask_id) & (x0_BxL != PAD_ID)
-  return jnp.where(scored_BxL, weight_B[:, None] * -_gather(log_probs, x0_BxL),
-                   0.0)
+  return jnp.where(scored_BxL, weight_BxL * -_gather(log_probs, x0_BxL), 0.0)
 
 
 def _mdlm_nelbo(logits_fn, params, x0_BxL, x_t_BxL, t_B, mask_id, eps):
@@ -249,3 +255,184 @@ def mdlm_bound(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array,
 
   nll_K = jax.lax.map(nelbo_at, jnp.arange(num_timesteps, dtype=jnp.int32))
   return _summarise(nll_K.mean(), (tokens_BxL != PAD_ID).sum())
+
+
+def _check_block_length(block_length, length: int) -> None:
+  if (isinstance(block_length, bool) or not isinstance(block_length, int)
+      or not 1 <= block_length <= length or length % block_length):
+    raise ValueError(f"block_length={block_length!r} must be an integer in "
+                     f"[1, {length}] dividing the sequence length L={length}")
+
+
+def bd3lm_noise(key: jax.Array, x0_BxL: jax.Array, block_length: int, *,
+                mask_id: int = MASK_ID, eps: float = EPS):
+  """BD3-LM's forward process (Arriola et al. 2025): one time per block.
+
+  The B * N blocks (N = L / block_length) get antithetic times
+  `sample_times(.., B * N, t_min=eps)` in row-major order (row b, block n is
+  stratum b N + n), as the reference samples t "along blocks and batches";
+  each non-PAD token is then masked with probability 1 - alpha_t of its
+  block's t (log-linear schedule, alpha_1 = eps). With block_length = L
+  this draws exactly `mdlm_loss`'s t and x_t from the same key.
+
+  Args:
+    key: PRNG key (times and masks).
+    x0_BxL: int32[B, L] clean tokens.
+    block_length: W, dividing L.
+    mask_id: the MASK token id.
+    eps: smallest time drawn and alpha_1.
+  Returns:
+    (t float32[B, L], each position's block time; x_t int32[B, L]).
+  """
+  batch, length = x0_BxL.shape
+  num_blocks = length // block_length
+  key_t, key_mask = jax.random.split(key)
+  t_BxN = sample_times(key_t, batch * num_blocks, t_min=eps).reshape(
+      batch, num_blocks)
+  t_BxL = jnp.repeat(t_BxN, block_length, axis=1)
+  return t_BxL, diffusion.mask_tokens(key_mask, x0_BxL,
+                                      log_linear_alpha(t_BxL, eps), mask_id)
+
+
+def _bd3lm_logits(logits_fn, params, x0_BxL, x_t_BxL, block_length):
+  """float32[B, L, V] denoising logits of x_t: one pass over [x_t ; x_0].
+
+  Both halves sit at positions 0..L-1 (the reference rotates both with the
+  same positions); `masks.bd3lm_training_mask` lets noisy block i see itself
+  and clean blocks < i, clean block i see clean blocks <= i; PAD keys are
+  hidden in both halves.
+  """
+  batch, length = x0_BxL.shape
+  valid_Bx2L = jnp.tile(x0_BxL != PAD_ID, (1, 2))
+  mask = (masks.bd3lm_training_mask(batch, length, block_length)
+          & masks.key_padding_mask(valid_Bx2L, 2 * length))
+  positions_BxL = _positions(x0_BxL)
+  logits = logits_fn(params, jnp.concatenate([x_t_BxL, x0_BxL], axis=1),
+                     jnp.concatenate([positions_BxL, positions_BxL], axis=1),
+                     attention_mask=mask).logits
+  return logits[:, :length]
+
+
+def bd3lm_loss(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array, *,
+               block_length: int, mask_id: int = MASK_ID, eps: float = EPS):
+  """BD3-LM training loss (Arriola et al. 2025): block diffusion NELBO/token.
+
+  The sequence is cut into N = L / block_length blocks; block n is denoised
+  conditioned on the clean blocks before it, so the NELBO is the sum over
+  blocks of an MDLM NELBO. Per block: a time t (`bd3lm_noise`: antithetic
+  over the B * N blocks), x_t of the block masked at alpha_t; one forward
+  pass over [x_t ; x_0] (2L inputs, `_bd3lm_logits`) gives every block's
+  denoising logits; `mdlm_nelbo_terms` scores the masked positions with SUBS
+  and the weight -alpha'_t / (1 - alpha_t) = 1 / t of their block's t. As
+  in the reference (kuleshov-group/bd3lms, `algo=bd3lm`): no time input to
+  the model, t in [eps, 1); its learned clipped schedule ("var_min", which
+  narrows t's range to lower the gradient variance) is not implemented.
+
+  Limits: block_length = L is exactly `mdlm_loss` (the same key draws the
+  same t and masks; the noisy half sees no clean token). block_length 1:
+  noisy token l sees only itself (MASK when masked) and x_0[:l], so the
+  model is a causal LM that reads [x_0[:l], MASK] and predicts x_l at the
+  MASK's position, MASK excluded from the softmax; a one-token block's
+  NELBO is exact, int P(masked at t) w(t) dt = alpha_0 - alpha_1 = 1 - eps,
+  so E[loss] = (1 - eps) x that AR model's NLL per token (and
+  `bd3lm_bound` equals its NLL exactly).
+
+  Args:
+    logits_fn: the denoiser (see the module docstring); non-causal attention
+      (the masks are passed explicitly).
+    params: model parameters.
+    tokens_BxL: int32[B, L] clean sequences, right-padded with PAD.
+    key: PRNG key (times and masks).
+    block_length: W, dividing L (static).
+    mask_id: the MASK token id (static).
+    eps: smallest time drawn and alpha_1, in (0, 1) (static).
+  Returns:
+    (loss float32[] nats per token, metrics) as in the module docstring.
+  Raises:
+    ValueError: tokens not int[B, L], block_length not dividing L, eps
+      outside (0, 1), or a causal model.
+  """
+  _check_tokens(tokens_BxL, min_length=1)
+  _check_block_length(block_length, tokens_BxL.shape[1])
+  if not 0.0 < eps < 1.0:
+    raise ValueError(f"eps={eps} must be in (0, 1)")
+  _check_attention(logits_fn, causal=False, objective="bd3lm_loss")
+  t_BxL, x_t_BxL = bd3lm_noise(key, tokens_BxL, block_length, mask_id=mask_id,
+                               eps=eps)
+  logits = _bd3lm_logits(logits_fn, params, tokens_BxL, x_t_BxL, block_length)
+  nll = mdlm_nelbo_terms(logits, tokens_BxL, x_t_BxL, t_BxL, mask_id,
+                         eps).sum()
+  return _summarise(nll, (tokens_BxL != PAD_ID).sum())
+
+
+def bd3lm_bound(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array,
+                num_timesteps: int, *, block_length: int,
+                mask_id: int = MASK_ID):
+  """Deterministic BD3-LM NELBO per token: the validation perplexity bound.
+
+  Each block's NELBO is taken in its number-of-masks form: with alpha_t =
+  1 - t (x_1 fully masked, no prior term), P(a given set S of m of the
+  block's w real tokens is masked) integrates against the weight 1/t to
+  int t^(m-1) (1-t)^(w-m) dt = 1 / (m C(w, m)), so
+
+    NELBO(block) = sum_{m=1..w} (1/m) E_{|S|=m} sum_{l in S}
+                   -log p(x_l | x_block\\S, x_<block),
+
+  S uniform over the subsets of size m. K' = min(num_timesteps, W) forward
+  passes estimate it: pass k covers the counts m in the stratum
+  (floor(k w / K'), floor((k+1) w / K')] of each row and block, draws one m
+  in it and one S of that size (keys from `fold_in(key, k)`), and weighs each
+  masked token by |stratum| / m: unbiased, and the same key gives the same
+  value. With block_length 1 it is one pass with every token masked and
+  weight 1: exactly the NLL of the AR model described in `bd3lm_loss`. With
+  block_length L it estimates the same NELBO as `mdlm_bound` (with other
+  draws, so not the same number).
+
+  Args:
+    logits_fn: the denoiser; non-causal attention.
+    params: model parameters.
+    tokens_BxL: int32[B, L] clean sequences, right-padded with PAD.
+    key: PRNG key of the draws; keep it fixed across evaluations.
+    num_timesteps: K >= 1 (static), the number of strata (passes), at most
+      block_length of them used.
+    block_length: W, dividing L (static).
+    mask_id: the MASK token id (static).
+  Returns:
+    (loss float32[] nats per token, metrics) as in the module docstring.
+  Raises:
+    ValueError: num_timesteps < 1, tokens not int[B, L], block_length not
+      dividing L, or a causal model.
+  """
+  if not isinstance(num_timesteps, int) or num_timesteps < 1:
+    raise ValueError(f"num_timesteps={num_timesteps!r} must be an int >= 1")
+  _check_tokens(tokens_BxL, min_length=1)
+  _check_block_length(block_length, tokens_BxL.shape[1])
+  _check_attention(logits_fn, causal=False, objective="bd3lm_bound")
+  batch, length = tokens_BxL.shape
+  num_blocks = length // block_length
+  strata = min(num_timesteps, block_length)
+  valid_BxNxW = (tokens_BxL != PAD_ID).reshape(batch, num_blocks, block_length)
+  real_BxN = valid_BxNxW.sum(-1, dtype=jnp.int32)
+
+  def nelbo_of_stratum(k):
+    key_count, key_subset = jax.random.split(jax.random.fold_in(key, k))
+    low_BxN = k * real_BxN // strata
+    size_BxN = (k + 1) * real_BxN // strata - low_BxN
+    offset_BxN = jnp.floor(jax.random.uniform(key_count, real_BxN.shape)
+                           * size_BxN).astype(jnp.int32)
+    count_BxN = low_BxN + 1 + jnp.minimum(offset_BxN,
+                                          jnp.maximum(size_BxN - 1, 0))
+    order_BxNxW = jnp.where(valid_BxNxW, jax.random.uniform(
+        key_subset, valid_BxNxW.shape), 2.0)  # PAD ranks last
+    rank_BxNxW = jnp.argsort(jnp.argsort(order_BxNxW, axis=-1), axis=-1)
+    masked_BxL = (valid_BxNxW & (rank_BxNxW < count_BxN[..., None])
+                  & (size_BxN > 0)[..., None]).reshape(batch, length)
+    x_t_BxL = jnp.where(masked_BxL, mask_id, tokens_BxL)
+    logits = _bd3lm_logits(logits_fn, params, tokens_BxL, x_t_BxL,
+                           block_length)
+    nll_BxL = -_gather(subs_log_probs(logits, x_t_BxL, mask_id), tokens_BxL)
+    weight_BxL = jnp.repeat(size_BxN / count_BxN, block_length, axis=1)
+    return jnp.sum(jnp.where(masked_BxL, weight_BxL * nll_BxL, 0.0))
+
+  nll_K = jax.lax.map(nelbo_of_stratum, jnp.arange(strata, dtype=jnp.int32))
+  return _summarise(nll_K.sum(), (tokens_BxL != PAD_ID).sum())

@@ -183,19 +183,21 @@ def read_manifest(name: str, out_dir: str | pathlib.Path = DEFAULT_DIR) -> dict:
 
 def member_configs(config: ml_collections.ConfigDict
                    ) -> dict[str, ml_collections.ConfigDict]:
-  """Training configs of the comparison's three models.
+  """Training configs of the comparison's four models.
 
-  'ar' (causal) and 'mdlm' (bidirectional) share the backbone shape of
-  `config.model`; 'evaluator' is a larger causal model with another seed
+  'ar' (causal), 'mdlm' (bidirectional) and 'bd3lm' (block diffusion with
+  blocks of `config.train.block_length`) share the backbone shape, data and
+  training budget of `config`, each with its objective (which sets the
+  attention); 'evaluator' is a larger causal model with another seed
   (`config.evaluator`) that scores samples and is never decoded.
   """
   members = {}
-  for name in ("ar", "mdlm", "evaluator"):
+  for name in ("ar", "mdlm", "bd3lm", "evaluator"):
     member = ml_collections.ConfigDict(config.to_dict())
     for section in ("compare", "evaluator"):
       if section in member:
         del member[section]
-    member.train.objective = "mdlm" if name == "mdlm" else "ar"
+    member.train.objective = name if name in ("mdlm", "bd3lm") else "ar"
     if name == "evaluator":
       member.seed = config.evaluator.seed
       member.model.update(config.evaluator.model.to_dict())

@@ -17,6 +17,7 @@ checkpoints written before it stay intact.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import time
@@ -37,8 +38,10 @@ from lm_decoding.models import make_logits_fn
 from lm_decoding.training import objectives
 from lm_decoding.training.checkpoints import CheckpointError, Checkpoints
 
-_ATTENTION = {"ar": "causal", "mdlm": "bidirectional"}
-_LOSSES = {"ar": objectives.ar_loss, "mdlm": objectives.mdlm_loss}
+_ATTENTION = {"ar": "causal", "mdlm": "bidirectional",
+              "bd3lm": "bidirectional"}  # bd3lm passes its block masks
+_LOSSES = {"ar": objectives.ar_loss, "mdlm": objectives.mdlm_loss,
+           "bd3lm": objectives.bd3lm_loss}
 OBJECTIVES = tuple(_LOSSES)
 
 
@@ -121,9 +124,15 @@ def abstract_state(model_cfg: TransformerConfig, optimizer) -> TrainState:
       lambda: init_state(model_cfg, optimizer, jax.random.key(0)))
 
 
-def make_train_step(model_cfg: TransformerConfig, objective: str, optimizer):
-  """(state, tokens int32[B, L], key) -> (state, metrics), jitted, donating state."""
+def make_train_step(model_cfg: TransformerConfig, objective: str, optimizer,
+                    block_length: int | None = None):
+  """(state, tokens int32[B, L], key) -> (state, metrics), jitted, donating state.
+
+  `block_length` is BD3-LM's (`train.block_length`); other objectives ignore it.
+  """
   loss_fn = _LOSSES[objective]
+  if objective == "bd3lm":
+    loss_fn = functools.partial(loss_fn, block_length=block_length)
   logits_fn = make_logits_fn(model_cfg)
 
   def step(state: TrainState, tokens, key):
@@ -138,17 +147,23 @@ def make_train_step(model_cfg: TransformerConfig, objective: str, optimizer):
 
 
 def make_eval_fn(model_cfg: TransformerConfig, objective: str,
-                 num_timesteps: int):
+                 num_timesteps: int, block_length: int | None = None):
   """(params, tokens int32[B, L]) -> (summed NLL, token count), jitted.
 
   Deterministic: AR teacher-forced NLL; MDLM the NELBO on a fixed grid of
-  `num_timesteps` times with fixed masks (`objectives.mdlm_bound`).
+  `num_timesteps` times with fixed masks (`objectives.mdlm_bound`); BD3-LM
+  its NELBO with blocks of `block_length` from `num_timesteps` fixed draws
+  (`objectives.bd3lm_bound`).
   """
   logits_fn = make_logits_fn(model_cfg)
 
   def eval_fn(params, tokens):
     if objective == "ar":
       _, metrics = objectives.ar_eval(logits_fn, params, tokens)
+    elif objective == "bd3lm":
+      _, metrics = objectives.bd3lm_bound(logits_fn, params, tokens,
+                                          jax.random.key(0), num_timesteps,
+                                          block_length=block_length)
     else:
       _, metrics = objectives.mdlm_bound(logits_fn, params, tokens,
                                          jax.random.key(0), num_timesteps)
@@ -289,8 +304,10 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   fingerprint = _fingerprint(config)
   log_path = os.path.join(workdir, "metrics.jsonl")
   tokens_per_step = train_cfg.batch_size * seq_len
-  train_step = make_train_step(model_cfg, objective, optimizer)
-  eval_fn = make_eval_fn(model_cfg, objective, train_cfg.mdlm_eval_timesteps)
+  block_length = train_cfg.get("block_length")  # bd3lm only
+  train_step = make_train_step(model_cfg, objective, optimizer, block_length)
+  eval_fn = make_eval_fn(model_cfg, objective, train_cfg.mdlm_eval_timesteps,
+                         block_length)
   desc = f"train {objective}"
   valid_loss = float("nan")
   timed_steps, timed_s = 0, 0.0  # excludes each process's first (compiling) step

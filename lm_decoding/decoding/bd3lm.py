@@ -1,0 +1,299 @@
+"""BD3-LM block diffusion decoding with an exact KV cache (Arriola et al. 2025).
+
+A BD3-LM (`training.objectives.bd3lm_loss`) denoises one block of W positions
+at a time, attending bidirectionally within the block and to the clean blocks
+before it; clean tokens only ever see earlier blocks and their own. Decoding
+follows the reference sampler (kuleshov-group/bd3lms, `_semi_ar_sampler`):
+blocks left to right, K / N denoising steps per block (MDLM's ancestral
+update, or LLaDA-style ranked commits), with the committed blocks held in a
+KV cache.
+
+Layout (as `iterative`): row b is [prompt | T MASK | PAD] in L = P + T slots,
+positions arange(L); block n of row b is [P_b + n W, P_b + (n + 1) W): blocks
+start at each row's prompt length. Every position p of row b belongs to block
+floor((p - P_b) / W); the prompt therefore holds blocks -1, -2, ... counted
+back from its end (the last W prompt tokens form block -1, a shorter first
+block starts the prompt). Every call, cached or not, uses rows of ONE
+block-causal mask over this layout: query p sees the valid keys of blocks
+<= its own. Worked example, P_b = 3, W = 2, T = 4 (p: prompt, g: generated):
+
+    position  0 1 2 3 4 5 6
+    block    -2-1-1 0 0 1 1       p0 sees p0; p1, p2 see p0..p2;
+    token     p p p g g g g       block 0 (3, 4) sees 0..4; block 1 all.
+
+Contexts (`kv_cache`):
+  "prefix"  (default) the exact cache of committed blocks: one prefill call
+            writes the prompt's keys (block-causal, as training's clean half);
+            each denoising step calls the model on the W window tokens only,
+            at cache slots [start, start + W), attending to the cached prefix
+            and to the window (bidirectional); once the block holds no MASK,
+            one more call on its clean tokens writes their keys (as the
+            reference's `store_kv` pass). The last block needs no such call.
+            The denoising calls' own writes are dropped, so the cache only
+            ever holds clean, committed keys.
+  "none"    no cache: each step recomputes the whole layout with the
+            block-causal mask; the window's logits are the same numbers
+            (later blocks are hidden from it), so this is the exactness
+            reference of the cached path. For static shapes every pass
+            processes all L positions.
+`reuse_logits` (MDLM's caching trick, also the reference's `p_x0_cache`)
+skips a denoising call when no row changed since the previous one in the same
+block; a block's first step always calls.
+
+Cost per role "model" (`base.forward`): cached, B P for the prefill, B W per
+denoising call and B W per commit; uncached, B L per call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Mapping
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+from lm_decoding.decoding import base
+from lm_decoding.decoding.base import Model, register
+from lm_decoding.decoding.iterative import (
+    ORDERINGS, Denoised, Step, _put_windows, _windows, check_special_ids,
+    prompt_layout, step_rows, top_n)
+from lm_decoding.decoding.mdlm import MDLMDecoder
+from lm_decoding.decoding.schedule import transfer_schedule
+
+BD3LM_KV_CACHES = ("prefix", "none")
+COMMIT_RULES = ("ancestral",) + ORDERINGS
+
+
+def block_causal_layout_mask(prompt_lengths_B: jax.Array, valid_BxL: jax.Array,
+                             block_length: int) -> jax.Array:
+  """bool[B, L, L]: query p of row b sees valid keys of blocks <= its own.
+
+  Blocks are anchored at each row's prompt length: position p of row b is in
+  block floor((p - prompt_lengths[b]) / block_length) (negative in the
+  prompt), as in the module docstring.
+
+  Args:
+    prompt_lengths_B: int32[B] where block 0 starts in each row.
+    valid_BxL: bool[B, L] keys that exist (False on the PAD tail).
+    block_length: W >= 1.
+  """
+  length = valid_BxL.shape[1]
+  block_BxL = jnp.floor_divide(
+      jnp.arange(length)[None, :] - prompt_lengths_B[:, None], block_length)
+  return ((block_BxL[:, None, :] <= block_BxL[:, :, None])
+          & valid_BxL[:, None, :])
+
+
+@flax.struct.dataclass
+class _Carry:
+  """The block loop's carry (leading axis B on the per-row arrays)."""
+
+  tokens: jax.Array  # int32[B, L]
+  confidence: jax.Array  # float32[B, L] of committed generated tokens
+  committed: jax.Array  # int32[K, B]
+  cost: base.Cost
+  cache: object  # committed keys/values (kv_cache "prefix"), else None
+  logits: jax.Array  # float32[B, W, V] the last call's window logits
+  error: jax.Array  # float32[] max logit error (measure_error)
+
+
+def _run(decoder: BD3LMDecoder, models: Mapping[str, Model],
+         prompts_BxP: jax.Array, prompt_lengths_B: jax.Array,
+         keys_B: jax.Array, measure_error: bool) -> _Carry:
+  """Decodes every block (traced inside a jit)."""
+  batch, prompt_width = prompts_BxP.shape
+  tokens_BxL, _, valid_BxL = prompt_layout(
+      prompts_BxP, prompt_lengths_B, decoder.gen_length, decoder.mask_id,
+      decoder.pad_id)
+  length = tokens_BxL.shape[1]
+  width, num_blocks = decoder.block_size(), decoder.num_blocks()
+  max_steps = decoder.max_block_steps(width)
+  cached = decoder.kv_cache == "prefix"
+  model = models["model"]
+  positions_BxL = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32),
+                                   (batch, length))
+  mask_BxLxL = block_causal_layout_mask(prompt_lengths_B, valid_BxL, width)
+  vocab = check_special_ids(decoder, model, tokens_BxL, positions_BxL)
+
+  def window_call(cost, tokens_BxL, cache, start_B):
+    """One cached call on the window: (ModelOutput, cost)."""
+    return base.forward(
+        models, "model", cost, _windows(tokens_BxL, start_B, width),
+        start_B[:, None] + jnp.arange(width, dtype=jnp.int32),
+        cache=cache.at(start_B),
+        attention_mask=_windows(mask_BxLxL, start_B, width))
+
+  def window_logits(carry, start_B):
+    """(float32[B, W, V] window logits, cost) of the current tokens."""
+    if cached:
+      out, cost = window_call(carry.cost, carry.tokens, carry.cache, start_B)
+      return out.logits, cost
+    out, cost = base.forward(models, "model", carry.cost, carry.tokens,
+                             positions_BxL, attention_mask=mask_BxLxL)
+    return _windows(out.logits, start_B, width), cost
+
+  def commit_block(carry, start_B):
+    """Writes the finished window's clean keys into the cache."""
+    out, cost = window_call(carry.cost, carry.tokens, carry.cache, start_B)
+    return carry.replace(cache=out.cache, cost=cost)
+
+  def block(n, carry):
+    start_B = prompt_lengths_B + n * width
+    masked_B = jnp.sum(_windows(carry.tokens, start_B, width)
+                       == decoder.mask_id, axis=-1, dtype=jnp.int32)
+    fill_BxW = jnp.ones((batch, width), bool)  # a window never leaves T
+
+    def cond(state):
+      k, carry, _ = state
+      live = jnp.any(_windows(carry.tokens, start_B, width)
+                     == decoder.mask_id)
+      return (k < max_steps) & (live | (not decoder.early_stop))
+
+    def body(state):
+      k, carry, fresh = state
+      logits, cost = jax.lax.cond(
+          fresh, lambda: (carry.logits, carry.cost),
+          lambda: window_logits(carry, start_B))
+      error = carry.error
+      if measure_error and cached:  # measurement only: not counted as cost
+        exact = model.logits_fn(model.params, carry.tokens, positions_BxL,
+                                attention_mask=mask_BxLxL).logits
+        error = jnp.maximum(error, jnp.max(jnp.abs(
+            _windows(exact, start_B, width) - logits)))
+      global_step = n * max_steps + k
+      tokens_BxW, confidence_BxW, net_B = step_rows(
+          decoder, k, global_step, logits,
+          _windows(carry.tokens, start_B, width), fill_BxW,
+          _windows(carry.confidence, start_B, width), masked_B, start_B,
+          keys_B)
+      tokens = _put_windows(carry.tokens, tokens_BxW, start_B)
+      fresh = decoder.reuse_logits & jnp.all(tokens == carry.tokens)
+      carry = carry.replace(
+          tokens=tokens,
+          confidence=_put_windows(carry.confidence, confidence_BxW, start_B),
+          committed=carry.committed.at[global_step].set(net_B),
+          cost=cost, logits=logits, error=error)
+      return k + 1, carry, fresh
+
+    _, carry, _ = jax.lax.while_loop(
+        cond, body, (jnp.int32(0), carry, jnp.bool_(False)))
+    if cached:
+      carry = jax.lax.cond(n + 1 < num_blocks,
+                           lambda c: commit_block(c, start_B), lambda c: c,
+                           carry)
+    return carry
+
+  carry = _Carry(
+      tokens=tokens_BxL, confidence=jnp.zeros((batch, length), jnp.float32),
+      committed=jnp.zeros((num_blocks * max_steps, batch), jnp.int32),
+      cost=base.Cost.zero(models), cache=None,
+      logits=jnp.zeros((batch, width, vocab), jnp.float32),
+      error=jnp.float32(0))
+  if cached:
+    cache = model.logits_fn.init_cache(batch, length)
+    if prompt_width:  # prefill: the prompt's keys, block-causal
+      out, cost = base.forward(
+          models, "model", carry.cost, tokens_BxL[:, :prompt_width],
+          positions_BxL[:, :prompt_width], cache=cache.at(0),
+          attention_mask=mask_BxLxL[:, :prompt_width])
+      cache, carry = out.cache, carry.replace(cost=cost)
+    carry = carry.replace(cache=cache)
+  return jax.lax.fori_loop(0, num_blocks, block, carry)
+
+
+@functools.partial(jax.jit, static_argnames=("decoder", "measure_error"))
+def _generate(decoder, models, prompts, prompt_lengths, keys_B, measure_error):
+  carry = _run(decoder, models, prompts, prompt_lengths, keys_B,
+               measure_error)
+  index_BxT = (prompt_lengths[:, None]
+               + jnp.arange(decoder.gen_length)[None, :])
+  return Denoised(tokens=jnp.take_along_axis(carry.tokens, index_BxT, 1),
+                  committed=carry.committed, cost=carry.cost,
+                  max_logit_error=carry.error if measure_error else None)
+
+
+@register("bd3lm")
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BD3LMDecoder(MDLMDecoder):
+  """Block diffusion decoding of a BD3-LM, blocks cached as they finish.
+
+  Each of the N = T / W blocks gets K / N steps. `remasking` picks what a
+  step commits: 'ancestral' (default) is MDLM's reverse process with
+  `schedule` (the reference's DDPM update; see `MDLMDecoder`), any of
+  `iterative.ORDERINGS` commits the `transfer_schedule(W, K / N)[k]` masked
+  positions ranked highest, as LLaDA does. Randomness is per row and per
+  absolute position (`iterative.step_rows`), so a row decodes the same alone
+  or in any batch, cached or not.
+
+  Attributes (besides `MDLMDecoder`'s):
+    block_length: W, dividing gen_length; should be the block length the
+      model was trained with (`config.train.block_length`). None is one
+      block of T.
+    kv_cache: 'prefix' (the exact cache of committed blocks) or 'none'
+      (recompute; the reference path), see the module docstring.
+    remasking: 'ancestral' or one of `iterative.ORDERINGS`.
+  `attention` must stay 'bidirectional' and `cache_refresh` 'block': the
+  decoder builds its own block-causal masks and writes each block once.
+
+  Raises:
+    ValueError: any option outside its range (at construction).
+  """
+
+  kv_cache: str = "prefix"
+  remasking: str = "ancestral"
+
+  def __post_init__(self):
+    super().__post_init__()
+    if self.kv_cache not in BD3LM_KV_CACHES:
+      raise ValueError(f"kv_cache={self.kv_cache!r}; allowed for bd3lm: "
+                       f"{BD3LM_KV_CACHES}")
+    if self.cache_refresh != "block":
+      raise ValueError(f"cache_refresh={self.cache_refresh!r}; bd3lm writes "
+                       "each block once: only 'block'")
+    if self.attention != "bidirectional":
+      raise ValueError(f"attention={self.attention!r}; bd3lm builds its own "
+                       "block-causal masks: only 'bidirectional'")
+    if self.remasking not in COMMIT_RULES:
+      raise ValueError(f"remasking={self.remasking!r}; allowed: "
+                       f"{COMMIT_RULES}")
+
+  def select(self, step: Step):
+    if self.remasking == "ancestral":
+      return super().select(step)
+    count = transfer_schedule(step.num_masked,
+                              self.steps // self.num_blocks())[step.k]
+    commit = top_n(step.confidence(self.remasking), step.masked, count)
+    return commit, jnp.zeros_like(commit)
+
+  def denoise(self, models: Mapping[str, Model], prompts: jax.Array,
+              prompt_lengths: jax.Array, key: jax.Array, trace: bool = False,
+              measure_error: bool = False) -> Denoised:
+    """Runs the block loop on prompted rows, before EOS handling.
+
+    Args:
+      models, prompts, prompt_lengths, key: as `IterativeDecoder.denoise`.
+      trace: not supported (must be False).
+      measure_error: also record the largest logit difference between the
+        cached window logits and the uncached block-causal pass (extra,
+        uncounted passes; 0 with kv_cache 'none').
+    Returns:
+      `Denoised` with tokens int32[B, T] and committed int32[K, B].
+    Raises:
+      ValueError: as `IterativeDecoder.denoise`, or trace=True.
+    """
+    if trace:
+      raise ValueError("trace=True is not supported by bd3lm")
+    prompts, prompt_lengths = self._check(models, prompts, prompt_lengths)
+    return _generate(self, models, prompts, prompt_lengths,
+                     base.row_keys(key, prompts.shape[0]), measure_error)
+
+  def infill(self, *args, **kwargs):
+    """Not supported: BD3-LM decodes blocks left to right after a prompt.
+
+    Raises:
+      NotImplementedError: always.
+    """
+    raise NotImplementedError("bd3lm decodes blocks left to right after a "
+                              "prompt; use mdlm or llada to infill")

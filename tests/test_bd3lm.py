@@ -1,0 +1,450 @@
+"""Tests of BD3-LM: objective (training.objectives), decoder (decoding.bd3lm)."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import stubs
+from lm_decoding.decoding import base
+from lm_decoding.decoding.base import bind, make_decoder
+from lm_decoding.decoding.bd3lm import BD3LMDecoder, block_causal_layout_mask
+from lm_decoding.decoding.sampling import SamplingConfig
+from lm_decoding.models import TransformerConfig, init_params, make_logits_fn
+from lm_decoding.models import masks
+from lm_decoding.models.diffusion import EPS, subs_log_probs
+from lm_decoding.models.output import ModelOutput
+from lm_decoding.training import objectives
+
+PAD, MASK = 0, 4
+TINY = TransformerConfig(vocab_size=16, d_model=32, num_layers=2, num_heads=2,
+                         num_kv_heads=2, head_dim=16, mlp_dim=64, max_len=24,
+                         attention="bidirectional")
+
+
+def _random_params(config, seed=0):
+  """Random weights large enough that every attention pattern matters."""
+  params = init_params(config, jax.random.key(seed))
+  rng = np.random.default_rng(seed)
+  return jax.tree.map(
+      lambda x: jnp.asarray(rng.normal(0, 0.3, x.shape), x.dtype), params)
+
+
+PARAMS = _random_params(TINY)
+MODEL = make_logits_fn(TINY)
+TOKENS = jax.random.randint(jax.random.key(1), (4, 8), 5, 16).at[1, 6:].set(
+    PAD).at[3, 3:].set(PAD)
+
+
+# ----------------------------------------------------------------------------
+# The objective against independent computations.
+
+def _mask_query_nll(logits_fn, params, tokens):
+  """float32[B, L] -log p(x_l | x_<l) of the AR model BD3-LM is at W = 1.
+
+  Computed without the [x_t ; x_0] layout: for each l, one causal pass over
+  [x_0, ..., x_{l-1}, MASK, PAD...] (the PADs come after the MASK, so it
+  never sees them); the logits at the MASK, without MASK (SUBS), score x_l.
+  0 at PAD.
+  """
+  batch, length = tokens.shape
+  l_L = jnp.arange(length)
+  seqs_BxLxL = jnp.where(l_L[None, None] < l_L[None, :, None],
+                         tokens[:, None], PAD)
+  seqs_BxLxL = jnp.where(l_L[None, None] == l_L[None, :, None], MASK,
+                         seqs_BxLxL).reshape(batch * length, length)
+  logits = logits_fn(params, seqs_BxLxL,
+                     jnp.broadcast_to(l_L, seqs_BxLxL.shape),
+                     attention_mask=masks.causal_mask(batch * length, length)
+                     ).logits.reshape(batch, length, length, -1)
+  at_mask_BxLxV = jnp.take_along_axis(
+      logits, l_L[None, :, None, None], axis=2)[:, :, 0]
+  log_probs = subs_log_probs(at_mask_BxLxV, jnp.full(tokens.shape, MASK),
+                             MASK)
+  nll = -jnp.take_along_axis(log_probs, tokens[..., None], -1)[..., 0]
+  return np.asarray(jnp.where(tokens == PAD, 0.0, nll))
+
+
+def test_block_length_one_bound_is_the_nll_of_the_mask_query_ar_model():
+  nll_BxL = _mask_query_nll(MODEL, PARAMS, TOKENS)
+  for key in (0, 1):
+    loss, metrics = objectives.bd3lm_bound(
+        MODEL, PARAMS, TOKENS, jax.random.key(key), 8, block_length=1)
+    np.testing.assert_allclose(float(metrics["nll"]), nll_BxL.sum(),
+                               rtol=1e-5)
+    assert float(metrics["tokens"]) == np.sum(np.asarray(TOKENS) != PAD)
+    np.testing.assert_allclose(float(loss), nll_BxL.sum() / 25, rtol=1e-5)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_block_length_one_loss_scores_masked_tokens_by_the_ar_model(seed):
+  # Each masked token costs its mask-query AR NLL times 1/t of its block, so
+  # E[loss] = (1 - eps) x the AR NLL per token (see `bd3lm_loss`).
+  key = jax.random.key(seed)
+  nll_BxL = _mask_query_nll(MODEL, PARAMS, TOKENS)
+  t_BxL, x_t = objectives.bd3lm_noise(key, TOKENS, 1)
+  masked = np.asarray(x_t) == MASK
+  assert masked.any() and (~masked & (np.asarray(TOKENS) != PAD)).any()
+  expected = np.sum(np.where(masked, nll_BxL / np.asarray(t_BxL), 0.0))
+  _, metrics = objectives.bd3lm_loss(MODEL, PARAMS, TOKENS, key,
+                                     block_length=1)
+  np.testing.assert_allclose(float(metrics["nll"]), expected, rtol=1e-5)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_block_length_l_loss_is_the_mdlm_loss(seed):
+  key = jax.random.key(seed)
+  mdlm, mdlm_metrics = objectives.mdlm_loss(MODEL, PARAMS, TOKENS, key)
+  bd3, bd3_metrics = objectives.bd3lm_loss(MODEL, PARAMS, TOKENS, key,
+                                           block_length=8)
+  np.testing.assert_allclose(float(bd3), float(mdlm), rtol=1e-6)
+  assert float(bd3_metrics["tokens"]) == float(mdlm_metrics["tokens"])
+  halves, _ = objectives.bd3lm_loss(MODEL, PARAMS, TOKENS, key,
+                                    block_length=4)
+  assert abs(float(halves) - float(mdlm)) > 1e-3  # the check can fail
+
+
+def test_noise_is_one_time_per_block_and_mdlms_at_block_length_l():
+  tokens = jnp.full((64, 12), 7, jnp.int32)
+  key = jax.random.key(0)
+  t_BxL, x_t = objectives.bd3lm_noise(key, tokens, 4)
+  t = np.asarray(t_BxL).reshape(64, 3, 4)
+  np.testing.assert_array_equal(t, np.broadcast_to(t[..., :1], t.shape))
+  strata = np.floor((t[..., 0].ravel() - EPS) / (1 - EPS) * 192 + 1e-3)
+  np.testing.assert_array_equal(np.sort(strata), np.arange(192))
+  t_l, x_t_l = objectives.bd3lm_noise(key, tokens, 12)
+  key_t, key_mask = jax.random.split(key)
+  np.testing.assert_array_equal(
+      t_l[:, 0], objectives.sample_times(key_t, 64, t_min=EPS))
+  np.testing.assert_array_equal(x_t_l, objectives.mask_tokens(
+      key_mask, tokens, t_l[:, 0], MASK, EPS))
+  assert not np.array_equal(x_t, x_t_l)
+
+
+def test_training_layout_hides_what_each_half_may_not_see():
+  seen = []
+
+  def logits_fn(params, tokens, positions, cache=None, attention_mask=None):
+    seen.append((np.asarray(tokens), np.asarray(positions),
+                 np.asarray(attention_mask)))
+    return ModelOutput(jnp.zeros(tokens.shape + (16,)), cache)
+
+  tokens = jnp.array([[5, 6, 7, 8], [9, 5, PAD, PAD]])
+  objectives.bd3lm_loss(logits_fn, None, tokens, jax.random.key(0),
+                        block_length=2)
+  inputs, positions, mask = seen[0]
+  np.testing.assert_array_equal(inputs[:, 4:], tokens)
+  np.testing.assert_array_equal(positions, [[0, 1, 2, 3] * 2] * 2)
+  block = np.array([0, 0, 1, 1])
+  noisy = np.concatenate([block[:, None] == block,
+                          block[None] < block[:, None]], 1)
+  clean = np.concatenate([np.zeros((4, 4), bool),
+                          block[None] <= block[:, None]], 1)
+  expected = np.concatenate([noisy, clean])
+  np.testing.assert_array_equal(mask[0], expected)
+  valid = np.tile([True, True, False, False], 2)
+  np.testing.assert_array_equal(mask[1], expected & valid[None])
+
+
+# ----------------------------------------------------------------------------
+# The objective on a toy distribution whose likelihood is exact.
+
+SYMBOLS = np.array([5, 6, 7])
+LENGTH = 3
+ALL_SEQS = np.array(list(itertools.product(SYMBOLS, repeat=LENGTH)), np.int32)
+JOINT = np.random.default_rng(0).dirichlet(np.full(len(ALL_SEQS), 0.7))
+
+
+def _optimal_denoiser(params, tokens, positions, cache=None,
+                      attention_mask=None):
+  """log p(x at the query's position | the non-MASK keys it sees), exactly."""
+  del params
+  seqs, p = jnp.asarray(ALL_SEQS), jnp.asarray(JOINT, jnp.float32)
+  at_key_BxSxN = seqs[:, positions].transpose(1, 2, 0)  # seq n at key j
+  agrees_BxSxN = (tokens[..., None] == MASK) | (at_key_BxSxN
+                                                == tokens[..., None])
+  consistent_BxQxN = jnp.all(~attention_mask[..., None]
+                             | agrees_BxSxN[:, None], axis=2)
+  at_query_BxQxNxV = jax.nn.one_hot(seqs[:, positions].transpose(1, 2, 0), 8)
+  prob = jnp.einsum("bqn,n,bqnv->bqv", consistent_BxQxN, p, at_query_BxQxNxV)
+  return ModelOutput(jnp.log(prob + 1e-30), cache)
+
+
+def _toy_batch(batch):
+  rows = np.random.default_rng(1).choice(len(ALL_SEQS), batch, p=JOINT)
+  return jnp.asarray(ALL_SEQS[rows])
+
+
+def _nll_per_token(tokens):
+  index = {tuple(s): i for i, s in enumerate(ALL_SEQS)}
+  log_p = np.log(JOINT[[index[tuple(s)] for s in np.asarray(tokens)]])
+  return -log_p.mean() / LENGTH
+
+
+def test_bound_of_the_optimal_denoiser_is_the_exact_nll():
+  tokens = _toy_batch(2048)
+  bound_1, _ = objectives.bd3lm_bound(_optimal_denoiser, None, tokens,
+                                      jax.random.key(0), 4, block_length=1)
+  np.testing.assert_allclose(float(bound_1), _nll_per_token(tokens),
+                             rtol=1e-5)
+  # Block length L: unbiased; standard deviation over keys ~0.004.
+  bound_l, _ = objectives.bd3lm_bound(_optimal_denoiser, None, tokens,
+                                      jax.random.key(0), 4, block_length=3)
+  assert abs(float(bound_l) - _nll_per_token(tokens)) < 0.02
+
+
+def test_loss_of_the_optimal_denoiser_estimates_the_nll():
+  tokens = _toy_batch(2048)
+  nll = _nll_per_token(tokens)
+  for block_length, scale in ((1, 1 - EPS), (3, 1.0)):
+    loss_fn = functools.partial(objectives.bd3lm_loss, _optimal_denoiser,
+                                None, tokens, block_length=block_length)
+    loss_K, _ = jax.jit(jax.vmap(loss_fn))(
+        jax.random.split(jax.random.key(block_length), 16))
+    assert abs(float(loss_K.mean()) - scale * nll) < 0.03
+
+
+def test_loss_jits_and_differentiates_with_the_transformer():
+  loss_fn = functools.partial(objectives.bd3lm_loss, MODEL, block_length=2)
+  (loss, metrics), grads = jax.jit(jax.value_and_grad(loss_fn, has_aux=True))(
+      PARAMS, TOKENS, jax.random.key(2))
+  assert np.isfinite(float(loss)) and float(loss) > 0
+  assert all(np.all(np.isfinite(g)) for g in jax.tree.leaves(grads))
+  assert float(metrics["tokens"]) == 25
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: objectives.bd3lm_loss(MODEL, PARAMS, TOKENS, jax.random.key(0),
+                                   block_length=3), "block_length=3"),
+    (lambda: objectives.bd3lm_loss(MODEL, PARAMS, TOKENS, jax.random.key(0),
+                                   block_length=0), "block_length=0"),
+    (lambda: objectives.bd3lm_loss(MODEL, PARAMS, TOKENS, jax.random.key(0),
+                                   block_length=True), "block_length=True"),
+    (lambda: objectives.bd3lm_bound(MODEL, PARAMS, TOKENS, jax.random.key(0),
+                                    4, block_length=16), "block_length=16"),
+    (lambda: objectives.bd3lm_bound(MODEL, PARAMS, TOKENS, jax.random.key(0),
+                                    0, block_length=2), "num_timesteps"),
+    (lambda: objectives.bd3lm_loss(MODEL, PARAMS, TOKENS, jax.random.key(0),
+                                   block_length=2, eps=0.0), "eps"),
+    (lambda: objectives.bd3lm_loss(
+        make_logits_fn(TINY.replace(attention="causal")), PARAMS, TOKENS,
+        jax.random.key(0), block_length=2), "attention"),
+])
+def test_bad_objective_options_raise(call, match):
+  with pytest.raises(ValueError, match=match):
+    call()
+
+
+# ----------------------------------------------------------------------------
+# The decoder.
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class VisibleHashLogitsFn:
+  """Logits that hash every (slot, token) a query may attend to, per row.
+
+  Honours `attention_mask` and a `stubs.StubCache` (keys are the cache slots,
+  holding the tokens written there, the L new ones included), so cached and
+  uncached calls agree exactly when, and only when, each query sees the same
+  tokens at the same positions. Records B * L per executed call.
+  """
+
+  vocab: int = 8
+  max_len: int = 24
+  executed: list = dataclasses.field(default_factory=list)
+
+  def __call__(self, params, tokens, positions, cache=None,
+               attention_mask=None):
+    del params
+    size = int(np.prod(tokens.shape))
+    jax.debug.callback(lambda: self.executed.append(size))
+    u32 = lambda x: jnp.asarray(x, jnp.uint32)
+    keys, slots = tokens, positions
+    if attention_mask is None:  # e.g. an abstract shape probe
+      attention_mask = jnp.ones(tokens.shape + tokens.shape[1:], bool)
+    if cache is not None:
+      keys = jax.vmap(lambda buf, new, i: jax.lax.dynamic_update_slice(
+          buf, new, (i,)))(cache.tokens, tokens, cache.index)
+      slots = jnp.broadcast_to(jnp.arange(keys.shape[1]), keys.shape)
+      cache = cache.replace(tokens=keys, index=cache.index + tokens.shape[1])
+    terms_BxS = u32(keys + 1) * u32(2 * slots + 1) * u32(2654435761)
+    context_BxL = jnp.sum(jnp.where(attention_mask, terms_BxS[:, None], 0),
+                          -1, dtype=jnp.uint32)
+    x = (context_BxL[..., None] + u32(positions)[..., None] * u32(40503)
+         + jnp.arange(self.vocab, dtype=jnp.uint32) * u32(97))
+    for shift, factor in ((15, 2246822519), (13, 3266489917), (16, 1)):
+      x = (x ^ (x >> shift)) * u32(factor)
+    logits = (x >> 8).astype(jnp.float32) * (4.0 / 2 ** 24)
+    return ModelOutput(logits.at[..., PAD].set(-jnp.inf), cache)
+
+  def init_cache(self, batch_size, length):
+    return stubs.StubCache(tokens=jnp.zeros((batch_size, length), jnp.int32),
+                           index=jnp.zeros((batch_size,), jnp.int32))
+
+
+VISIBLE_HASH = VisibleHashLogitsFn()
+PROMPTS = jnp.array([[5, 6, 7, 5], [7, PAD, PAD, PAD], [3, 5, 6, PAD],
+                     [PAD, PAD, PAD, PAD], [6, 6, PAD, PAD],
+                     [5, 7, 6, 5], [7, 7, 7, PAD], [5, PAD, PAD, PAD]])
+PROMPT_LENGTHS = jnp.array([4, 1, 3, 0, 2, 4, 3, 1])
+KEY = jax.random.key(0)
+GREEDY = SamplingConfig(temperature=0.0)
+DECODERS = [  # greedy where drawing is not the point: it compiles faster
+    BD3LMDecoder(gen_length=8, steps=8, block_length=2),
+    BD3LMDecoder(gen_length=8, steps=16, block_length=4, reuse_logits=False,
+                 sampling=GREEDY),
+    BD3LMDecoder(gen_length=6, steps=6, block_length=1, early_stop=False,
+                 sampling=GREEDY),
+    BD3LMDecoder(gen_length=6, steps=3, block_length=6,
+                 remasking="low_confidence", sampling=GREEDY),
+    BD3LMDecoder(gen_length=8, steps=4, block_length=4, remasking="margin",
+                 sampling=SamplingConfig(temperature=0.8, top_k=3)),
+]
+TRIGRAM = stubs.TableLogitsFn.random(0, 8, 24, masked_ids=(PAD,))
+def _decode(decoder, logits_fn, prompts=PROMPTS,
+            prompt_lengths=PROMPT_LENGTHS, key=KEY, params=None):
+  logits_fn.executed.clear()
+  out = decoder.decode(bind(logits_fn, params), prompts, prompt_lengths, key)
+  jax.effects_barrier()
+  return jax.tree.map(np.asarray, out), list(logits_fn.executed)
+
+
+# Every decoder with the mask-reading stub; the cache-reading trigram stub
+# with one sampled decoder and block length 1 (a commit at every position).
+STUB_CASES = ([(d, VISIBLE_HASH) for d in DECODERS]
+              + [(DECODERS[0], TRIGRAM), (DECODERS[2], TRIGRAM)])
+
+
+@pytest.mark.parametrize("decoder, stub", STUB_CASES,
+                         ids=lambda x: repr(x) if isinstance(
+                             x, BD3LMDecoder) else type(x).__name__)
+def test_cached_blocks_equal_uncached_recomputation_on_stubs(decoder, stub):
+  cached, cached_calls = _decode(decoder, stub)
+  uncached, uncached_calls = _decode(
+      dataclasses.replace(decoder, kv_cache="none"), stub)
+  np.testing.assert_array_equal(cached.tokens, uncached.tokens)
+  np.testing.assert_array_equal(cached.committed, uncached.committed)
+  # The same denoising calls, plus one prefill and N - 1 block commits.
+  num_blocks = decoder.num_blocks()
+  assert len(cached_calls) == len(uncached_calls) + num_blocks
+  batch, prompt_width = PROMPTS.shape
+  width = decoder.block_size()
+  assert sum(cached_calls) == (batch * prompt_width + batch * width
+                               * (len(uncached_calls) + num_blocks - 1))
+  assert sum(uncached_calls) == (len(uncached_calls) * batch
+                                 * (prompt_width + decoder.gen_length))
+
+
+@pytest.mark.parametrize("decoder", DECODERS, ids=repr)
+@pytest.mark.parametrize("kv_cache", ["prefix", "none"])
+def test_reported_cost_is_what_the_stub_executed(decoder, kv_cache):
+  out, executed = _decode(dataclasses.replace(decoder, kv_cache=kv_cache),
+                          VISIBLE_HASH)
+  assert int(out.calls["model"]) == len(executed) == int(out.nfe)
+  assert int(out.forward_tokens["model"]) == sum(executed)
+  steps_per_block = decoder.steps // decoder.num_blocks()
+  assert len(executed) <= decoder.steps + (kv_cache == "prefix") * (
+      decoder.num_blocks())
+  # Blocks left to right: block n's steps commit exactly its W positions.
+  per_block = out.committed.reshape(decoder.num_blocks(), steps_per_block, -1)
+  np.testing.assert_array_equal(per_block.sum(1), decoder.block_size())
+
+
+@pytest.mark.parametrize("decoder", [
+    dataclasses.replace(DECODERS[0], sampling=GREEDY), DECODERS[1]], ids=repr)
+def test_cached_blocks_equal_uncached_recomputation_on_the_transformer(
+    decoder):
+  # Ancestral commits only: ranked commits of a random-weight model meet
+  # near-ties in confidence, which float rounding may order either way.
+  models = bind(MODEL, PARAMS)
+  cached = decoder.denoise(models, PROMPTS, PROMPT_LENGTHS, KEY,
+                           measure_error=True)
+  uncached = dataclasses.replace(decoder, kv_cache="none").denoise(
+      models, PROMPTS, PROMPT_LENGTHS, KEY)
+  np.testing.assert_array_equal(cached.tokens, uncached.tokens)
+  assert float(cached.max_logit_error) < 1e-4
+  assert not np.any(np.asarray(cached.tokens) == MASK)
+
+
+@pytest.mark.parametrize("decoder", [DECODERS[i] for i in (0, 3, 4)],
+                         ids=repr)
+@pytest.mark.parametrize("batch", [1, 3, 8])
+def test_batch_equals_each_row_decoded_alone(decoder, batch):
+  out, _ = _decode(decoder, VISIBLE_HASH, PROMPTS[:batch],
+                   PROMPT_LENGTHS[:batch])
+  keys = base.row_keys(KEY, batch)
+  for b in range(batch):
+    alone, _ = _decode(decoder, VISIBLE_HASH, PROMPTS[b:b + 1],
+                       PROMPT_LENGTHS[b:b + 1], keys[b:b + 1])
+    np.testing.assert_array_equal(alone.tokens[0], out.tokens[b])
+    np.testing.assert_array_equal(alone.lengths[0], out.lengths[b])
+
+
+def test_layout_mask_worked_example_and_training_alignment():
+  mask = np.asarray(block_causal_layout_mask(
+      jnp.array([3]), jnp.ones((1, 7), bool), 2))[0]
+  block = np.array([-2, -1, -1, 0, 0, 1, 1])
+  np.testing.assert_array_equal(mask, block[None] <= block[:, None])
+  np.testing.assert_array_equal(mask[0], [1, 0, 0, 0, 0, 0, 0])
+  np.testing.assert_array_equal(mask[3], [1, 1, 1, 1, 1, 0, 0])
+  # Prompts of whole blocks: the clean half of the training layout.
+  aligned = block_causal_layout_mask(jnp.array([4, 0]),
+                                     jnp.ones((2, 8), bool), 2)
+  np.testing.assert_array_equal(aligned, masks.block_causal_mask(2, 8, 2))
+  np.testing.assert_array_equal(
+      aligned, masks.bd3lm_training_mask(2, 8, 2)[:, 8:, 8:])
+  padded = block_causal_layout_mask(jnp.array([1]),
+                                    jnp.array([[1, 1, 1, 0]], bool), 1)
+  assert not np.asarray(padded)[0, :, 3].any()
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: BD3LMDecoder(gen_length=8, steps=8, block_length=3),
+     r"block_length=3 must be in \[1, 8\] and divide gen_length=8"),
+    (lambda: BD3LMDecoder(gen_length=8, steps=6, block_length=2),
+     "steps=6 must be a multiple of the number of blocks"),
+    (lambda: BD3LMDecoder(gen_length=8, steps=8, block_length=2,
+                          kv_cache="dual"), "kv_cache='dual'"),
+    (lambda: BD3LMDecoder(gen_length=8, steps=8, cache_refresh="step"),
+     "cache_refresh='step'"),
+    (lambda: BD3LMDecoder(gen_length=8, steps=8, attention="causal"),
+     "attention='causal'"),
+    (lambda: BD3LMDecoder(gen_length=8, steps=8, remasking="top"),
+     "remasking='top'"),
+    (lambda: BD3LMDecoder(gen_length=8, steps=8, schedule="square"),
+     "schedule='square'"),
+    (lambda: make_decoder("bd3lm", gen_length=8, steps=8, tau=0.5), "tau"),
+])
+def test_bad_options_raise_at_construction(make, match):
+  with pytest.raises(ValueError, match=match):
+    make()
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda d: d.decode(bind(stubs.RaisingLogitsFn(max_len=10), None),
+                        PROMPTS, PROMPT_LENGTHS, KEY), "max_len=10"),
+    (lambda d: d.decode(bind(stubs.RaisingLogitsFn(), None), PROMPTS,
+                        PROMPT_LENGTHS.at[0].set(5), KEY), "prompt_lengths"),
+    (lambda d: d.decode({"draft": base.Model(stubs.RaisingLogitsFn())},
+                        PROMPTS, PROMPT_LENGTHS, KEY), "roles"),
+    (lambda d: d.denoise(bind(stubs.RaisingLogitsFn(), None), PROMPTS,
+                         PROMPT_LENGTHS, KEY, trace=True), "trace"),
+])
+def test_bad_input_raises_before_the_model_runs(call, match):
+  with pytest.raises(ValueError, match=match):
+    call(BD3LMDecoder(gen_length=8, steps=8, block_length=2))
+
+
+def test_registered_and_hashable():
+  decoder = make_decoder("bd3lm", gen_length=8, steps=4, block_length=4)
+  assert decoder == BD3LMDecoder(gen_length=8, steps=4, block_length=4)
+  assert hash(decoder) == hash(dataclasses.replace(decoder))
+  assert decoder.kv_cache == "prefix" and decoder.remasking == "ancestral"
+  with pytest.raises(NotImplementedError):
+    decoder.infill(bind(stubs.RaisingLogitsFn(), None), PROMPTS,
+                   jnp.ones(PROMPTS.shape, bool), KEY)
