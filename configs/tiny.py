@@ -57,13 +57,36 @@ def get_config() -> ml_collections.ConfigDict:
 
   # The main job (experiments/compare_decoding.py).
   config.compare = ml_collections.ConfigDict()
-  config.compare.output_lengths = (32, 64, 128, 256)
-  config.compare.batch_sizes = (1, 8)
-  config.compare.prompt_len = 16        # tokens of held-out text per prompt
-  config.compare.reference_len = 64     # reference continuation (omission rate)
-  config.compare.temperature = 1.0      # one temperature for every decoder
-  config.compare.mdlm_steps = (8, 32, 128, 0)  # K; 0 means K = T
-  config.compare.llada_steps = 32
-  config.compare.llada_block_length = 32
-  config.compare.timed_runs = 3         # median of this many, after warm-up
+  config.compare.output_lengths = (32, 128, 256)  # T, tokens generated per row (~20 min on 2 cores)
+  config.compare.batch_sizes = (1, 8)   # B; quality is scored at the largest
+  config.compare.prompt_len = 16        # P, tokens of held-out text per prompt
+  config.compare.reference_len = 64     # human continuation scored beside the samples
+  config.compare.temperature = 1.0      # one sampling temperature for every decoder
+  config.compare.timed_runs = 5         # timed runs per row: minimum, median and spread
+  config.compare.baseline = "AR cached"  # the entry the crossover and K* compare against
+  # One decoder per line: "label | decoder | role=member ... | option=value ...".
+  # The label is a template showing every option it sets; the value T means the
+  # output length; steps and block_length above T are clamped to T. Roles bind
+  # models by member name (pretrained.member_configs). See comparison.py.
+  config.compare.decoders = (
+      "AR cached | ar | model=ar",
+      "AR uncached | ar_uncached | model=ar",
+      "MDLM K={steps} | mdlm | model=mdlm | steps=8",
+      "MDLM K={steps} | mdlm | model=mdlm | steps=32",
+      "MDLM K={steps} | mdlm | model=mdlm | steps=T",
+      "LLaDA K={steps} | llada | model=mdlm | steps=32",
+      "LLaDA K={steps} block={block_length} | llada | model=mdlm | steps=32 block_length=32",
+      "LLaDA {remasking} K={steps} block={block_length} | llada | model=mdlm"
+      " | remasking=margin steps=32 block_length=32",
+      "threshold tau={threshold} block={block_length} cache={kv_cache} | threshold | model=mdlm"
+      " | threshold=0.9 block_length=32 kv_cache=none",
+      "threshold tau={threshold} block={block_length} cache={kv_cache} | threshold | model=mdlm"
+      " | threshold=0.9 block_length=32 kv_cache=prefix",
+      "threshold tau={threshold} block={block_length} cache={kv_cache} | threshold | model=mdlm"
+      " | threshold=0.9 block_length=32 kv_cache=dual",
+      "factor f={factor} block={block_length} | factor | model=mdlm | factor=1.0 block_length=32",
+      "MaskGIT K={steps} | maskgit | model=mdlm | steps=32",
+      "ReMDM K={steps} | remdm | model=mdlm | steps=32",
+      "BD3-LM block={block_length} K={steps} | bd3lm | model=bd3lm | block_length=16 steps=T",
+  )
   return config

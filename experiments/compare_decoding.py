@@ -3,16 +3,21 @@ r"""The main job: sequential vs parallel decoding, cost and quality, measured.
   python experiments/compare_decoding.py --config=configs/tiny.py \
       --workdir=/tmp/compare
 
-Gets the AR, masked-diffusion (MDLM) and evaluator models (shipped pretrained
-parameters when they match the config, else trained under --workdir, or
-always with --retrain), takes prompts from the held-out test split, runs
-every decoder for every output length and batch size, and writes
-results.csv, report.md, latency.png and quality.png under --workdir.
+Checks every option first (the decoders of `compare.decoders`, built at
+every output length, the sizes, the workdir), then prepares the corpus,
+prints its splits and checks they are large enough, gets the models the
+decoders bind plus the evaluator (shipped pretrained parameters when they
+match the config, else trained under --workdir, or always with --retrain),
+takes prompts from the held-out test split, runs every decoder at every
+output length and batch size, and writes results.csv, report.md,
+latency.png, quality.png and run.json under --workdir. A bad option or a
+too small corpus ends the job in its first seconds with a one-line message.
 """
 
 import json
 import os
 import platform
+import sys
 import time
 
 from absl import app
@@ -22,8 +27,8 @@ import jax
 from ml_collections import config_flags
 
 from lm_decoding.data import pipeline
-from lm_decoding.data.tokenizer import EOS_ID
-from lm_decoding.evaluation import comparison, report
+from lm_decoding.decoding.base import Model
+from lm_decoding.evaluation import comparison, entries, report
 from lm_decoding.models import make_logits_fn
 from lm_decoding.training import pretrained
 from lm_decoding.training import train
@@ -37,62 +42,111 @@ _RETRAIN = flags.DEFINE_bool(
     "retrain", False, "Train all models here even if shipped ones match.")
 
 
+def check_workdir(workdir: str) -> None:
+  """Creates `workdir` if needed; raises ValueError if it cannot be used."""
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise ValueError(f"--workdir={workdir} is a file; give a directory")
+  try:
+    os.makedirs(workdir, exist_ok=True)
+  except OSError as e:
+    raise ValueError(f"--workdir={workdir} cannot be created: "
+                     f"{e.strerror}") from e
+  if not os.access(workdir, os.W_OK | os.X_OK):
+    raise ValueError(f"--workdir={workdir} is not writable")
+
+
+def plan(config, workdir: str):
+  """Checks every option of the job; returns (planned decoders, members).
+
+  Raises:
+    ValueError: naming the config key or flag; nothing is prepared, trained
+      or written before (except the workdir folder itself, last).
+  """
+  cmp = config.compare
+  members = pretrained.member_configs(config)
+  entries.check_options(
+      cmp, {name: m.model.max_len for name, m in members.items()})
+  parsed = entries.parse_entries(cmp.decoders)
+  entries.check_baseline(cmp.baseline, parsed)
+  planned = entries.plan(parsed, cmp.output_lengths, cmp.temperature,
+                         members)
+  check_workdir(workdir)
+  return planned, members
+
+
+def validation(name: str, member, source: str, workdir: str) -> str:
+  """'ar: validation perplexity 201.6 (shipped ...)' for the report header.
+
+  From the shipped manifest when the parameters are shipped, else from the
+  last validation record of `{workdir}/{name}/metrics.jsonl`.
+  """
+  if source.startswith("pretrained"):
+    ppl = pretrained.read_manifest(name)["metrics"].get("valid_ppl")
+    where = f"shipped, {source}"
+  else:
+    with open(os.path.join(workdir, name, "metrics.jsonl")) as f:
+      records = [json.loads(line) for line in f if line.strip()]
+    ppl = next((r["valid_ppl"] for r in reversed(records)
+                if "valid_ppl" in r), None)
+    where = f"trained here, {source}"
+  measure = ("perplexity" if member.train.objective == "ar"
+             else "perplexity bound")
+  value = "—" if ppl is None else f"{ppl:.1f}"
+  return f"{name}: validation {measure} {value} ({where})"
+
+
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
   start = time.time()
   config, workdir = _CONFIG.value, _WORKDIR.value
   cmp = config.compare
-  longest = cmp.prompt_len + max(cmp.output_lengths)
-  if longest > config.model.max_len:
-    raise ValueError(
-        f"compare.prompt_len + max(compare.output_lengths) = {longest} must be "
-        f"<= model.max_len={config.model.max_len}; raise --config.model.max_len "
-        "(the shipped models then no longer match and are retrained)")
-  specs = comparison.standard_specs(cmp.mdlm_steps, cmp.llada_steps,
-                                    cmp.llada_block_length)
-  for spec in specs:  # every decoder option is checked before any work
-    for t in cmp.output_lengths:
-      try:
-        spec.build(t, cmp.temperature, eos_ids=(EOS_ID,))
-      except ValueError as e:
-        raise ValueError(f"decoder {spec.label!r} at output length {t}: {e} "
-                         "(set by --config.compare.*)") from e
-  corpus = pipeline.prepare(config.data.path, config.data.vocab_size, workdir)
-  members = pretrained.member_configs(config)
-  models, sources = {}, {}
-  for name, member in members.items():
-    params, sources[name] = pretrained.get_or_train(
-        member, name, workdir, corpus.tokenizer, retrain=_RETRAIN.value)
-    models[name] = comparison.Model(
-        make_logits_fn(train.model_config(member)), params, name)
-    print(f"{name}: {sources[name]}")
+  try:
+    planned, members = plan(config, workdir)
+    corpus = pipeline.prepare(config.data.path, config.data.vocab_size,
+                              workdir, data_format=config.data.format)
+    print(corpus.describe())
+    pipeline.check_corpus_size(corpus, config)
+  except ValueError as e:
+    sys.exit(f"compare_decoding: error: {e}")
+  needed = {m for p in planned for _, m in p.roles} | {entries.EVALUATOR}
+  models, lines = {}, []
+  for name in (n for n in members if n in needed):
+    params, source = pretrained.get_or_train(
+        members[name], name, workdir, corpus.tokenizer,
+        retrain=_RETRAIN.value)
+    models[name] = Model(make_logits_fn(train.model_config(members[name])),
+                         params)
+    lines.append(validation(name, members[name], source, workdir))
+    print(lines[-1])
   prompts, references = pipeline.prompts(
       corpus, "test", max(cmp.batch_sizes), cmp.prompt_len, cmp.reference_len)
-  rows, extras = comparison.run(
-      specs, models["ar"], models["mdlm"], models["evaluator"],
-      corpus.tokenizer, prompts, references, cmp.output_lengths,
-      cmp.batch_sizes, cmp.temperature, cmp.timed_runs, seed=config.seed)
+  decode_start = time.time()
+  result = comparison.run(
+      planned, models, models[entries.EVALUATOR], corpus.tokenizer,
+      prompts, references, cmp.batch_sizes, cmp.timed_runs, seed=config.seed)
+  decode_s = time.time() - decode_start
   header = "\n".join([
       "# Sequential vs parallel decoding",
       "",
       f"- device: {jax.devices()[0].device_kind} x{jax.device_count()} "
       f"({platform.processor() or platform.machine()}, {os.cpu_count()} cores)",
-      "- models: " + "; ".join(f"{k}: {v}" for k, v in sources.items()),
-      f"- prompts: {len(prompts)} held-out test paragraphs, first "
-      f"{cmp.prompt_len} tokens; one sampling temperature for every decoder: "
-      f"{cmp.temperature}",
-      f"- gen-PPL is scored by the evaluator model (not the decoded one) at "
-      f"batch {max(cmp.batch_sizes)}; timings are medians of "
-      f"{cmp.timed_runs} runs after warm-up, compile time apart",
-      f"- measured memory bandwidth: "
-      f"{extras['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s (roofline = AR "
-      f"parameters + live KV cache read once per step)",
+      "- models (validation perplexity; a bound for diffusion objectives):",
+      *[f"  - {line}" for line in lines],
+      f"- prompts: {len(prompts)} held-out test documents, first "
+      f"{cmp.prompt_len} tokens (P); one sampling temperature for every "
+      f"decoder: {cmp.temperature}; output lengths T = "
+      f"{tuple(cmp.output_lengths)}, batch sizes B = {tuple(cmp.batch_sizes)}",
+      f"- timings: {cmp.timed_runs} timed runs per row right after "
+      "compiling, compile time apart; speeds are compared on the minimum",
+      f"- decoding took {decode_s / 60:.1f} min of the job's "
+      f"{(time.time() - start) / 60:.1f} min",
   ])
-  paths = report.write(rows, extras, header, workdir)
+  paths = report.write(result, header, cmp.baseline, workdir)
   with open(os.path.join(workdir, "run.json"), "w") as f:
-    json.dump({"sources": sources, "wall_s": time.time() - start,
-               "config": config.to_dict()}, f, indent=2, default=str)
+    json.dump({"models": lines, "wall_s": time.time() - start,
+               "decode_s": decode_s, "config": config.to_dict()}, f,
+              indent=2, default=str)
   print(f"wrote {', '.join(paths.values())} in {time.time() - start:.0f} s")
 
 

@@ -1,7 +1,14 @@
-"""The comparison harness and report: structure, honest counts, crossover."""
+"""The comparison harness: entries as data, resolution, validation, modes, report."""
 
+import contextlib
 import csv
+import io
+import importlib.util
 import os
+import pathlib
+import re
+import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -9,104 +16,392 @@ import pytest
 
 from lm_decoding.data import corpus
 from lm_decoding.data.tokenizer import Tokenizer
-from lm_decoding.evaluation import comparison, report
+from lm_decoding.decoding import base
+from lm_decoding.evaluation import comparison, entries, report
 from lm_decoding.models import TransformerConfig, init_params, make_logits_fn
+from lm_decoding.special_tokens import EOS_ID
+from stubs import TableLogitsFn
 
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 VOCAB = 400
+MEMBERS = ("ar", "mdlm", "evaluator")
+
+
+def _load(name, path):
+  spec = importlib.util.spec_from_file_location(name, path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory):
+def job():
+  return _load("compare_decoding", ROOT / "experiments" / "compare_decoding.py")
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
   return Tokenizer.train(corpus.load_paragraphs("")[:400], VOCAB)
 
 
-def model(attention, seed, d_model=32):
-  cfg = TransformerConfig(vocab_size=VOCAB, d_model=d_model, num_layers=1,
+def entry(text, index=0):
+  return entries.parse_entry(text, index)
+
+
+def registered(*names):
+  return pytest.mark.skipif(
+      not set(names) <= set(base.registered()),
+      reason=f"decoders {names} not registered yet")
+
+
+# ---- entries: parsing, resolution, labels, merging --------------------------
+
+
+def test_parse_entry_reads_roles_and_literal_options():
+  e = entry("LLaDA K={steps} {remasking} | llada | model=mdlm | steps=32 "
+            "remasking=margin", index=3)
+  assert (e.name, e.roles, e.index) == ("llada", (("model", "mdlm"),), 3)
+  assert e.options == (("steps", 32), ("remasking", "margin"))
+  assert e.series == "LLaDA K=32 margin"
+  assert entry("t {threshold} | threshold | model=mdlm | threshold=0.9"
+               ).options == (("threshold", 0.9),)
+  assert entry("AR | ar | model=ar").options == ()
+
+
+@pytest.mark.parametrize("text, message", [
+    ("AR | ar", "3 or 4 fields"),
+    ("AR | ar | model=ar | steps=1 | x", "3 or 4 fields"),
+    (" | ar | model=ar", "must not be empty"),
+    ("AR | ar | ", "bind the decoder's roles"),
+    ("AR | ar | model", "'model' must be key=value"),
+    ("M {steps} | mdlm | model=mdlm | steps=8 steps=9", "given twice"),
+    ("M | mdlm | model=mdlm | steps=8", r"missing \['steps'\]"),
+    ("M {steps} {block_length} | mdlm | model=mdlm | steps=8",
+     r"not set \['block_length'\]"),
+    ("M {gen_length} | mdlm | model=mdlm | gen_length=8", "set by the harness"),
+    ("M {sampling} | mdlm | model=mdlm | sampling=0", "set by the harness"),
+    ("M {} | mdlm | model=mdlm", r"not set \[''\]"),
+    ("M {steps | mdlm | model=mdlm | steps=8", "not a template"),
+])
+def test_parse_entry_errors_name_the_entry(text, message):
+  with pytest.raises(ValueError, match=message) as info:
+    entry(text, index=5)
+  assert "compare.decoders[5]" in str(info.value)
+
+
+def test_parse_entries_refuses_one_label_for_two_entries():
+  with pytest.raises(ValueError, match=r"decoders\[1\].*decoders\[0\].*same"):
+    entries.parse_entries(["AR | ar | model=ar", "AR | ar_uncached | "
+                              "model=ar"])
+  with pytest.raises(ValueError, match="non-empty list"):
+    entries.parse_entries([])
+
+
+def test_resolve_replaces_t_and_clamps_steps_and_block_length():
+  e = entry("LLaDA K={steps} block={block_length} | llada | model=mdlm | "
+            "steps=32 block_length=32")
+  assert entries.resolve(e, 64) == {"steps": 32, "block_length": 32}
+  assert entries.resolve(e, 16) == {"steps": 16, "block_length": 16}
+  mdlm = entry("MDLM K={steps} | mdlm | model=mdlm | steps=T")
+  assert entries.resolve(mdlm, 48) == {"steps": 48}
+  assert mdlm.series == "MDLM K=T"
+
+
+def test_plan_labels_show_settings_used_and_merge_equal_decoders():
+  parsed = entries.parse_entries([
+      "AR cached | ar | model=ar",
+      "MDLM K={steps} | mdlm | model=mdlm | steps=32",
+      "MDLM K={steps} | mdlm | model=mdlm | steps=T",
+      "LLaDA K={steps} | llada | model=mdlm | steps=32",
+      "LLaDA K={steps} block={block_length} | llada | model=mdlm | steps=32 "
+      "block_length=32"])
+  planned = entries.plan(parsed, (16, 32, 64), 1.0, MEMBERS)
+  labels = {t: [p.label for p in planned if p.output_length == t]
+            for t in (16, 32, 64)}
+  # T=16: steps and blocks clamped to 16; every MDLM and LLaDA entry merges.
+  assert labels[16] == ["AR cached", "MDLM K=16", "LLaDA K=16"]
+  assert labels[32] == ["AR cached", "MDLM K=32", "LLaDA K=32"]
+  assert labels[64] == ["AR cached", "MDLM K=32", "MDLM K=64", "LLaDA K=32",
+                        "LLaDA K=32 block=32"]
+  by_label = {(p.label, p.output_length): p for p in planned}
+  llada = by_label["LLaDA K=32", 32]
+  assert llada.series == ("LLaDA K=32", "LLaDA K=32 block=32")
+  assert llada.decoder.block_length is None  # a block of T is one block
+  assert llada.decoder.steps == 32 and llada.decoder.gen_length == 32
+  assert by_label["MDLM K=16", 16].series == ("MDLM K=32", "MDLM K=T")
+  assert by_label["LLaDA K=32 block=32", 64].decoder.block_length == 32
+  # Fixed length ignores EOS; EOS mode ends rows at EOS; one temperature.
+  for p in planned:
+    assert p.decoder.eos_ids == () and p.eos_decoder.eos_ids == (EOS_ID,)
+    assert p.decoder.sampling.temperature == 1.0
+
+
+def test_plan_keeps_different_bindings_apart():
+  parsed = entries.parse_entries([
+      "MDLM K={steps} | mdlm | model=mdlm | steps=8",
+      "MDLM on AR K={steps} | mdlm | model=ar | steps=8"])
+  assert len(entries.plan(parsed, (16,), 1.0, MEMBERS)) == 2
+
+
+@pytest.mark.parametrize("text, message", [
+    ("X | no_such_decoder | model=mdlm", "unknown decoder name"),
+    ("X {block_length} | llada | model=mdlm | block_length=3",
+     "block_length=3"),
+    ("X {colour} | mdlm | model=mdlm | colour=red", "takes no options"),
+    ("X | ar | draft=ar", "roles"),
+    ("X | ar | model=gpt", "must name a decoded model"),
+    ("X | ar | model=evaluator", "must name a decoded model"),
+])
+def test_plan_errors_name_the_entry_and_the_length(text, message):
+  parsed = entries.parse_entries(["AR cached | ar | model=ar", text])
+  with pytest.raises(ValueError, match=message) as info:
+    entries.plan(parsed, (8,), 1.0, MEMBERS)
+  assert f"compare.decoders[1] ({text.split(' |')[0]!r})" in str(info.value)
+
+
+def test_plan_refuses_one_label_for_two_decoders_at_some_length():
+  parsed = entries.parse_entries([
+      "MDLM K={steps} | mdlm | model=mdlm | steps=8",
+      "MDLM K={steps} | mdlm | model=ar | steps=T"])
+  entries.plan(parsed, (16,), 1.0, MEMBERS)  # 'MDLM K=8', 'MDLM K=16'
+  with pytest.raises(ValueError, match="'MDLM K=8' is also"):
+    entries.plan(parsed, (8,), 1.0, MEMBERS)
+
+
+@registered("threshold")
+def test_cached_threshold_entries_get_their_uncached_reference():
+  text = "thr {kv_cache} | threshold | model=mdlm | kv_cache="
+  parsed = entries.parse_entries([text + "none", text + "dual"])
+  none, dual = entries.plan(parsed, (16,), 1.0, MEMBERS)
+  assert not none.cached and dual.cached
+  assert dual.reference == none.decoder and dual.reference_label == "thr none"
+
+
+# ---- option checks before any work -------------------------------------------
+
+
+def tiny_config():
+  config = _load("tiny", ROOT / "configs" / "tiny.py").get_config()
+  names = set(base.registered())
+  config.compare.decoders = tuple(
+      d for d in config.compare.decoders
+      if d.split("|")[1].strip() in names and "bd3lm" not in d)
+  return config
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("batch_sizes", (0, 4), r"compare.batch_sizes=\(0, 4\) must be"),
+    ("batch_sizes", (-1, 4), r"compare.batch_sizes=\(-1, 4\) must be"),
+    ("batch_sizes", (8, 8), "tuple of distinct integers >= 1"),
+    ("output_lengths", (), "compare.output_lengths=.* must be a non-empty"),
+    ("timed_runs", 0, "compare.timed_runs=0 must be an integer >= 1"),
+    ("prompt_len", 0, "compare.prompt_len=0 must be an integer >= 1"),
+    ("temperature", -1.0, "compare.temperature=-1.0 must be"),
+    ("output_lengths", (32, 400), "must be <= the ar model's max_len=320"),
+    ("baseline", "AR fast", "compare.baseline='AR fast' must be the label"),
+    ("decoders", ("AR | ar | model=ar | steps=3",), r"missing \['steps'\]"),
+])
+def test_job_checks_options_before_any_work(job, tmp_path, key, value,
+                                            message):
+  config = tiny_config()
+  config.compare[key] = value
+  workdir = tmp_path / "work"
+  with pytest.raises(ValueError, match=message):
+    job.plan(config, str(workdir))
+  assert not workdir.exists()  # nothing prepared, trained or written
+
+
+def test_default_grid_of_registered_decoders_is_valid(job, tmp_path):
+  config = tiny_config()
+  planned, members = job.plan(config, str(tmp_path))
+  assert set(members) >= {"ar", "mdlm", "evaluator"}
+  labels = {p.label for p in planned if p.output_length == 256}
+  assert {"AR cached", "AR uncached", "MDLM K=8", "MDLM K=256"} <= labels
+
+
+def test_job_refuses_a_workdir_that_is_a_file(job, tmp_path):
+  path = tmp_path / "file"
+  path.write_text("x")
+  with pytest.raises(ValueError, match="is a file"):
+    job.plan(tiny_config(), str(path))
+
+
+def test_job_exits_with_one_line_before_preparing_data(tmp_path):
+  workdir = tmp_path / "work"
+  proc = subprocess.run(
+      [sys.executable, str(ROOT / "experiments" / "compare_decoding.py"),
+       f"--workdir={workdir}", "--config.compare.batch_sizes=(0,4)"],
+      capture_output=True, text=True, timeout=120, cwd=ROOT)
+  assert proc.returncode != 0
+  lines = [line for line in proc.stderr.splitlines() if line.strip()]
+  assert lines == ["compare_decoding: error: compare.batch_sizes=(0, 4) must "
+                   "be a non-empty tuple of distinct integers >= 1"]
+  assert not workdir.exists()
+
+
+# ---- the harness on tiny models -----------------------------------------------
+
+
+def transformer(attention, seed, eos_boost=1.0):
+  """A tiny Transformer; eos_boost scales EOS's (tied) embedding, so that
+  EOS is likely at some positions and not at others."""
+  cfg = TransformerConfig(vocab_size=VOCAB, d_model=32, num_layers=1,
                           num_heads=2, num_kv_heads=2, head_dim=16, mlp_dim=64,
-                          max_len=32, attention=attention)
-  return comparison.Model(make_logits_fn(cfg),
-                          init_params(cfg, jax.random.key(seed)), attention)
+                          max_len=16, attention=attention)
+  params = init_params(cfg, jax.random.key(seed))
+  params["embedding"] = params["embedding"].at[EOS_ID].multiply(eos_boost)
+  return base.Model(make_logits_fn(cfg), params)
 
 
-def test_run_measures_every_decoder_and_scores_the_largest_batch(
-    tokenizer, tmp_path):
-  specs = [s for s in comparison.standard_specs(
-      mdlm_steps=(2, 0), llada_steps=4, llada_block_length=4)
-           if s.label in ("AR cached", "MDLM K=2", "LLaDA K=4 block=4")]
-  assert len(specs) == 3  # (compile time bounds how many run here)
-  prompts = np.random.default_rng(0).integers(5, VOCAB, (2, 4)).astype(np.int32)
-  rows, extras = comparison.run(
-      specs, model("causal", 0), model("bidirectional", 1),
-      model("causal", 2, d_model=48), tokenizer, prompts,
-      ["a single man", "a good wife"], lengths=(8,), batch_sizes=(1, 2),
-      temperature=1.0, runs=1, progress=False)
-  assert len(rows) == len(specs) * 2
-  labels = [s.label for s in specs]
-  assert {r["decoder"] for r in rows} == set(labels)
-  for r in rows:
-    t = r["output_length"]
-    if r["decoder"] == "AR cached":
-      assert r["nfe"] == t and r["ttft_ms"] > 0  # prefill + T - 1 steps
-    if r["decoder"] == "MDLM K=2":
-      assert 1 <= r["nfe"] <= 2
-    if r["decoder"].startswith("LLaDA"):
-      assert r["nfe"] <= 4
-    assert r["ms_per_sequence"] > 0 and r["compile_s"] >= 0
-    assert 0 < r["generated_tokens"] <= t * r["batch_size"]
-    scored = r["batch_size"] == 2
-    assert ("gen_ppl" in r) == scored
-    if scored:
-      assert r["gen_ppl"] > 1 and 0 <= r["omission"] <= 1
-      assert ("all_eos" in r) == (r["family"] == "parallel")
-  ar = [r for r in rows if r["decoder"] == "AR cached"]
-  assert all(r["roofline_ratio"] > 0 for r in ar)
-  assert set(extras["samples"]) == set(labels)
+CACHED = {"threshold"} <= set(base.registered())
+T = 8
 
-  paths = report.write(rows, extras, "# test", str(tmp_path))
+
+@pytest.fixture(scope="module")
+def measured(tokenizer):
+  """One run of the harness on tiny Transformers (compiling dominates)."""
+  texts = ["AR cached | ar | model=ar",
+           "MDLM K={steps} | mdlm | model=mdlm | steps=8",
+           "MDLM K={steps} | mdlm | model=mdlm | steps=T"]
+  if CACHED:
+    texts.append("thr {kv_cache} | threshold | model=mdlm | kv_cache=dual")
+  planned = entries.plan(entries.parse_entries(texts), (T,), 1.0, MEMBERS)
+  models = {"ar": transformer("causal", 0, eos_boost=40.0),
+            "mdlm": transformer("bidirectional", 1, eos_boost=40.0)}
+  prompts = np.random.default_rng(0).integers(5, VOCAB, (2, 4)).astype(
+      np.int32)
+  printed = io.StringIO()
+  with contextlib.redirect_stdout(printed):
+    result = comparison.run(
+        planned, models, transformer("causal", 2), tokenizer, prompts,
+        ["a single man in possession", "a good wife"], batch_sizes=(1, 2),
+        runs=2, progress=True)
+  return planned, result, printed.getvalue()
+
+
+def test_run_counts_times_and_scores_every_row(measured):
+  planned, result, printed = measured
+  rows = {(r["decoder"], r["batch_size"]): r for r in result.rows}
+  assert len(result.rows) == 2 * len(planned) == len(rows)
+  assert [p.label for p in planned][:2] == ["AR cached", "MDLM K=8"]
+  assert result.merged == [(T, "MDLM K=8", ("MDLM K=8", "MDLM K=T"))]
+  p = 4
+  for (label, b), r in rows.items():
+    fwd, calls = r["forward_tokens"]["model"], r["calls"]["model"]
+    assert r["nfe"] == calls >= 1 and r["output_length"] == T
+    if label.startswith("AR"):  # prefill, then T - 1 one-token steps
+      assert (r["nfe"], fwd) == (T, b * p + b * (T - 1))  # EOS ignored
+      assert not r["full_pass"]
+    elif label.startswith("MDLM"):
+      assert fwd == calls * b * (p + T) and r["full_pass"]
+    assert 0 < r["ms_min"] <= r["ms_median"] and r["spread"] >= 0
+    assert 0 < r["eos_tokens_per_row"] <= T
+    assert ("gen_ppl" in r) == (b == 2)
+    if b == 2:
+      assert r["gen_ppl"] > 1 and r["entropy"] >= 0
+  assert result.human["gen_ppl"] > 1
+  assert set(result.samples) == {(p.label, T) for p in planned}
+  assert printed.count(f" | T={T} ") == len(rows)  # one line per row
+
+
+def test_eos_mode_real_tokens_and_timing(measured):
+  _, result, _ = measured
+  for r in result.rows:
+    assert not r["eos_timed_apart"]  # the same work with or without EOS
+    assert r["real_tokens_per_s"] == pytest.approx(
+        r["eos_tokens_per_row"] * r["batch_size"] / (r["ms_min"] / 1e3))
+  ended = [r["eos_tokens_per_row"] < T for r in result.rows]
+  assert any(ended)  # the boosted EOS ends some rows early
+
+
+@pytest.mark.skipif(not CACHED, reason="threshold decoder not registered")
+def test_cached_rows_report_their_approximation(measured):
+  _, result, _ = measured
+  dual = next(r for r in result.rows
+              if r["decoder"] == "thr dual" and r["batch_size"] == 2)
+  assert dual["max_logit_error"] >= 0 and 0 <= dual["agreement"] <= 1
+  assert dual["reference"] is None  # no kv_cache=none row in this run
+  assert dual["forward_tokens"]["model"] < dual["nfe"] * 2 * (4 + T)
+
+
+def test_report_defines_every_column(measured, tmp_path):
+  _, result, _ = measured
+  paths = report.write(result, "# test", "AR cached", str(tmp_path))
   for path in paths.values():
     assert os.path.getsize(path) > 0
   with open(paths["csv"]) as f:
-    assert len(list(csv.DictReader(f))) == len(rows)
+    table = list(csv.DictReader(f))
+  assert len(table) == len(result.rows)
+  assert {"forward_tokens_model", "calls_model", "ms_min"} <= set(table[0])
   text = open(paths["report"]).read()
-  assert "## Crossover" in text and "| MDLM K=2 |" in text
+  defined = set(re.findall(r"^- \*\*(.+?)\*\*:", text, re.M))
+  tables = re.findall(r"^(\| .+ \|)\n\|(?:---\|)+$", text, re.M)
+  assert len(tables) >= 4 + CACHED  # cost, K*, EOS mode, quality (+ cache)
+  headers = {h.strip() for t in tables for h in t.strip("|").split("|")}
+  assert headers - {"K*"} <= defined, headers - defined
+  assert "- **K\\***:" in text
+  assert "## Crossover" in text and "| MDLM K=8 |" in text
+  assert "row 'MDLM K=8' stands for 'MDLM K=8', 'MDLM K=T'" in text
+  assert "**Prompt 1:**" in text and "- *AR cached*:" in text
 
 
-def test_standard_specs_cover_both_families():
-  specs = comparison.standard_specs(mdlm_steps=(8, 0), llada_steps=32,
-                                    llada_block_length=32)
-  assert [s.label for s in specs] == [
-      "AR cached", "AR uncached", "MDLM K=8", "MDLM K=T", "LLaDA K=32",
-      "LLaDA K=32 block=32"]
-  decoder = specs[3].build(64, 0.7, (3,))
-  assert (decoder.steps, decoder.gen_length, decoder.sampling.temperature) == (
-      64, 64, 0.7)
-  assert specs[0].build(16, 0.7, (3,)).sampling.temperature == 0.7
+def test_fixed_length_and_eos_modes_exactly(tokenizer):
+  p, t = 3, 6
+  # Row 0 predicts EOS from position P + 1 on, row 1 from P + 3 on.
+  stub = TableLogitsFn.scripted(
+      [[EOS_ID if i >= p + end else 7 for i in range(p + t + 1)]
+       for end in (1, 3)], vocab_size=16)
+  texts = ["AR early exit | ar_early_exit | model=ar",
+           "MDLM K={steps} | mdlm | model=mdlm | steps=T"]
+  planned = entries.plan(entries.parse_entries(texts), (t,), 1.0, MEMBERS)
+  model = base.Model(stub, None)
+  result = comparison.run(planned, {"ar": model, "mdlm": model}, model,
+                          tokenizer, np.full((2, p), 7, np.int32), ["x", "y"],
+                          batch_sizes=(1, 2), runs=1, progress=False)
+  rows = {(r["decoder"], r["batch_size"]): r for r in result.rows}
+  early, mdlm = rows["AR early exit", 2], rows[f"MDLM K={t}", 2]
+  assert early["nfe"] == t  # fixed length: EOS ignored
+  # EOS mode, up to and including EOS: AR's token i comes from position
+  # P - 1 + i (rows: 3 and 5 tokens), the denoiser's position P + i predicts
+  # itself (2 and 4); B=1 decodes row 0 (its rows are those of B=2).
+  assert (early["eos_tokens_per_row"], mdlm["eos_tokens_per_row"]) == (4, 3)
+  assert (rows["AR early exit", 1]["eos_tokens_per_row"],
+          rows[f"MDLM K={t}", 1]["eos_tokens_per_row"]) == (3, 2)
+  assert early["eos_timed_apart"] and not mdlm["eos_timed_apart"]
+  assert mdlm["real_tokens_per_s"] == pytest.approx(
+      6 / (mdlm["ms_min"] / 1e3))
+  assert early["all_eos"] == mdlm["empty"] == 0
 
 
-def test_bad_decoder_option_fails_before_any_decode(tokenizer):
-  specs = [comparison.DecoderSpec("LLaDA bad", "llada", comparison.PARALLEL,
-                                  options=(("block_length", 3),), steps=4)]
-  prompts = np.full((1, 2), 7, np.int32)
-  with pytest.raises(ValueError, match="block_length=3"):
-    comparison.run(specs, model("causal", 0), model("bidirectional", 1),
-                   model("causal", 2), tokenizer, prompts, ["x"], lengths=(8,),
-                   batch_sizes=(1,), temperature=1.0, runs=1, progress=False)
+# ---- crossover and K* from rows -----------------------------------------------
 
 
-def _row(decoder, family, b, t, ms, nfe):
-  return dict(decoder=decoder, family=family, batch_size=b, output_length=t,
-              ms_per_sequence=ms, nfe=nfe)
+def _row(decoder, b, t, ms, nfe, full_pass=False):
+  return dict(decoder=decoder, series=[decoder], batch_size=b,
+              output_length=t, ms_min=ms, ms_median=ms * 1.05, nfe=nfe,
+              full_pass=full_pass)
 
 
-def test_crossover_and_break_even_steps_from_rows():
-  rows = [_row("AR cached", "sequential", 1, 32, 10.0, 32),
-          _row("AR cached", "sequential", 1, 64, 20.0, 64),
-          _row("MDLM K=8", "parallel", 1, 32, 16.0, 8),
-          _row("MDLM K=8", "parallel", 1, 64, 16.0, 8),
-          _row("MDLM K=T", "parallel", 1, 32, 64.0, 32),
-          _row("MDLM K=T", "parallel", 1, 64, 128.0, 64)]
-  assert report.crossover(rows) == {("MDLM K=8", 1): [64],
-                                    ("MDLM K=T", 1): []}
-  # K* = AR ms / (parallel ms per forward), from the row with most NFE.
-  assert report.break_even_steps(rows) == {(1, 32): pytest.approx(5.0),
-                                           (1, 64): pytest.approx(10.0)}
+def test_crossover_sentence_and_break_even_steps():
+  rows = [_row("AR cached", 1, 32, 10.0, 32),
+          _row("AR cached", 1, 64, 20.0, 64),
+          _row("MDLM K=8", 1, 32, 16.0, 8, True),
+          _row("MDLM K=8", 1, 64, 16.0, 8, True),
+          _row("MDLM K=T", 1, 32, 64.0, 32, True),
+          _row("MDLM K=T", 1, 64, 128.0, 64, True),
+          _row("thr dual", 1, 64, 1.0, 64),
+          _row("AR early exit", 1, 64, 19.5, 64)]  # within noise: not faster
+  assert report.crossover(rows, "AR cached") == {
+      ("MDLM K=8", 1): [64], ("MDLM K=T", 1): [], ("thr dual", 1): [64],
+      ("AR early exit", 1): []}
+  assert report.crossover_sentence(rows, "AR cached") == (
+      "Faster than AR cached (median time below AR cached's minimum): MDLM "
+      "K=8 at B=1 for T = 64; thr dual at B=1 for T = 64; every other "
+      "decoder, B in [1] and T in [32, 64]: never.")
+  slow = [r for r in rows if r["decoder"] != "thr dual"
+          and not (r["decoder"] == "MDLM K=8" and r["output_length"] == 64)]
+  assert report.crossover_sentence(slow, "AR cached").startswith(
+      "No decoder was faster than AR cached")
+  # K* from the full-pass row with the most NFE (not the cached one).
+  assert report.break_even_steps(rows, "AR cached") == {
+      (1, 32): pytest.approx(5.0), (1, 64): pytest.approx(10.0)}

@@ -1,17 +1,34 @@
-"""The comparison harness: every decoder, timed, counted and scored alike.
+"""The comparison harness: every planned decoder measured alike.
 
-For each output length T and batch size B, each decoder in a list of
-`DecoderSpec`s decodes the same held-out prompts; `cost.decode_cost` times it
-(compile apart, warm-up, median of runs) and the largest batch's samples are
-scored for quality under an evaluator AR model that is not the decoded model.
-One sampling temperature is used for every decoder.
+`run` takes the decoders `entries.plan` built (one per entry and output
+length T, equal ones merged) and measures each at every batch size B.
+
+Two modes per (decoder, T, B), on the same prompts and key (row b's key is
+fold_in(key, b), so a row decodes the same in any batch):
+- fixed length: eos_ids=() so every row is exactly T tokens; compiled
+  (compile time apart) and timed `runs` times straight away (no warm-up:
+  the minimum and the median of the runs are robust to a slow first run);
+  NFE, calls and forward token positions per role.
+- EOS mode: the tokenizer's EOS ends a row. Decoded once, at the largest
+  batch; a smaller batch's rows are its first rows there. Real tokens are
+  those up to and including a row's first EOS. EOS mode's time is the
+  fixed-length time when it made the same forward calls and positions per
+  role (the same work), else it is timed itself (e.g. an early-exit
+  decoder), so real tokens/s = real tokens / minimum EOS-mode time, the same
+  formula for every decoder.
+At the largest batch the EOS-mode samples are scored under the evaluator,
+and rows with an approximate KV cache (`kv_cache` other than "none") get
+their approximation measured, untimed: the largest logit error of the cached
+window against an uncached pass (`denoise(measure_error=True)`), and token
+agreement with the same decoder with kv_cache="none" (same key, fixed
+length).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-from typing import Any, Sequence
+import math
+from collections.abc import Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -19,182 +36,227 @@ import numpy as np
 import tqdm
 
 from lm_decoding.data.tokenizer import Tokenizer
-from lm_decoding.decoding import autoregressive
+from lm_decoding.decoding import base
 from lm_decoding.decoding import iterative
-from lm_decoding.decoding.base import LogitsFn, bind, make_decoder
-from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.evaluation import cost, quality
+from lm_decoding.evaluation.entries import Planned
 
-SEQUENTIAL, PARALLEL = "sequential", "parallel"
+SPREAD_FLAG = 0.10  # timing spread (IQR / median) above which a row is flagged
+SAMPLES_SHOWN = 2  # prompts whose continuations the report shows
 
 
 @dataclasses.dataclass(frozen=True)
-class DecoderSpec:
-  """One decoder of the comparison.
+class Comparison:
+  """What `run` measured.
 
   Attributes:
-    label: its name in the report (e.g. "MDLM K=32").
-    name: the registered decoder name ("ar", "mdlm", ...).
-    family: SEQUENTIAL (decodes with the AR model) or PARALLEL (with the
-      masked-diffusion model).
-    options: fixed decoder options, as (name, value) pairs.
-    steps: denoising steps K of a parallel decoder; 0 means K = T.
+    rows: one dict per (planned decoder, B), in run order (columns:
+      `report.COLUMNS`).
+    samples: {(label, T): texts} EOS-mode continuations at the largest B.
+    prompts: the prompt texts (decoded).
+    human: gen-PPL and entropy of the human reference continuations under
+      the evaluator ({"gen_ppl", "entropy", "length"}).
+    merged: (T, row label, series labels) of rows standing for several
+      entries.
   """
 
-  label: str
-  name: str
-  family: str
-  options: tuple[tuple[str, Any], ...] = ()
-  steps: int | None = None
-
-  def build(self, length: int, temperature: float, eos_ids: tuple[int, ...]):
-    """The decoder config generating `length` tokens per row.
-
-    A `block_length` above `length` is clamped to it (one block).
-    """
-    options = dict(self.options, eos_ids=eos_ids)
-    if "block_length" in options:
-      options["block_length"] = min(options["block_length"], length)
-    if self.family == SEQUENTIAL:
-      options.update(max_new_tokens=length,
-                     sampling=SamplingConfig(temperature=temperature))
-    else:
-      options.update(gen_length=length,
-                     sampling=SamplingConfig(temperature=temperature),
-                     steps=self.steps or length)
-    return make_decoder(self.name, **options)
+  rows: list[dict]
+  samples: dict[tuple[str, int], list[str]]
+  prompts: list[str]
+  human: dict
+  merged: list[tuple[int, str, tuple[str, ...]]]
 
 
-def standard_specs(mdlm_steps: Sequence[int], llada_steps: int,
-                   llada_block_length: int) -> list[DecoderSpec]:
-  """AR cached and uncached, MDLM at each K, LLaDA with and without blocks."""
-  specs = [DecoderSpec("AR cached", "ar", SEQUENTIAL),
-           DecoderSpec("AR uncached", "ar_uncached", SEQUENTIAL)]
-  for k in mdlm_steps:
-    specs.append(DecoderSpec(f"MDLM K={k or 'T'}", "mdlm", PARALLEL, steps=k))
-  specs.append(DecoderSpec(f"LLaDA K={llada_steps or 'T'}", "llada", PARALLEL,
-                           steps=llada_steps))
-  specs.append(DecoderSpec(
-      f"LLaDA K={llada_steps or 'T'} block={llada_block_length}", "llada",
-      PARALLEL, options=(("block_length", llada_block_length),),
-      steps=llada_steps))
-  return specs
+def _jit_decode(decoder):
+  return jax.jit(lambda models, prompts, lengths, key: decoder.decode(
+      models, prompts, lengths, key))
 
 
-@dataclasses.dataclass(frozen=True)
-class Model:
-  """A model as the harness uses it: its logits_fn and parameters."""
-
-  logits_fn: LogitsFn
-  params: Any
-  name: str
+def _work(result: base.DecodeResult) -> tuple:
+  return (tuple(sorted((r, int(c)) for r, c in result.calls.items())),
+          tuple(sorted((r, int(c)) for r, c in result.forward_tokens.items())))
 
 
-def _ttft_s(model: Model, prompts, prompt_lengths, cache_length: int,
-            runs: int) -> float:
-  """Median time of one prefill (the first token's logits), seconds."""
-  fn = jax.jit(functools.partial(autoregressive.prefill, model.logits_fn,
-                                 cache_length=cache_length))
-  return cost.time_fn(fn, model.params, prompts, prompt_lengths,
-                      runs=runs).median_s
+def _timing_columns(timing: cost.Timing) -> dict:
+  median = timing.median_s
+  return {"ms_min": timing.min_s * 1e3, "ms_median": median * 1e3,
+          "spread": timing.iqr_s / median if median > 0 else math.nan,
+          "compile_s": timing.compile_s}
 
 
-def _quality(evaluator: Model, tokenizer: Tokenizer, tokens, lengths, prompts,
-             prompt_lengths, references: Sequence[str]) -> dict:
-  tokens = np.asarray(tokens)
-  lengths = np.asarray(lengths)
-  ppl = quality.gen_ppl(evaluator.logits_fn, evaluator.params, tokens, lengths,
-                        np.asarray(prompts), np.asarray(prompt_lengths))
+def _expected_cost(p: Planned, batch: int, largest: bool, prompt_len: int,
+                   runs: int) -> float:
+  """A rough cost of one work unit in seconds, for the progress bar's ETA.
+
+  2 s per compile (fixed length; at the largest batch also EOS mode and, for
+  a cached decoder, the error measurement and its reference) plus runs x B x
+  (P + T) x steps / 25k positions per s, with steps the decoder's `steps`
+  option, else T (AR, self-paced decoders): an upper bound of the work.
+  """
+  t = p.output_length
+  steps = getattr(p.decoder, "steps", None) or t
+  compiles = 1 + largest * (1 + 2 * p.cached)
+  return compiles * 2.0 + runs * batch * (prompt_len + t) * steps / 25e3
+
+
+def _mean(values: np.ndarray) -> float:
+  """Mean over the finite entries; NaN (without a warning) if none."""
+  finite = values[~np.isnan(values)]
+  return float(finite.mean()) if finite.size else math.nan
+
+
+def _quality(evaluator: base.Model, tokenizer: Tokenizer, tokens, lengths,
+             prompts, prompt_lengths) -> tuple[dict, list[str]]:
+  tokens, lengths = np.asarray(tokens), np.asarray(lengths)
+  ppl = quality.gen_ppl(evaluator.logits_fn, evaluator.params, tokens,
+                        lengths, np.asarray(prompts),
+                        np.asarray(prompt_lengths))
+  record = {"gen_ppl": ppl.ppl, "entropy": _mean(ppl.row_entropy),
+            "rep_4": _mean(quality.repetition_rate(tokens, lengths, 4)),
+            "distinct_2": quality.distinct_n(tokens, lengths, 2)}
   texts = [tokenizer.decode(row[:n]) for row, n in zip(tokens, lengths)]
-  record = {"gen_ppl": ppl.ppl,
-            "entropy": float(np.nanmean(ppl.row_entropy)),
-            "omission": float(np.nanmean(
-                quality.omission_rate(references[:len(texts)], texts))),
-            "distinct_2": quality.distinct_n(tokens, lengths, 2),
-            "mean_length": float(lengths.mean())}
-  for n in (1, 2, 3, 4):
-    record[f"rep_{n}"] = float(np.nanmean(
-        quality.repetition_rate(tokens, lengths, n)))
   return record, texts
 
 
-def run(specs: Sequence[DecoderSpec], ar: Model, mdlm: Model,
-        evaluator: Model, tokenizer: Tokenizer, prompts: np.ndarray,
-        references: Sequence[str], lengths: Sequence[int],
-        batch_sizes: Sequence[int], temperature: float, runs: int,
-        seed: int = 0, progress: bool = True) -> tuple[list[dict], dict]:
-  """Decodes, times and scores every (spec, output length, batch size).
+def _human(evaluator, tokenizer, prompts, references, width: int) -> dict:
+  """gen-PPL and entropy of the reference continuations (real text).
+
+  Their tokens (at most `width`, the longest T) are laid out [N, width] like
+  the samples of that T, so scoring them reuses that compiled evaluator.
+  """
+  ids = [tokenizer.encode(text)[:width] for text in references]
+  tokens = np.array([i + [0] * (width - len(i)) for i in ids], np.int32)
+  lengths = np.array([len(i) for i in ids], np.int32)
+  scores, _ = _quality(evaluator, tokenizer, tokens, lengths, prompts,
+                       np.full(len(ids), prompts.shape[1], np.int32))
+  return {"gen_ppl": scores["gen_ppl"], "entropy": scores["entropy"],
+          "length": float(lengths.mean())}
+
+
+def _summary(row: dict) -> str:
+  """The one line printed when a row is finished."""
+  fwd = ", ".join(f"{r} {n:,}" for r, n in row["forward_tokens"].items())
+  line = (f"{row['decoder']} | T={row['output_length']} "
+          f"B={row['batch_size']} | NFE {row['nfe']}, fwd tokens {fwd} | "
+          f"{row['ms_min']:.1f} ms min, {row['ms_median']:.1f} median, "
+          f"spread {row['spread']:.0%}{' (noisy)' if row['noisy'] else ''} | "
+          f"real tok/s {row['real_tokens_per_s']:.0f}")
+  if "gen_ppl" in row:
+    line += (f" | gen-PPL {row['gen_ppl']:.1f}, entropy "
+             f"{row['entropy']:.2f}")
+  if "max_logit_error" in row:
+    line += (f" | cache error {row['max_logit_error']:.3g}, agreement "
+             f"{row['agreement']:.1%}")
+  return line
+
+
+def run(planned: Sequence[Planned], models: Mapping[str, base.Model],
+        evaluator: base.Model, tokenizer: Tokenizer, prompts: np.ndarray,
+        references: Sequence[str], batch_sizes: Sequence[int], runs: int,
+        seed: int = 0, progress: bool = True) -> Comparison:
+  """Decodes, times and scores every planned decoder at every batch size.
 
   Args:
-    specs: the decoders.
-    ar, mdlm: the causal and the masked-diffusion model.
-    evaluator: the AR model that scores samples (gen-PPL); not `ar`.
-    tokenizer: decodes samples to text.
-    prompts: int32[N, P] held-out prompts, N >= max(batch_sizes).
-    references: N reference continuations (for omission rate).
-    lengths: output lengths T.
-    batch_sizes: batch sizes B; quality is scored at the largest.
-    temperature: the one sampling temperature of every decoder.
-    runs: timed runs per measurement (median reported).
+    planned: from `plan`.
+    models: {member: base.Model} for every member the rows bind.
+    evaluator: the causal model that scores samples (gen-PPL).
+    tokenizer: decodes samples and prompts.
+    prompts: int32[N, P] held-out prompts, N >= max(batch_sizes); batch B
+      decodes the first B (row b's key does not depend on B).
+    references: N human continuations (text) of the prompts.
+    batch_sizes: B values; quality is scored at the largest.
+    runs: timed runs per measurement, >= 1.
+    seed: the key of output length T is fold_in(key(seed), T).
+    progress: one tqdm bar over all (decoder, T, B), weighted by expected
+      cost, and a line per finished row.
   Returns:
-    (rows, samples): one dict per measurement (cost and, at the largest
-    batch, quality), and {label: {T: texts}} of the scored samples.
+    A `Comparison`.
   Raises:
-    ValueError: fewer prompts than the largest batch, or a decoder option
-      out of range (before anything is compiled).
+    ValueError: fewer prompts than the largest batch, runs < 1.
   """
   quality_batch = max(batch_sizes)
   if len(prompts) < quality_batch:
     raise ValueError(f"{len(prompts)} prompts < largest batch size "
                      f"{quality_batch}")
+  if not base.is_count(runs):
+    raise ValueError(f"runs={runs!r} must be an integer >= 1")
   eos_ids = (tokenizer.eos_id,)
-  models = {SEQUENTIAL: ar, PARALLEL: mdlm}
-  decoders = {(s.label, t): s.build(t, temperature, eos_ids)
-              for s in specs for t in lengths}  # validates every option first
-  ar_param_bytes = cost.param_bytes(ar.params)
-  kv_bytes_per_token = ar.logits_fn.init_cache(1, 1).bytes_per_slot()
-  bandwidth = cost.measure_bandwidth()
+  prompt_len = prompts.shape[1]
+  lengths = dict.fromkeys(p.output_length for p in planned)
+  work = [(i, b) for t in lengths for b in sorted(batch_sizes, reverse=True)
+          for i, p in enumerate(planned) if p.output_length == t]
+  weights = [_expected_cost(planned[i], b, b == quality_batch, prompt_len,
+                            runs) for i, b in work]
+  bar = tqdm.tqdm(total=sum(weights), disable=not progress, smoothing=0,
+                  bar_format="{desc} {percentage:3.0f}%|{bar}| "
+                  "[{elapsed}<{remaining}]")
+  fixed_tokens: dict[tuple, jax.Array] = {}
+  eos_runs: dict[int, tuple[base.DecodeResult, bool]] = {}
   rows, samples = [], {}
-  work = [(t, b, s) for t in lengths for b in batch_sizes for s in specs]
-  for t, b, spec in tqdm.tqdm(work, desc="decode", disable=not progress):
-    model = models[spec.family]
-    decoder = decoders[spec.label, t]
+  for (i, b), weight in zip(work, weights):
+    p, t = planned[i], planned[i].output_length
+    bar.set_description(f"{p.label} T={t} B={b}")
+    batch_models = {role: models[member] for role, member in p.roles}
     batch_prompts = jnp.asarray(prompts[:b], jnp.int32)
-    prompt_lengths = jnp.full((b,), prompts.shape[1], jnp.int32)
-    key = jax.random.fold_in(jax.random.key(seed), t)
-    fn = jax.jit(lambda params, *args: decoder.decode(
-        bind(model.logits_fn, params), *args))
-    ttft = None
-    if spec.family == SEQUENTIAL:
-      ttft = _ttft_s(model, batch_prompts, prompt_lengths,
-                     prompts.shape[1] + t, runs)
-    record = cost.decode_cost(fn, model.params, batch_prompts, prompt_lengths,
-                              key, runs=runs, ttft_s=ttft)
-    row = {"decoder": spec.label, "family": spec.family, "model": model.name,
-           "output_length": t, "temperature": temperature,
-           "ms_per_position": record.ms_per_sequence / t,
-           **dataclasses.asdict(record)}
-    if spec.name == "ar":
-      bound = cost.ar_decode_roofline_s(ar_param_bytes, kv_bytes_per_token * b,
-                                        prompts.shape[1], t, bandwidth)
-      row.update(roofline_ms=bound * 1e3,
-                 roofline_ratio=record.ms_per_sequence / (bound * 1e3))
+    prompt_lengths = jnp.full((b,), prompt_len, jnp.int32)
+    args = (batch_models, batch_prompts, prompt_lengths,
+            jax.random.fold_in(jax.random.key(seed), t))
+    timing, _, fixed = cost._measure(  # pylint: disable=protected-access
+        _jit_decode(p.decoder), args, 0, runs)
+    fixed_tokens[p.decoder, p.roles, b] = fixed.tokens
+    eos_fn = _jit_decode(p.eos_decoder)
+    if b == quality_batch:  # first: work runs the largest batch first
+      eos = eos_fn(*args)
+      eos_runs[i] = eos, _work(eos) == _work(fixed)
+    eos, same_work = eos_runs[i]
+    eos_tokens, eos_lengths = eos.tokens[:b], np.asarray(eos.lengths[:b])
+    eos_s = timing.min_s
+    if not same_work:
+      eos_s = cost._measure(  # pylint: disable=protected-access
+          eos_fn, args, 0, runs)[0].min_s
+    real_tokens = int(eos_lengths.sum())
+    row = {"decoder": p.label, "series": list(p.series),
+           "models": ", ".join(f"{r}={m}" for r, m in p.roles),
+           "batch_size": b, "output_length": t, "nfe": int(fixed.nfe),
+           "calls": {r: int(c) for r, c in fixed.calls.items()},
+           "forward_tokens": {r: int(c)
+                              for r, c in fixed.forward_tokens.items()},
+           **_timing_columns(timing)}
+    row["noisy"] = bool(row["spread"] > SPREAD_FLAG)
+    row["full_pass"] = all(
+        row["forward_tokens"][r] == c * b * (prompt_len + t)
+        for r, c in row["calls"].items())
+    row["cached"] = p.cached
+    row["reference"] = p.reference_label
+    row["ms_per_token"] = row["ms_min"] / t
+    row.update(
+        eos_tokens_per_row=real_tokens / b,
+        eos_timed_apart=not same_work,
+        real_tokens_per_s=real_tokens / eos_s,
+        all_eos=int(iterative.eos_counts(fixed.tokens, eos_ids)[1]),
+        empty=int(iterative.eos_counts(eos_tokens, eos_ids)[0]))
     if b == quality_batch:
-      if spec.family == PARALLEL:  # one run gives both the raw and cut tokens
-        raw = decoder.denoise(bind(model.logits_fn, model.params),
-                              batch_prompts, prompt_lengths, key).tokens
-        row["all_eos"] = int(iterative.eos_counts(raw, eos_ids)[1])
-        tokens, lengths = iterative.finish_at_eos(raw, eos_ids,
-                                                  decoder.pad_id)
-      else:
-        result = fn(model.params, batch_prompts, prompt_lengths, key)
-        tokens, lengths = result.tokens, result.lengths
-      scores, texts = _quality(evaluator, tokenizer, tokens, lengths,
-                               batch_prompts, prompt_lengths, references)
+      scores, texts = _quality(evaluator, tokenizer, eos_tokens, eos_lengths,
+                               batch_prompts, prompt_lengths)
       row.update(scores)
-      row["empty"] = int(np.isin(np.asarray(tokens)[:, 0], eos_ids).sum())
-      samples.setdefault(spec.label, {})[t] = texts
+      samples[p.label, t] = texts[:SAMPLES_SHOWN]
+      if p.cached:
+        error = p.decoder.denoise(*args, measure_error=True).max_logit_error
+        reference = fixed_tokens.get((p.reference, p.roles, b))
+        if reference is None:
+          reference = _jit_decode(p.reference)(*args).tokens
+        row.update(max_logit_error=float(error), agreement=float(
+            jnp.mean(fixed.tokens == reference)))
     rows.append(row)
-  return rows, {"bandwidth_bytes_per_s": bandwidth,
-                "ar_param_bytes": ar_param_bytes,
-                "kv_bytes_per_token": kv_bytes_per_token, "samples": samples}
+    bar.update(weight)
+    if progress:
+      tqdm.tqdm.write(_summary(row))
+  bar.close()
+  human = _human(evaluator, tokenizer, prompts[:quality_batch],
+                 references[:quality_batch], max(lengths))
+  return Comparison(
+      rows=rows, samples=samples,
+      prompts=[tokenizer.decode(p) for p in prompts[:SAMPLES_SHOWN]],
+      human=human,
+      merged=[(p.output_length, p.label, p.series) for p in planned
+              if len(p.series) > 1])

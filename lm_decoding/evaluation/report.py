@@ -1,10 +1,15 @@
-"""Writes the comparison: results.csv, report.md and PNG plots.
+"""Writes the comparison: results.csv, report.md and two PNG plots.
 
-The crossover is read off the measured rows: for each batch size, the output
-lengths at which a parallel decoder's latency (ms per sequence) is below
-cached AR's, and the break-even step count K* = (cached AR ms per sequence) /
-(the masked-diffusion model's ms per forward pass): a parallel decoder with
-fewer than K* forward passes beats sequential decoding at that length.
+report.md defines every column it shows, under its table, so it reads on its
+own. Speeds are compared on minimum times (on a shared machine interference
+only ever adds time; the median and the spread are shown beside them).
+
+The crossover is read off the measured rows: where a decoder's median
+latency is below the baseline's minimum (`compare.baseline`, cached AR by
+default) at the same B and T, and the break-even step count K* = (baseline ms per
+sequence) / (ms per full forward pass over prompt + T positions, from the
+full-pass row with the most NFE at that B and T): a decoder making fewer than
+K* full passes beats the baseline there.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 import csv
 import math
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 import matplotlib
 
@@ -20,53 +25,104 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 
-AR_LABEL = "AR cached"
+from lm_decoding.evaluation.comparison import SPREAD_FLAG, Comparison  # noqa: E402
+
+WORDS_SHOWN = 60  # words of each sample in report.md
 
 
-def write_csv(rows: Sequence[dict], path: str) -> None:
-  """All rows, with the union of their keys as columns."""
-  columns = list(dict.fromkeys(k for row in rows for k in row))
-  with open(path, "w", newline="") as f:
-    writer = csv.DictWriter(f, columns)
-    writer.writeheader()
-    writer.writerows(rows)
+def _forward_tokens(row: dict) -> str:
+  return ", ".join(f"{r} {n:,}" for r, n in row["forward_tokens"].items())
 
 
-def _index(rows):
-  return {(r["decoder"], r["batch_size"], r["output_length"]): r for r in rows}
+def _spread(row: dict) -> str:
+  return f"{row['spread']:.0%}" + (" !" if row["noisy"] else "")
 
 
-def break_even_steps(rows: Sequence[dict]) -> dict[tuple[int, int], float]:
-  """{(B, T): K*}: forward passes of the parallel model that cost as much as
-  one cached AR decode of T tokens (from the parallel row with most NFE)."""
-  by_key = _index(rows)
-  out = {}
-  for (label, b, t), ar in by_key.items():
-    if label != AR_LABEL:
-      continue
-    parallel = [r for r in rows if r["family"] == "parallel"
-                and r["batch_size"] == b and r["output_length"] == t]
-    if parallel:
-      ref = max(parallel, key=lambda r: r["nfe"])
-      out[b, t] = ar["ms_per_sequence"] / (ref["ms_per_sequence"] / ref["nfe"])
-  return out
+# (key or formatter, header, digits, definition), one tuple per table.
+COST_COLUMNS = (
+    ("decoder", "decoder", 0, "the entry's label with the settings used at "
+     "this T (K steps, block length, tau threshold, cache, ...)"),
+    ("models", "models", 0, "role=member: which trained model each role of "
+     "the decoder ran"),
+    ("batch_size", "B", 0, "rows decoded together"),
+    ("output_length", "T", 0, "output length: tokens generated per row"),
+    ("nfe", "NFE", 0, "forward calls of all models for the batch (a prefill "
+     "or a cache refill counts one)"),
+    (_forward_tokens, "fwd tokens", 0, "token positions the model of each "
+     "role processed, summed over its calls (B x positions per call: a full "
+     "pass costs B x (P + T), a cached AR step B, a dual-cache step B x "
+     "block length)"),
+    ("ms_min", "ms min", 1, "fastest of the timed runs of the batch call, "
+     "ms; every row finishes with the batch, so this is each sequence's "
+     "latency"),
+    ("ms_median", "ms median", 1, "median of the timed runs, ms"),
+    (_spread, "spread", 0, f"interquartile range of the timed runs / median; "
+     f"'!' above {SPREAD_FLAG:.0%} (the machine was busy: trust ms min)"),
+    ("ms_per_token", "ms/token", 2, "ms min / T"),
+    ("compile_s", "compile s", 2, "XLA compile time of the call, s (paid "
+     "once per shape, not in the times above)"),
+)
+EOS_COLUMNS = (
+    ("decoder", "decoder", 0, "as above"),
+    ("batch_size", "B", 0, "as above"),
+    ("output_length", "T", 0, "as above"),
+    ("eos_tokens_per_row", "real tok/row", 1, "real tokens per row: up to "
+     "and including the row's first EOS (T if none)"),
+    ("real_tokens_per_s", "real tok/s", 0, "real tokens of all rows / EOS "
+     "mode's minimum time, tokens/s, the same formula for every decoder"),
+    ("eos_timed_apart", "timed apart", 0, "True when EOS mode made other "
+     "forward calls than fixed length (e.g. an early exit) and was timed "
+     "itself; else its time is the fixed-length time"),
+    ("empty", "empty", 0, "rows whose first token is EOS"),
+)
+QUALITY_COLUMNS = (
+    ("decoder", "decoder", 0, "as above"),
+    ("output_length", "T", 0, "as above"),
+    ("gen_ppl", "gen-PPL", 1, "perplexity of the EOS-mode samples (real "
+     "tokens, given their prompt) under the evaluator model, which is never "
+     "decoded; lower reads as more fluent, but only beside entropy"),
+    ("entropy", "entropy", 2, "unigram entropy of each sample's tokens, nats, "
+     "averaged over samples: repetitive, degenerate text has low entropy "
+     "and a flattering gen-PPL"),
+    ("rep_4", "rep-4", 3, "fraction of each sample's 4-grams repeating an "
+     "earlier one, averaged"),
+    ("distinct_2", "distinct-2", 3, "unique bigrams / bigrams over all "
+     "samples"),
+    ("all_eos", "all-EOS", 0, "rows that are EOS at every position in fixed "
+     "length mode"),
+    ("empty", "empty", 0, "rows whose first token is EOS"),
+)
+CACHE_COLUMNS = (
+    ("decoder", "decoder", 0, "as above"),
+    ("batch_size", "B", 0, "as above"),
+    ("output_length", "T", 0, "as above"),
+    ("speedup", "speed-up", 2, "ms min of the same decoder with "
+     "kv_cache=none / this row's ms min ('—' when that decoder is not an "
+     "entry)"),
+    ("max_logit_error", "max logit error", 3, "largest |logit| difference "
+     "between the cached window and an uncached pass over the same tokens, "
+     "over all steps (measured at the largest B, untimed)"),
+    ("agreement", "agreement", 3, "fraction of generated tokens equal to the "
+     "kv_cache=none decoder's (same prompts and key, fixed length, largest "
+     "B)"),
+)
+
+OMISSION_NOTE = (
+    "Omission rate (reference content words missing from the output) is not "
+    "reported for LM continuation: it measures overlap with one particular "
+    "human continuation. On the Austen test split, with 64-token references, "
+    "a second human continuation of the same paragraph omits 93% of the "
+    "reference's content words and one of another paragraph 96%, so the "
+    "column cannot separate decoders (and too few test paragraphs are long "
+    "enough for longer references). It is kept for translation, where the "
+    "reference is the target (`quality.omission_rate`).")
 
 
-def crossover(rows: Sequence[dict]) -> dict[tuple[str, int], list[int]]:
-  """{(parallel decoder, B): output lengths where it is faster than cached AR}."""
-  by_key = _index(rows)
-  out = {}
-  for r in rows:
-    if r["family"] != "parallel":
-      continue
-    ar = by_key.get((AR_LABEL, r["batch_size"], r["output_length"]))
-    wins = out.setdefault((r["decoder"], r["batch_size"]), [])
-    if ar and r["ms_per_sequence"] < ar["ms_per_sequence"]:
-      wins.append(r["output_length"])
-  return out
+def _value(row: dict, key) -> object:
+  return key(row) if callable(key) else row.get(key)
 
 
-def _fmt(value, digits=1):
+def _fmt(value, digits: int) -> str:
   if value is None or (isinstance(value, float) and math.isnan(value)):
     return "—"
   if isinstance(value, float):
@@ -74,108 +130,263 @@ def _fmt(value, digits=1):
   return str(value)
 
 
-TABLE_COLUMNS = (
-    ("decoder", "decoder", 0), ("batch_size", "B", 0),
-    ("output_length", "T", 0), ("nfe", "NFE", 0),
-    ("tokens_per_forward", "tok/fwd", 2), ("ms_per_sequence", "ms/seq", 1),
-    ("ms_per_position", "ms/pos", 2), ("ttft_ms", "TTFT ms", 1),
-    ("tokens_per_s", "tok/s", 0), ("compile_s", "compile s", 2),
-    ("roofline_ratio", "x roofline", 2), ("gen_ppl", "gen-PPL", 1),
-    ("entropy", "entropy", 2), ("rep_4", "rep-4", 3),
-    ("distinct_2", "distinct-2", 3), ("omission", "omission", 3),
-    ("empty", "empty", 0), ("all_eos", "all-EOS", 0))
-
-
-def markdown_table(rows: Sequence[dict], columns=TABLE_COLUMNS) -> str:
+def markdown_table(rows: Sequence[dict], columns=COST_COLUMNS) -> str:
+  """A Markdown table of `rows` with `columns` (see the *_COLUMNS tuples)."""
   lines = ["| " + " | ".join(c[1] for c in columns) + " |",
            "|" + "---|" * len(columns)]
   for r in rows:
-    lines.append("| " + " | ".join(_fmt(r.get(k), d) for k, _, d in columns)
-                 + " |")
+    lines.append("| " + " | ".join(_fmt(_value(r, key), digits)
+                                   for key, _, digits, _ in columns) + " |")
   return "\n".join(lines)
 
 
-def plot_latency(rows: Sequence[dict], path: str) -> None:
-  """ms per sequence vs output length, one panel per batch size."""
+def definitions(columns) -> str:
+  """One bullet per column: '**header**: definition'."""
+  return "\n".join(f"- **{header}**: {text}"
+                   for _, header, _, text in columns)
+
+
+def _flat(row: dict) -> dict:
+  """A row with its per-role dicts as columns and its lists joined."""
+  flat = {}
+  for key, value in row.items():
+    if isinstance(value, dict):
+      flat.update({f"{key}_{role}": v for role, v in value.items()})
+    elif isinstance(value, list):
+      flat[key] = "; ".join(map(str, value))
+    else:
+      flat[key] = value
+  return flat
+
+
+def write_csv(rows: Sequence[dict], path: str) -> None:
+  """All rows, per-role counts as calls_<role> and forward_tokens_<role>."""
+  flat = [_flat(r) for r in rows]
+  columns = list(dict.fromkeys(k for row in flat for k in row))
+  with open(path, "w", newline="") as f:
+    writer = csv.DictWriter(f, columns)
+    writer.writeheader()
+    writer.writerows(flat)
+
+
+def _index(rows):
+  return {(r["decoder"], r["batch_size"], r["output_length"]): r for r in rows}
+
+
+def _baseline_rows(rows, baseline):
+  return {(r["batch_size"], r["output_length"]): r for r in rows
+          if baseline in r["series"]}
+
+
+def crossover(rows: Sequence[dict], baseline: str
+              ) -> dict[tuple[str, int], list[int]]:
+  """{(decoder, B): output lengths T where it is faster than the baseline},
+  for every row that is not the baseline's.
+
+  Faster means its median time is below the baseline's minimum: a margin
+  that noise between two decoders doing the same work rarely crosses.
+  """
+  base = _baseline_rows(rows, baseline)
+  out = {}
+  for r in rows:
+    ref = base.get((r["batch_size"], r["output_length"]))
+    if ref is None or ref is r:
+      continue
+    wins = out.setdefault((r["series"][0], r["batch_size"]), [])
+    if r["ms_median"] < ref["ms_min"]:
+      wins.append(r["output_length"])
+  return out
+
+
+def crossover_sentence(rows: Sequence[dict], baseline: str) -> str:
+  """The crossover in one sentence."""
+  wins = {k: ts for k, ts in crossover(rows, baseline).items() if ts}
+  lengths = sorted({r["output_length"] for r in rows})
+  batches = sorted({r["batch_size"] for r in rows})
+  if not wins:
+    return (f"No decoder was faster than {baseline} (its median time below "
+            f"{baseline}'s minimum) at any "
+            f"measured output length T in {lengths} and batch size B in "
+            f"{batches}.")
+  parts = [f"{label} at B={b} for T = {', '.join(map(str, ts))}"
+           for (label, b), ts in wins.items()]
+  return (f"Faster than {baseline} (median time below {baseline}'s "
+          "minimum): " + "; ".join(parts)
+          + f"; every other decoder, B in {batches} and T in {lengths}: "
+          "never.")
+
+
+def break_even_steps(rows: Sequence[dict], baseline: str
+                     ) -> dict[tuple[int, int], float]:
+  """{(B, T): K*}: full forward passes costing one baseline decode of T.
+
+  K* = baseline ms min / (ms min / NFE) of the full-pass row (`full_pass`:
+  every call over B x (P + T) positions) with the most NFE at that B, T.
+  """
+  base = _baseline_rows(rows, baseline)
+  out = {}
+  for (b, t), ref in base.items():
+    full = [r for r in rows if r.get("full_pass") and r["batch_size"] == b
+            and r["output_length"] == t and r is not ref]
+    if full:
+      most = max(full, key=lambda r: r["nfe"])
+      out[b, t] = ref["ms_min"] / (most["ms_min"] / most["nfe"])
+  return out
+
+
+def _series(rows):
+  return list(dict.fromkeys(s for r in rows for s in r["series"]))
+
+
+def plot_latency(rows: Sequence[dict], baseline: str, path: str) -> None:
+  """ms min per sequence vs output length, one panel per batch size."""
   batch_sizes = sorted({r["batch_size"] for r in rows})
-  fig, axes = plt.subplots(1, len(batch_sizes), figsize=(6 * len(batch_sizes), 4.5),
-                           squeeze=False)
+  fig, axes = plt.subplots(1, len(batch_sizes),
+                           figsize=(6 * len(batch_sizes), 4.8), squeeze=False)
+  lengths = sorted({r["output_length"] for r in rows})
   for ax, b in zip(axes[0], batch_sizes):
-    for label in dict.fromkeys(r["decoder"] for r in rows):
-      pts = sorted((r["output_length"], r["ms_per_sequence"]) for r in rows
-                   if r["decoder"] == label and r["batch_size"] == b)
-      style = "-" if any(r["family"] == "sequential" for r in rows
-                         if r["decoder"] == label) else "--"
-      ax.plot(*zip(*pts), style, marker="o", label=label)
+    for label in _series(rows):
+      pts = sorted((r["output_length"], r["ms_min"]) for r in rows
+                   if label in r["series"] and r["batch_size"] == b)
+      ax.plot(*zip(*pts), "-" if label == baseline else "--", marker="o",
+              label=label)
     ax.set(xscale="log", yscale="log", xlabel="output length T (tokens)",
-           ylabel="latency (ms per sequence)", title=f"batch {b}")
-    lengths = sorted({r["output_length"] for r in rows})
+           ylabel="latency, ms per sequence (min of runs)",
+           title=f"batch {b}")
     ax.set_xticks(lengths, [str(t) for t in lengths])
     ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.grid(True, which="both", alpha=0.3)
   handles, labels = axes[0][0].get_legend_handles_labels()
   fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8)
-  fig.tight_layout(rect=(0, 0.1, 1, 1))
+  fig.tight_layout(rect=(0, 0.16, 1, 1))
   fig.savefig(path, dpi=110)
   plt.close(fig)
 
 
-def plot_quality(rows: Sequence[dict], path: str) -> None:
-  """gen-PPL vs latency at the scored batch size (marker size grows with T)."""
+def plot_quality(rows: Sequence[dict], human: dict, path: str) -> None:
+  """gen-PPL against entropy at the scored batch size, marker size ~ T.
+
+  Degenerate, repetitive decoders sit at the left (low entropy) however low
+  their gen-PPL; real text (the human references) is marked for scale.
+  """
   scored = [r for r in rows if r.get("gen_ppl") is not None]
-  fig, ax = plt.subplots(figsize=(7, 5))
-  for label in dict.fromkeys(r["decoder"] for r in scored):
-    pts = sorted((r["output_length"], r["ms_per_sequence"], r["gen_ppl"])
-                 for r in scored if r["decoder"] == label)
-    ax.plot([p[1] for p in pts], [p[2] for p in pts], "-", alpha=0.4)
+  fig, ax = plt.subplots(figsize=(7.5, 5.5))
+  for label in _series(scored):
+    pts = sorted((r["output_length"], r["entropy"], r["gen_ppl"])
+                 for r in scored if label in r["series"])
+    ax.plot([p[1] for p in pts], [p[2] for p in pts], "-", alpha=0.3)
     ax.scatter([p[1] for p in pts], [p[2] for p in pts],
-               s=[12 + p[0] / 2 for p in pts], label=label)
-  ax.set(xscale="log", yscale="log", xlabel="latency (ms per sequence)",
-         ylabel="gen-PPL under the evaluator (lower is better)",
-         title=f"quality vs cost, batch {scored[0]['batch_size'] if scored else '?'}"
-               " (marker size ~ T)")
+               s=[10 + p[0] / 3 for p in pts], label=label)
+  ax.scatter([human["entropy"]], [human["gen_ppl"]], marker="*", s=250,
+             c="black", label=f"human text ({human['length']:.0f} tokens)")
+  ax.set(yscale="log", xlabel="entropy of a sample's tokens (nats; higher = "
+         "less repetitive)", ylabel="gen-PPL under the evaluator (log)",
+         title=f"quality, batch {scored[0]['batch_size'] if scored else '?'}"
+         " (marker size ~ T)")
   ax.grid(True, which="both", alpha=0.3)
-  ax.legend(fontsize=8)
+  ax.legend(fontsize=7, ncol=2)
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)
 
 
-def write(rows: Sequence[dict], extras: dict, header: str, workdir: str,
-          samples_per_decoder: int = 2) -> dict[str, str]:
+def _speedups(rows: Sequence[dict]) -> list[dict]:
+  by_key = _index(rows)
+  out = []
+  for r in rows:
+    if not r["cached"]:
+      continue
+    ref = by_key.get((r["reference"], r["batch_size"], r["output_length"]))
+    out.append(dict(r, speedup=None if ref is None
+                    else ref["ms_min"] / r["ms_min"]))
+  return out
+
+
+def _clip(text: str, words: int = WORDS_SHOWN) -> str:
+  parts = text.replace("\n", " ").split()
+  if len(parts) <= words:
+    return " ".join(parts) or "(empty)"
+  return " ".join(parts[:words]) + f" … (+{len(parts) - words} words)"
+
+
+def _samples(comparison: Comparison) -> list[str]:
+  if not comparison.samples:
+    return []
+  t = max(t for _, t in comparison.samples)
+  lines = [f"EOS-mode continuations at T={t} (largest batch), the first "
+           f"{WORDS_SHOWN} words of each:", ""]
+  for i, prompt in enumerate(comparison.prompts):
+    lines += [f"**Prompt {i + 1}:** {_clip(prompt)}", ""]
+    for (label, length), texts in comparison.samples.items():
+      if length == t and i < len(texts):
+        lines.append(f"- *{label}*: {_clip(texts[i])}")
+    lines.append("")
+  return lines
+
+
+def write(comparison: Comparison, header: str, baseline: str,
+          workdir: str) -> dict[str, str]:
   """Writes results.csv, report.md, latency.png and quality.png.
 
   Returns:
     {kind: path} of the written files.
   """
+  rows = sorted(comparison.rows,
+                key=lambda r: (r["output_length"], r["batch_size"]))
   os.makedirs(workdir, exist_ok=True)
   paths = {k: os.path.join(workdir, f) for k, f in (
       ("csv", "results.csv"), ("report", "report.md"),
       ("latency", "latency.png"), ("quality", "quality.png"))}
   write_csv(rows, paths["csv"])
-  plot_latency(rows, paths["latency"])
-  plot_quality(rows, paths["quality"])
-  lines = [header, "", "## Results", "", markdown_table(rows), ""]
-  lines += ["## Crossover", "",
-            "Output lengths T at which a parallel decoder's latency is below "
-            "cached AR's:", "", "| decoder | B | faster than AR cached at T |",
-            "|---|---|---|"]
-  for (label, b), ts in crossover(rows).items():
-    lines.append(f"| {label} | {b} | {', '.join(map(str, ts)) or 'never'} |")
-  lines += ["", "Break-even step count K* (a parallel decoder with fewer "
-            "forward passes beats cached AR at that length):", "",
-            "| B | T | K* |", "|---|---|---|"]
-  for (b, t), k in sorted(break_even_steps(rows).items()):
-    lines.append(f"| {b} | {t} | {k:.1f} |")
-  lines += ["", "## Samples", ""]
-  for label, by_length in extras["samples"].items():
-    t = max(by_length)
-    lines.append(f"**{label}** (T={t}):")
+  plot_latency(rows, baseline, paths["latency"])
+  plot_quality(rows, comparison.human, paths["quality"])
+  scored = [r for r in rows if r.get("gen_ppl") is not None]
+  noisy = [r for r in rows if r["noisy"]]
+  lines = [header, "",
+           "## Cost, fixed length", "",
+           "Every decoder emits exactly T tokens (EOS ignored), so every row "
+           "decodes the same amount of text.", "",
+           markdown_table(rows, COST_COLUMNS), "", definitions(COST_COLUMNS),
+           ""]
+  if noisy:
+    lines += [f"Noisy rows (spread above {SPREAD_FLAG:.0%}): "
+              + "; ".join(f"{r['decoder']} B={r['batch_size']} "
+                          f"T={r['output_length']}" for r in noisy), ""]
+  if comparison.merged:
+    lines += ["Entries that are the same decoder at some T ran once there:",
+              ""]
+    lines += [f"- T={t}: row '{label}' stands for " + ", ".join(
+        f"'{s}'" for s in series) for t, label, series in comparison.merged]
     lines.append("")
-    for text in by_length[t][:samples_per_decoder]:
-      lines.append("> " + (text.replace("\n", " ").strip() or "(empty)"))
-      lines.append("")
-  lines += ["", "![latency](latency.png)", "", "![quality](quality.png)", ""]
+  lines += ["## Crossover", "", crossover_sentence(rows, baseline), "",
+            f"Break-even K* (a decoder making fewer than K* full forward "
+            f"passes beats {baseline} there):", "", "| B | T | K* |",
+            "|---|---|---|"]
+  lines += [f"| {b} | {t} | {k:.1f} |"
+            for (b, t), k in sorted(break_even_steps(rows, baseline).items())]
+  lines += ["", "- **K\\***: " + baseline + " ms min / (ms min / NFE of the "
+            "row whose every call is a full pass over B x (P + T) positions, "
+            "the one with the most NFE at that B and T)", ""]
+  lines += ["## EOS mode", "",
+            "The same decoders with EOS ending a row (what a reader gets).",
+            "", markdown_table(rows, EOS_COLUMNS), "",
+            definitions(EOS_COLUMNS), ""]
+  cached = _speedups(rows)
+  if cached:
+    lines += ["## KV caches against recomputation", "",
+              "Decoders with a KV cache (kv_cache other than none) against "
+              "the same decoder recomputing every pass.", "",
+              markdown_table(cached, CACHE_COLUMNS), "",
+              definitions(CACHE_COLUMNS), ""]
+  lines += [f"## Quality (B={scored[0]['batch_size'] if scored else '—'}, "
+            "EOS mode)", "", markdown_table(scored, QUALITY_COLUMNS), "",
+            definitions(QUALITY_COLUMNS),
+            f"- human text: the held-out continuations of the same prompts "
+            f"({comparison.human['length']:.0f} tokens on average) score "
+            f"gen-PPL {comparison.human['gen_ppl']:.1f} at entropy "
+            f"{comparison.human['entropy']:.2f}", "", OMISSION_NOTE, ""]
+  lines += ["## Samples", ""] + _samples(comparison)
+  lines += ["![latency](latency.png)", "", "![quality](quality.png)", ""]
   with open(paths["report"], "w") as f:
     f.write("\n".join(lines))
   return paths

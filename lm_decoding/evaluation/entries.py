@@ -1,0 +1,366 @@
+"""The decoders a comparison runs, as config data: parsing, resolution, checks.
+
+The decoders to compare are entries, one line of text each (so a list of
+them is an ml_collections config value that a command line can replace):
+
+    "label | decoder | roles | options"
+    "LLaDA K={steps} block={block_length} | llada | model=mdlm | steps=32 block_length=32"
+
+- label: the row's name, a `str.format` template over the entry's options.
+  Every option the entry sets must appear in it, so a label always shows the
+  settings its row was decoded with.
+- decoder: a registered decoder name (`base.registered()`).
+- roles: `role=member` pairs binding every role the decoder declares to a
+  model of `pretrained.member_configs` by member name ("model=ar",
+  "model=mdlm", "model=bd3lm"); never the evaluator, which only scores.
+- options: `key=value` pairs, values read as Python literals (`steps=32`,
+  `threshold=0.9`; a bare word such as `kv_cache=prefix` is a string).
+
+Resolution per output length T (`resolve`): the value `T` stands for T;
+`steps` and `block_length` above T are clamped to T; a block of T is one
+block (the decoder's default `block_length` when that is None). The row label
+is the template formatted with the values used, the series label (plots,
+notes) with the values as written ("MDLM K=T"). Entries that resolve to the
+same decoder (same class and options after defaults, same bindings) at some
+T run once there; `Planned.series` lists every entry a row stands for. The
+harness sets the output length, `eos_ids` and `sampling` (one temperature
+for every decoder) itself: entries cannot set them.
+
+Every check here is pure and fast: the main job runs them all (`plan`,
+`check_options`, `check_baseline`) before any data preparation or training.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import math
+import string
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+from lm_decoding.decoding import base
+from lm_decoding.decoding.sampling import SamplingConfig
+from lm_decoding.special_tokens import EOS_ID
+
+EVALUATOR = "evaluator"  # the member that scores samples; never decoded
+OUTPUT_LENGTH = "T"  # the option value that stands for the output length
+CLAMPED_TO_T = ("steps", "block_length")
+HARNESS_OPTIONS = ("gen_length", "max_new_tokens", "output_length", "eos_ids",
+                   "sampling")
+# The decoders' names for the output length, until they share one.
+_LENGTH_FIELDS = ("output_length", "gen_length", "max_new_tokens")
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+  """One line of `compare.decoders`, parsed (see the module docstring).
+
+  Attributes:
+    label: the label template, e.g. "MDLM K={steps}".
+    name: the registered decoder name.
+    roles: (role, member) pairs.
+    options: (option, value) pairs as written (a value may be "T").
+    index: the entry's position in `compare.decoders` (for messages).
+  """
+
+  label: str
+  name: str
+  roles: tuple[tuple[str, str], ...]
+  options: tuple[tuple[str, Any], ...] = ()
+  index: int = 0
+
+  @property
+  def where(self) -> str:
+    """Where the entry is, for error messages."""
+    return f"compare.decoders[{self.index}] ({self.label!r})"
+
+  @property
+  def series(self) -> str:
+    """The label with the options as written: one name over all T."""
+    return self.label.format(**dict(self.options))
+
+
+def _pairs(text: str, what: str, where: str) -> list[tuple[str, str]]:
+  pairs = []
+  for item in text.split():
+    key, sep, value = item.partition("=")
+    if not sep or not key.isidentifier() or not value:
+      raise ValueError(f"{where}: {what} {item!r} must be key=value")
+    if key in dict(pairs):
+      raise ValueError(f"{where}: {what} {key!r} is given twice")
+    pairs.append((key, value))
+  return pairs
+
+
+def _literal(value: str) -> Any:
+  try:
+    return ast.literal_eval(value)
+  except (ValueError, SyntaxError):
+    return value  # a bare word: a string
+
+
+def parse_entry(text: str, index: int = 0) -> Entry:
+  """Parses "label | decoder | roles | options" (options may be omitted).
+
+  Raises:
+    ValueError: not 3 or 4 fields, an empty label or decoder, a pair not
+      key=value, a key given twice, an option the harness sets itself, or a
+      label that does not show every option or names one not set; the
+      message names `compare.decoders[index]`.
+  """
+  where = f"compare.decoders[{index}] ({text!r})"
+  if not isinstance(text, str):
+    raise ValueError(f"{where} must be a string 'label | decoder | roles | "
+                     "options'")
+  fields = [f.strip() for f in text.split("|")]
+  if len(fields) not in (3, 4):
+    raise ValueError(f"{where} must have 3 or 4 fields 'label | decoder | "
+                     f"roles | options'; got {len(fields)}")
+  label, name, roles = fields[:3]
+  options = fields[3] if len(fields) == 4 else ""
+  if not label or not name:
+    raise ValueError(f"{where}: label and decoder must not be empty")
+  where = f"compare.decoders[{index}] ({label!r})"
+  role_pairs = _pairs(roles, "role binding", where)
+  if not role_pairs:
+    raise ValueError(f"{where}: bind the decoder's roles, e.g. model=mdlm")
+  option_pairs = [(k, _literal(v)) for k, v in _pairs(options, "option",
+                                                       where)]
+  for key, _ in option_pairs:
+    if key in HARNESS_OPTIONS:
+      raise ValueError(f"{where}: option {key!r} is set by the harness "
+                       "(compare.output_lengths, compare.temperature, EOS "
+                       "mode); remove it")
+  try:
+    shown = {f for _, f, _, _ in string.Formatter().parse(label)
+             if f is not None}
+  except ValueError as e:
+    raise ValueError(f"{where}: label is not a template over the options "
+                     f"(e.g. 'K={{steps}}'): {e}") from e
+  set_ = {k for k, _ in option_pairs}
+  if shown != set_:
+    raise ValueError(
+        f"{where}: the label must show every option it sets, as {{option}}: "
+        f"missing {sorted(set_ - shown)}, not set {sorted(shown - set_)}")
+  return Entry(label=label, name=name, roles=tuple(role_pairs),
+               options=tuple(option_pairs), index=index)
+
+
+def parse_entries(texts: Sequence[str]) -> tuple[Entry, ...]:
+  """`parse_entry` for each line of `compare.decoders`.
+
+  Raises:
+    ValueError: as `parse_entry`; no entry; two entries with one series
+      label.
+  """
+  if isinstance(texts, str) or not texts:
+    raise ValueError("compare.decoders must be a non-empty list of "
+                     "'label | decoder | roles | options' strings")
+  entries = tuple(parse_entry(t, i) for i, t in enumerate(texts))
+  seen = {}
+  for e in entries:
+    if e.series in seen:
+      raise ValueError(f"{e.where} and {seen[e.series].where} have the same "
+                       f"label {e.series!r}")
+    seen[e.series] = e
+  return entries
+
+
+def _decoder_class(name: str) -> type:
+  if name not in base.registered():
+    raise ValueError(f"unknown decoder name={name!r}; registered: "
+                     f"{base.registered()}")
+  return base._REGISTRY[name]  # pylint: disable=protected-access
+
+
+def resolve(entry: Entry, output_length: int) -> dict[str, Any]:
+  """The entry's options at output length T: `T` replaced, clamped to T.
+
+  The values used, as the label shows them (a block of T stays T here;
+  `build` turns it into the decoder's one-block default).
+  """
+  options = {}
+  for key, value in entry.options:
+    if value == OUTPUT_LENGTH:
+      value = output_length
+    if (key in CLAMPED_TO_T and base.is_count(value)
+        and value > output_length):
+      value = output_length
+    options[key] = value
+  return options
+
+
+def build(entry: Entry, output_length: int, temperature: float,
+          eos_ids: tuple[int, ...]) -> Any:
+  """The decoder config of `entry` at output length T.
+
+  Raises:
+    ValueError: unknown decoder, an option it does not take or out of
+      range (the decoder's own check), roles other than the decoder's.
+  """
+  cls = _decoder_class(entry.name)
+  fields = {f.name: f for f in dataclasses.fields(cls)}
+  options = resolve(entry, output_length)
+  block = fields.get("block_length")
+  if (options.get("block_length") == output_length and block is not None
+      and block.default is None):
+    options["block_length"] = None  # one block: the decoder's own default
+  length_field = next((f for f in _LENGTH_FIELDS if f in fields), None)
+  if length_field is None:
+    raise ValueError(f"decoder {entry.name!r} has none of the output length "
+                     f"fields {_LENGTH_FIELDS}")
+  options[length_field] = output_length
+  options["eos_ids"] = eos_ids
+  if "sampling" in fields:
+    options["sampling"] = SamplingConfig(temperature=temperature)
+  decoder = base.make_decoder(entry.name, **options)
+  roles = {r for r, _ in entry.roles}
+  if roles != set(decoder.roles):
+    raise ValueError(f"decoder {entry.name!r} has roles "
+                     f"{sorted(decoder.roles)}; the entry binds "
+                     f"{sorted(roles)}")
+  return decoder
+
+
+@dataclasses.dataclass(frozen=True)
+class Planned:
+  """One decoder of the comparison at one output length.
+
+  Attributes:
+    label: the row label, with the settings used at this T.
+    series: series labels of the entries this row stands for (the first is
+      its own; more when entries resolved to the same decoder).
+    output_length: T.
+    roles: (role, member) bindings.
+    decoder: the fixed-length decoder (eos_ids=()).
+    eos_decoder: the same decoder in EOS mode.
+    reference: for a cached decoder (kv_cache other than "none"), the same
+      decoder with kv_cache="none" (token agreement); else None.
+    reference_label: the label of the planned row that is `reference`, if
+      one is (its speed-up is reported), else None.
+  """
+
+  label: str
+  series: tuple[str, ...]
+  output_length: int
+  roles: tuple[tuple[str, str], ...]
+  decoder: Any
+  eos_decoder: Any
+  reference: Any = None
+  reference_label: str | None = None
+
+  @property
+  def cached(self) -> bool:
+    return self.reference is not None
+
+
+def plan(entries: Sequence[Entry], output_lengths: Sequence[int],
+         temperature: float, members: Collection[str],
+         eos_ids: tuple[int, ...] = (EOS_ID,)) -> list[Planned]:
+  """Builds every entry at every output length; merges equal decoders.
+
+  Every decoder option is checked here, so call it before any data
+  preparation or training.
+
+  Args:
+    entries: from `parse_entries`.
+    output_lengths: the output lengths T.
+    temperature: the one sampling temperature.
+    members: the model names roles may bind (`pretrained.member_configs`).
+    eos_ids: EOS mode's end ids.
+  Returns:
+    Planned decoders, by T then entry order.
+  Raises:
+    ValueError: a member that does not exist or is the evaluator, or any
+      error of `build`, naming the entry and T; two different decoders with
+      one label at some T.
+  """
+  for entry in entries:
+    for role, member in entry.roles:
+      if member == EVALUATOR or member not in members:
+        raise ValueError(
+            f"{entry.where}: role {role}={member!r} must name a decoded "
+            f"model, one of {sorted(set(members) - {EVALUATOR})}")
+  planned = []
+  for t in output_lengths:
+    by_decoder: dict[Any, int] = {}
+    labels: dict[str, Any] = {}
+    for entry in entries:
+      try:
+        decoder = build(entry, t, temperature, eos_ids=())
+        eos_decoder = build(entry, t, temperature, eos_ids)
+        reference = None
+        if getattr(decoder, "kv_cache", "none") != "none":
+          reference = dataclasses.replace(decoder, kv_cache="none")
+      except ValueError as e:
+        raise ValueError(f"{entry.where} at output_length={t}: {e}") from e
+      label = entry.label.format(**resolve(entry, t))
+      key = (decoder, entry.roles)
+      if key in by_decoder:
+        i = by_decoder[key]
+        planned[i] = dataclasses.replace(
+            planned[i], series=planned[i].series + (entry.series,))
+        continue
+      if label in labels:
+        raise ValueError(f"{entry.where} at output_length={t}: label "
+                         f"{label!r} is also {labels[label]}'s, a different "
+                         "decoder; make the labels differ")
+      labels[label] = entry.where
+      by_decoder[key] = len(planned)
+      planned.append(Planned(label=label, series=(entry.series,),
+                             output_length=t, roles=entry.roles,
+                             decoder=decoder, eos_decoder=eos_decoder,
+                             reference=reference))
+    labels_at_t = {(p.decoder, p.roles): p.label for p in planned
+                   if p.output_length == t}
+    planned = [dataclasses.replace(p, reference_label=labels_at_t.get(
+        (p.reference, p.roles))) if p.output_length == t and p.cached else p
+               for p in planned]
+  return planned
+
+
+def check_options(cmp: Any, member_max_len: Mapping[str, int]) -> None:
+  """Checks the scalar options of a `compare` config block.
+
+  Args:
+    cmp: `config.compare`.
+    member_max_len: {member: model.max_len} of every model.
+  Raises:
+    ValueError: naming the key and the allowed range: output_lengths or
+      batch_sizes empty or not all distinct integers >= 1; timed_runs, prompt_len or
+      reference_len not an integer >= 1; temperature not finite >= 0;
+      prompt_len + T above a model's max_len.
+  """
+  for key in ("output_lengths", "batch_sizes"):
+    values = cmp[key]
+    if (isinstance(values, (str, int)) or not len(values)
+        or not all(base.is_count(v) for v in values)
+        or len(set(values)) < len(values)):
+      raise ValueError(f"compare.{key}={values!r} must be a non-empty tuple "
+                       "of distinct integers >= 1")
+  for key in ("timed_runs", "prompt_len", "reference_len"):
+    if not base.is_count(cmp[key]):
+      raise ValueError(f"compare.{key}={cmp[key]!r} must be an integer >= 1")
+  temperature = cmp.temperature
+  if (isinstance(temperature, bool) or not isinstance(temperature,
+                                                      (int, float))
+      or not 0 <= temperature < math.inf):
+    raise ValueError(f"compare.temperature={temperature!r} must be a finite "
+                     "number >= 0")
+  longest = cmp.prompt_len + max(cmp.output_lengths)
+  for member, max_len in member_max_len.items():
+    if longest > max_len:
+      raise ValueError(
+          f"compare.prompt_len + max(compare.output_lengths) = {longest} "
+          f"must be <= the {member} model's max_len={max_len} "
+          "(--config.model.max_len; the shipped models then no longer match "
+          "and are retrained)")
+
+
+def check_baseline(baseline: str, entries: Sequence[Entry]) -> None:
+  """Raises ValueError unless `compare.baseline` is an entry's series label."""
+  series = [e.series for e in entries]
+  if baseline not in series:
+    raise ValueError(f"compare.baseline={baseline!r} must be the label of an "
+                     f"entry of compare.decoders: {series}")
