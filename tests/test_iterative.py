@@ -38,7 +38,7 @@ def _denoise(decoder, models=None, **kwargs):
 
 def _blocks_done_in_order(decoder, out):
   """Each block holds no MASK once the next one starts."""
-  width, t = decoder.block_size(), decoder.gen_length
+  width, t = decoder.block_size(), decoder.output_length
   index = np.asarray(PROMPT_LENGTHS)[:, None] + np.arange(t)
   generated = np.take_along_axis(out.states, index[None], 2)
   for state in generated:
@@ -56,9 +56,9 @@ def _blocks_done_in_order(decoder, out):
 def test_threshold_one_is_one_token_per_step_low_confidence(block):
   """tau = 1 commits only the most confident token each step: LLaDA's
   low-confidence decoding with K = T, token for token and step for step."""
-  threshold = make_decoder("threshold", gen_length=8, block_length=block,
+  threshold = make_decoder("threshold", output_length=8, block_length=block,
                            threshold=1.0)
-  llada = make_decoder("llada", gen_length=8, steps=8, block_length=block)
+  llada = make_decoder("llada", output_length=8, steps=8, block_length=block)
   out, ref = _denoise(threshold, trace=True), _denoise(llada, trace=True)
   np.testing.assert_array_equal(out.tokens, ref.tokens)
   np.testing.assert_array_equal(out.committed, ref.committed)
@@ -72,7 +72,7 @@ def test_threshold_one_is_one_token_per_step_low_confidence(block):
 def test_permissive_rules_commit_a_whole_block_per_step(name, option):
   """tau near 0 (or f > W + 1) commits every masked position of the block in
   one step: one forward pass per block."""
-  decoder = make_decoder(name, gen_length=8, block_length=4, **option)
+  decoder = make_decoder(name, output_length=8, block_length=4, **option)
   out = _denoise(decoder, trace=True)
   expected = np.zeros((8, 3), np.int32)
   expected[[0, 4]] = 4  # step 0 of each block of 4
@@ -83,14 +83,14 @@ def test_permissive_rules_commit_a_whole_block_per_step(name, option):
 
 def test_factor_rule_counts():
   """(n + 1)(1 - c_n) < f on known confidences, and f tiny == tau = 1."""
-  decoder = make_decoder("factor", gen_length=4, factor=1.0)
+  decoder = make_decoder("factor", output_length=4, factor=1.0)
   confidence = jnp.array([0.9, 0.2, 0.7, 0.8])  # sorted .9 .8 .7 .2
   masked = jnp.ones(4, bool)
   # n=1: 2 * .1 = .2 < 1; n=2: 3 * .2 = .6 < 1; n=3: 4 * .3 = 1.2 >= 1.
   np.testing.assert_array_equal(decoder._accept(confidence, masked),
                                 [1, 0, 0, 1])
-  tight = make_decoder("factor", gen_length=8, block_length=4, factor=1e-9)
-  one = make_decoder("threshold", gen_length=8, block_length=4, threshold=1.0)
+  tight = make_decoder("factor", output_length=8, block_length=4, factor=1e-9)
+  one = make_decoder("threshold", output_length=8, block_length=4, threshold=1.0)
   np.testing.assert_array_equal(_denoise(tight).tokens, _denoise(one).tokens)
 
 
@@ -101,7 +101,7 @@ def test_threshold_adapts_nfe_to_confidence():
   sure[:, 5] = 20.0  # p(5) ~ 1 everywhere
   unsure = np.zeros((length, vocab), np.float32)
   unsure[:, 5] = 0.5  # p(5) ~ 0.2
-  decoder = make_decoder("threshold", gen_length=8, threshold=0.9)
+  decoder = make_decoder("threshold", output_length=8, threshold=0.9)
   nfe = []
   for table in (sure, unsure):
     stub = stubs.TableLogitsFn.by_position(lambda p: 0, vocab, length)
@@ -124,7 +124,7 @@ def _transformer(attention):
 @pytest.mark.parametrize("kv_cache", ["prefix", "dual"])
 def test_cache_refreshed_every_step_equals_the_uncached_decoder(kv_cache):
   models = _transformer("bidirectional")
-  options = dict(gen_length=8, block_length=4, threshold=0.3)
+  options = dict(output_length=8, block_length=4, threshold=0.3)
   exact = make_decoder("threshold", **options)
   cached = make_decoder("threshold", kv_cache=kv_cache, cache_refresh="step",
                         **options)
@@ -151,7 +151,7 @@ def test_prefix_cache_of_a_causal_model_is_exact(decoder_options):
   """A causal model's prefix keys never see the suffix: the prefix cache,
   refreshed once per block, decodes exactly as the uncached loop."""
   models = _transformer("causal")
-  options = dict(decoder_options, gen_length=8, block_length=4,
+  options = dict(decoder_options, output_length=8, block_length=4,
                  attention="causal")
   name = options.pop("name")
   ref = _denoise(make_decoder(name, **options), models)
@@ -171,7 +171,7 @@ def test_dual_cache_queries_only_the_block():
   models = bind(stubs.TableLogitsFn.random(0, 16, 16), None)
   t, w, batch, length = 8, 4, 3, PROMPTS.shape[1] + 8
   for kv_cache, query in (("dual", [w, w]), ("prefix", [t, t - w])):
-    decoder = make_decoder("llada", gen_length=t, block_length=w, steps=8,
+    decoder = make_decoder("llada", output_length=t, block_length=w, steps=8,
                            kv_cache=kv_cache, reuse_logits=False)
     out = _denoise(decoder, models)
     # Per block: a refresh pass (which also serves step 0), then 3 queries.
@@ -198,7 +198,7 @@ def test_cosine_schedule_worked_examples():
 
 
 def test_maskgit_commits_on_the_cosine_schedule():
-  decoder = make_decoder("maskgit", gen_length=8, steps=4, sampling=HOT,
+  decoder = make_decoder("maskgit", output_length=8, steps=4, sampling=HOT,
                          early_stop=False)
   out = _denoise(decoder, trace=True)
   expected = np.asarray(cosine_schedule(8, 4))
@@ -208,7 +208,7 @@ def test_maskgit_commits_on_the_cosine_schedule():
 
 @pytest.mark.parametrize("remask", [1, 2])
 def test_remdm_remasks_within_its_budget_and_still_finishes(remask):
-  decoder = make_decoder("remdm", gen_length=8, steps=8, block_length=4,
+  decoder = make_decoder("remdm", output_length=8, steps=8, block_length=4,
                          remask_per_step=remask)
   out = _denoise(decoder, trace=True)
   t = 8
@@ -233,16 +233,16 @@ def test_remdm_remasks_within_its_budget_and_still_finishes(remask):
 
 def _build(name, length, **options):
   """Decoder `name` generating `length` tokens, sampling where it can."""
-  cls = base._REGISTRY[name]
+  cls = base.decoder_class(name)
   if issubclass(cls, SequenceConfig):
     if name != "ar_beam":
       options.setdefault("sampling", HOT)
-    return make_decoder(name, max_new_tokens=length, **options)
+    return make_decoder(name, output_length=length, **options)
   if issubclass(cls, ScheduledDecoder):
     options.setdefault("steps", length)
   if name not in ("threshold", "factor"):
     options.setdefault("sampling", HOT)
-  return make_decoder(name, gen_length=length, **options)
+  return make_decoder(name, output_length=length, **options)
 
 
 RAGGED = jnp.array([[5, 6, 7], [7, 0, 0], [3, 5, 0], [9, 9, 9], [6, 0, 0],
@@ -293,26 +293,26 @@ def test_reported_cost_is_what_the_stub_ran(name):
 
 
 @pytest.mark.parametrize("make, match", [
-    (lambda: make_decoder("threshold", gen_length=8, threshold=0.0),
+    (lambda: make_decoder("threshold", output_length=8, threshold=0.0),
      r"threshold=0.0 must be in \(0, 1\]"),
-    (lambda: make_decoder("threshold", gen_length=8, threshold=1.5),
+    (lambda: make_decoder("threshold", output_length=8, threshold=1.5),
      r"threshold=1.5 must be in \(0, 1\]"),
-    (lambda: make_decoder("threshold", gen_length=8, steps=8),
+    (lambda: make_decoder("threshold", output_length=8, steps=8),
      "steps=8 must be None"),
-    (lambda: make_decoder("factor", gen_length=8, factor=0.0), "factor=0.0"),
-    (lambda: make_decoder("threshold", gen_length=8, block_length=3),
+    (lambda: make_decoder("factor", output_length=8, factor=0.0), "factor=0.0"),
+    (lambda: make_decoder("threshold", output_length=8, block_length=3),
      "block_length=3"),
-    (lambda: make_decoder("maskgit", gen_length=8, steps=2, block_length=2),
+    (lambda: make_decoder("maskgit", output_length=8, steps=2, block_length=2),
      "steps=2 must be a multiple"),
-    (lambda: make_decoder("maskgit", gen_length=8, steps=8,
+    (lambda: make_decoder("maskgit", output_length=8, steps=8,
                           choice_temperature=-1.0), "choice_temperature"),
-    (lambda: make_decoder("remdm", gen_length=8, steps=8,
+    (lambda: make_decoder("remdm", output_length=8, steps=8,
                           remask_per_step=0), "remask_per_step=0"),
-    (lambda: make_decoder("llada", gen_length=8, steps=8, kv_cache="triple"),
+    (lambda: make_decoder("llada", output_length=8, steps=8, kv_cache="triple"),
      "kv_cache='triple'"),
-    (lambda: make_decoder("llada", gen_length=8, steps=8,
+    (lambda: make_decoder("llada", output_length=8, steps=8,
                           cache_refresh="never"), "cache_refresh"),
-    (lambda: make_decoder("mdlm", gen_length=8, steps=8, schedule="square"),
+    (lambda: make_decoder("mdlm", output_length=8, steps=8, schedule="square"),
      "schedule='square'"),
 ])
 def test_bad_options_raise_at_construction(make, match):

@@ -94,17 +94,17 @@ def _check_unmasking(initial_BxL, states_KxBxL, committed_KxB):
 # (early_stop=False), so NFE follows `_expected_nfe`; early stopping has its
 # own tests.
 FULL = dict(early_stop=False)
-MDLM = MDLMDecoder(gen_length=8, steps=4, **FULL)
-MDLM_CACHED = MDLMDecoder(gen_length=4, steps=16, **FULL)  # steps > positions
+MDLM = MDLMDecoder(output_length=8, steps=4, **FULL)
+MDLM_CACHED = MDLMDecoder(output_length=4, steps=16, **FULL)  # steps > positions
 MDLM_UNCACHED = dataclasses.replace(MDLM_CACHED, reuse_logits=False)
-LLADA = LLaDADecoder(gen_length=8, steps=4, **FULL)
-LLADA_RANDOM = LLaDADecoder(gen_length=5, steps=3, block_length=5,
+LLADA = LLaDADecoder(output_length=8, steps=4, **FULL)
+LLADA_RANDOM = LLaDADecoder(output_length=5, steps=3, block_length=5,
                             remasking="random", **FULL)
-LLADA_TWO_BLOCKS = LLaDADecoder(gen_length=8, steps=4, block_length=4,
+LLADA_TWO_BLOCKS = LLaDADecoder(output_length=8, steps=4, block_length=4,
                                 remasking="random",
                                 sampling=SamplingConfig(temperature=1.0),
                                 **FULL)
-LLADA_BLOCKS = LLaDADecoder(gen_length=6, steps=6, block_length=2,
+LLADA_BLOCKS = LLaDADecoder(output_length=6, steps=6, block_length=2,
                             eos_ids=(3, 9), **FULL)
 CASES = [
     (MDLM, None),
@@ -113,11 +113,11 @@ CASES = [
     (LLADA, [2, 2, 2, 2]),
     (LLADA_TWO_BLOCKS, [2, 2, 2, 2]),
     (LLADA_RANDOM, [2, 2, 1]),
-    (LLaDADecoder(gen_length=6, steps=4, block_length=3,
+    (LLaDADecoder(output_length=6, steps=4, block_length=3,
                   sampling=SamplingConfig(temperature=0.7), **FULL),
      [2, 1, 2, 1]),
     (LLADA_BLOCKS, [1] * 6),
-    (LLaDADecoder(gen_length=4, steps=6, block_length=2, remasking="random",
+    (LLaDADecoder(output_length=4, steps=6, block_length=2, remasking="random",
                   **FULL),
      [1, 1, 0, 1, 1, 0]),
 ]
@@ -128,7 +128,7 @@ CASES = [
 def test_decoders_unmask_once_on_schedule_and_count_calls(decoder, expected,
                                                           seed):
   out, calls = _denoise(decoder, seed=seed)
-  t = decoder.gen_length
+  t = decoder.output_length
   initial, fill, _ = prompt_layout(PROMPTS, PROMPT_LENGTHS, t, MASK, PAD)
   assert out.tokens.shape == (3, t) and out.tokens.dtype == np.int32
   assert not np.any(out.tokens == MASK)
@@ -189,7 +189,7 @@ def test_mdlm_never_draws_mask_and_unmasks_uniformly_over_steps():
   # single position is unmasked at each of the K steps with probability 1/K;
   # its token is uniform over the 7 tokens other than MASK.
   steps, rows = 4, 2000
-  decoder = MDLMDecoder(gen_length=1, steps=steps, eos_ids=())
+  decoder = MDLMDecoder(output_length=1, steps=steps, eos_ids=())
   out = decoder.decode(bind(_mask_loving(), None), jnp.zeros((rows, 0), jnp.int32),
                        jnp.zeros(rows, jnp.int32), jax.random.key(3))
   tokens = np.asarray(out.tokens).ravel()
@@ -203,7 +203,7 @@ def test_mdlm_never_draws_mask_and_unmasks_uniformly_over_steps():
 
 def test_llada_argmax_never_picks_mask_even_when_the_model_prefers_it():
   rows = 1000  # 2000 tokens
-  decoder = LLaDADecoder(gen_length=2, steps=1, eos_ids=())
+  decoder = LLaDADecoder(output_length=2, steps=1, eos_ids=())
   out = decoder.decode(bind(_mask_loving(), None), jnp.zeros((rows, 0), jnp.int32),
                        jnp.zeros(rows, jnp.int32), jax.random.key(5))
   assert not np.any(np.asarray(out.tokens) == MASK)
@@ -212,7 +212,7 @@ def test_llada_argmax_never_picks_mask_even_when_the_model_prefers_it():
 def test_ragged_batch_decodes_as_its_rows_alone():
   decoder = LLADA_BLOCKS  # 3 blocks, argmax, low-confidence remasking
   batch, _ = _denoise(decoder)
-  width = PROMPTS.shape[1] + decoder.gen_length
+  width = PROMPTS.shape[1] + decoder.output_length
   for b in range(3):
     # Alone and padded wider: only the (masked-out) PAD tail grows.
     alone, _ = _denoise(decoder, jnp.pad(PROMPTS[b:b + 1], ((0, 0), (0, 2))),
@@ -238,7 +238,7 @@ def test_mdlm_row_does_not_depend_on_the_other_rows():
 @pytest.mark.parametrize("decoder", [MDLM, LLADA_RANDOM], ids=repr)
 def test_infill_fills_only_the_holes(decoder):
   rng = np.random.default_rng(0)
-  shape = (3, PROMPTS.shape[1] + decoder.gen_length)
+  shape = (3, PROMPTS.shape[1] + decoder.output_length)
   tokens = jnp.asarray(rng.integers(5, 16, shape), jnp.int32)
   fill = rng.random(shape) < 0.5
   fill[2] = False  # a row with nothing to fill
@@ -259,7 +259,7 @@ def test_infill_fills_only_the_holes(decoder):
 @pytest.mark.parametrize("decoder", [MDLM, LLADA_RANDOM], ids=repr)
 def test_decode_is_infill_of_the_prompt_layout(decoder):
   tokens, fill, input_mask = prompt_layout(PROMPTS, PROMPT_LENGTHS,
-                                           decoder.gen_length, MASK, PAD)
+                                           decoder.output_length, MASK, PAD)
   key = jax.random.key(2)
   out = decoder.denoise(bind(STUB, PARAMS), PROMPTS, PROMPT_LENGTHS, key, trace=True)
   filled = decoder.infill(bind(STUB, PARAMS), tokens, fill, key, input_mask,
@@ -304,7 +304,7 @@ def test_decode_cuts_after_the_first_committed_eos():
     row[EOS if p == 4 else (10 + p) % vocab] = 5.0
     table.append(tuple(row))
   stub = TableDenoiser(table=tuple(table), max_len=width + t)
-  decoder = LLaDADecoder(gen_length=t, steps=3)
+  decoder = LLaDADecoder(output_length=t, steps=3)
   prompts = jnp.array([[8, 9, PAD, PAD], [PAD] * 4, [5, 6, 7, 8]])
   lengths = jnp.array([2, 0, 4])
   out = decoder.decode(bind(stub, None), prompts, lengths, jax.random.key(0))
@@ -334,7 +334,7 @@ def test_tiny_transformer_denoiser():
                              num_heads=2, num_kv_heads=2, head_dim=16,
                              mlp_dim=64, max_len=16, attention="bidirectional")
   params = init_params(config, jax.random.key(0))
-  decoder = LLaDADecoder(gen_length=6, steps=4, block_length=3)
+  decoder = LLaDADecoder(output_length=6, steps=4, block_length=3)
   out = decoder.decode(bind(make_logits_fn(config), params), PROMPTS, PROMPT_LENGTHS,
                        jax.random.key(1))
   tokens = np.asarray(out.tokens)
@@ -345,24 +345,24 @@ def test_tiny_transformer_denoiser():
 
 
 @pytest.mark.parametrize("make, match", [
-    (lambda: MDLMDecoder(gen_length=8, steps=0), "steps=0"),
-    (lambda: MDLMDecoder(gen_length=0, steps=2), "gen_length=0"),
-    (lambda: MDLMDecoder(gen_length=8, steps=2,
+    (lambda: MDLMDecoder(output_length=8, steps=0), "steps=0"),
+    (lambda: MDLMDecoder(output_length=0, steps=2), "output_length=0"),
+    (lambda: MDLMDecoder(output_length=8, steps=2,
                          sampling=SamplingConfig(temperature=-0.5)),
      "temperature=-0.5"),
-    (lambda: LLaDADecoder(gen_length=8, steps=4, block_length=3),
+    (lambda: LLaDADecoder(output_length=8, steps=4, block_length=3),
      "block_length=3"),
-    (lambda: LLaDADecoder(gen_length=8, steps=4, block_length=0),
+    (lambda: LLaDADecoder(output_length=8, steps=4, block_length=0),
      "block_length=0"),
-    (lambda: LLaDADecoder(gen_length=8, steps=4, block_length=16),
+    (lambda: LLaDADecoder(output_length=8, steps=4, block_length=16),
      "block_length=16"),
-    (lambda: LLaDADecoder(gen_length=8, steps=3, block_length=4), "steps=3"),
-    (lambda: LLaDADecoder(gen_length=8, steps=4, remasking="top_k"),
+    (lambda: LLaDADecoder(output_length=8, steps=3, block_length=4), "steps=3"),
+    (lambda: LLaDADecoder(output_length=8, steps=4, remasking="top_k"),
      "remasking='top_k'"),
-    (lambda: MDLMDecoder(gen_length=8, steps=2, pad_id=-1), "pad_id=-1"),
-    (lambda: LLaDADecoder(gen_length=8, steps=2, eos_ids=(3, 4)),
+    (lambda: MDLMDecoder(output_length=8, steps=2, pad_id=-1), "pad_id=-1"),
+    (lambda: LLaDADecoder(output_length=8, steps=2, eos_ids=(3, 4)),
      "mask_id=4 must differ"),
-    (lambda: base.make_decoder("llada", gen_length=8, steps=4, top_k=2),
+    (lambda: base.make_decoder("llada", output_length=8, steps=4, top_k=2),
      "top_k"),
 ])
 def test_bad_config_raises(make, match):
@@ -389,8 +389,8 @@ def test_bad_config_raises(make, match):
                         jnp.ones((3, 3), bool), jax.random.key(0)),
      "max_len=2"),
 ])
-@pytest.mark.parametrize("decoder", [MDLMDecoder(gen_length=8, steps=4),
-                                     LLaDADecoder(gen_length=8, steps=4)],
+@pytest.mark.parametrize("decoder", [MDLMDecoder(output_length=8, steps=4),
+                                     LLaDADecoder(output_length=8, steps=4)],
                          ids=repr)
 def test_bad_input_raises_before_the_model_runs(decoder, call, match):
   with pytest.raises(ValueError, match=match):
@@ -399,10 +399,10 @@ def test_bad_input_raises_before_the_model_runs(decoder, call, match):
 
 def test_registered_by_name():
   assert {"mdlm", "llada"} <= set(base.registered())
-  decoder = base.make_decoder("llada", gen_length=8, steps=4, block_length=4,
+  decoder = base.make_decoder("llada", output_length=8, steps=4, block_length=4,
                               eos_ids=[3, 7])
-  assert decoder == LLaDADecoder(gen_length=8, steps=4, block_length=4,
+  assert decoder == LLaDADecoder(output_length=8, steps=4, block_length=4,
                                  eos_ids=(3, 7))
   assert hash(decoder) == hash(dataclasses.replace(decoder))
-  assert isinstance(base.make_decoder("mdlm", gen_length=4, steps=2),
+  assert isinstance(base.make_decoder("mdlm", output_length=4, steps=2),
                     MDLMDecoder)

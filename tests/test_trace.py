@@ -26,7 +26,7 @@ def test_commit_steps_worked_example():
 
 
 def test_llada_blocks_commit_left_to_right():
-  decoder = make_decoder("llada", gen_length=8, steps=8, block_length=4)
+  decoder = make_decoder("llada", output_length=8, steps=8, block_length=4)
   prompts, lengths = np.array([[6, 7]]), np.array([2])
   out = decoder.denoise(bind(stubs.HashDenoiser(), np.uint32(1)), prompts,
                         lengths, jax.random.key(0), trace=True)

@@ -2,13 +2,13 @@
 
 Registered decoders (configs below; all return a `DecodeResult`):
   "ar"             prefill, then a jit-compiled `lax.scan` over the remaining
-                   new tokens, threading the KV cache. NFE = max_new_tokens
-                   (1 prefill + max_new_tokens - 1 one-token steps).
+                   new tokens, threading the KV cache. NFE = output_length
+                   (1 prefill + output_length - 1 one-token steps).
   "ar_early_exit"  the same steps in a `lax.while_loop` that stops once every
                    row has emitted an EOS. NFE = 1 + steps actually run; the
                    outputs equal "ar"'s (same keys, same steps).
   "ar_uncached"    no cache: every new token recomputes the whole fixed-size
-                   buffer (the cost baseline). NFE = max_new_tokens.
+                   buffer (the cost baseline). NFE = output_length.
 
 Every decoder here uses one model, role "model": `decode(bind(logits_fn,
 params), prompts, prompt_lengths, key)`.
@@ -19,7 +19,7 @@ row b is drawn from the logits at position prompt_length - 1 + i with the key
 fold_in(row_key[b], i) (`base.row_keys`), by `sampling.sample`, so a row
 decodes the same alone or in any batch. A row ends at its first token in
 `eos_ids` (kept); it then emits PAD, commits nothing and is still fed (static
-shapes), until all rows end (early exit) or max_new_tokens.
+shapes), until all rows end (early exit) or output_length.
 
 Worked example ("ar", greedy, eos_ids (3,), cache S = 6 slots, T = 3):
   prompts [[5, 6, 7], [8, 9, PAD]], prompt_lengths [3, 2]
@@ -31,7 +31,7 @@ Worked example ("ar", greedy, eos_ids (3,), cache S = 6 slots, T = 3):
   step 2   feeds [[b], [PAD]] at positions [[4], [3]]; token 2 [c, PAD]. NFE 3
   result   tokens [[a, b, c], [EOS, PAD, PAD]], lengths [3, 1],
            committed [[1, 1], [1, 0], [1, 0]] (int32[T, B]).
-The cache (or uncached buffer) needs prompt + max_new_tokens slots; more is
+The cache (or uncached buffer) needs prompt + output_length slots; more is
 refused with a ValueError before compiling, because `dynamic_update_slice`
 would silently clamp writes past the end onto earlier slots.
 
@@ -60,26 +60,26 @@ class SequenceConfig:
   """Options shared by the autoregressive decoders (beam search included).
 
   Attributes:
-    max_new_tokens: T >= 1 tokens generated per row (EOS included).
+    output_length: T >= 1 tokens generated per row (EOS included).
     eos_ids: ids that end a row (any one of them); () never ends early.
     pad_id: id written after a row's end.
     cache_length: KV-cache slots (for "ar_uncached": the recomputed buffer
-      length); None means prompt width P + max_new_tokens.
+      length); None means prompt width P + output_length.
 
   Raises:
     ValueError: an option outside its range.
   """
 
-  max_new_tokens: int = 32
+  output_length: int = 32
   eos_ids: tuple[int, ...] = (3,)
   pad_id: int = 0
   cache_length: int | None = None
 
   def __post_init__(self):
     object.__setattr__(self, "eos_ids", id_tuple(self.eos_ids))
-    if not is_count(self.max_new_tokens):
+    if not is_count(self.output_length):
       raise ValueError(
-          f"max_new_tokens={self.max_new_tokens} must be an integer >= 1")
+          f"output_length={self.output_length} must be an integer >= 1")
     if any(e < 0 for e in self.eos_ids):
       raise ValueError(f"eos_ids={self.eos_ids} must all be >= 0")
     if self.pad_id < 0:
@@ -96,24 +96,24 @@ class SequenceConfig:
     Raises:
       ValueError: models not binding exactly `roles`; prompts not int[B, P]
         with P >= 1; prompt_lengths not [B] or (when concrete) outside
-        [1, P]; P + max_new_tokens > cache length; cache length >
+        [1, P]; P + output_length > cache length; cache length >
         logits_fn.max_len.
     """
     base.check_models(self, models)
     logits_fn = models["model"].logits_fn
     prompts, prompt_lengths = check_prompts(prompts, prompt_lengths)
     width = prompts.shape[1]
-    length = (width + self.max_new_tokens if self.cache_length is None
+    length = (width + self.output_length if self.cache_length is None
               else self.cache_length)
-    if width + self.max_new_tokens > length:
+    if width + self.output_length > length:
       raise ValueError(
-          f"prompt width P={width} + max_new_tokens={self.max_new_tokens} "
+          f"prompt width P={width} + output_length={self.output_length} "
           f"must be <= cache_length={length}")
     if length > logits_fn.max_len:
       raise ValueError(
           f"cache length {length} must be <= logits_fn.max_len="
-          f"{logits_fn.max_len} (prompt width P={width}, max_new_tokens="
-          f"{self.max_new_tokens}, cache_length={self.cache_length})")
+          f"{logits_fn.max_len} (prompt width P={width}, output_length="
+          f"{self.output_length}, cache_length={self.cache_length})")
     return length, prompts, prompt_lengths
 
 
@@ -209,7 +209,7 @@ def _init_state(config, prompts_BxP, prompt_lengths_B, vocab_size, cost):
   if config.sampling.repetition_penalty != 1:
     valid_BxP = jnp.arange(width)[None, :] < prompt_lengths_B[:, None]
     seen = sampling.token_presence(prompts_BxP, valid_BxP, vocab_size)
-  steps = config.max_new_tokens
+  steps = config.output_length
   return _LoopState(
       tokens=jnp.full((batch, steps), config.pad_id, jnp.int32),
       done=jnp.zeros((batch,), bool), seen=seen,
@@ -276,7 +276,7 @@ def _cached_decode(config, cache_length, models, prompts_BxP,
     return (_commit(config, state, i, out.logits[:, 0], keys_B, eos_E),
             out.cache)
 
-  steps = config.max_new_tokens
+  steps = config.output_length
   if config.early_exit:
     def cond(loop):
       i, (state, _) = loop
@@ -323,7 +323,7 @@ def _uncached_loop(config, length, models, prompts_BxP, prompt_lengths_B,
                       first_logits_BxV.shape[-1], cost)
   carry = advance(state, buffer_BxL, 0, first_logits_BxV)
   (state, _), _ = jax.lax.scan(
-      step, carry, jnp.arange(1, config.max_new_tokens, dtype=jnp.int32))
+      step, carry, jnp.arange(1, config.output_length, dtype=jnp.int32))
   return _result(state)
 
 
@@ -348,7 +348,7 @@ class AutoregressiveDecoder(SequenceConfig):
 
   def decode(self, models: Mapping[str, Model], prompts: jax.Array,
              prompt_lengths: jax.Array, key: jax.Array) -> DecodeResult:
-    """Decodes max_new_tokens after right-padded prompts.
+    """Decodes output_length after right-padded prompts.
 
     Args:
       models: {"model": Model(logits_fn, params)} (`base.bind`).
@@ -358,7 +358,7 @@ class AutoregressiveDecoder(SequenceConfig):
         uses fold_in(row_key[b], i). Unused (may be None) when sampling is
         greedy.
     Returns:
-      A `DecodeResult` with tokens int32[B, max_new_tokens].
+      A `DecodeResult` with tokens int32[B, output_length].
     Raises:
       ValueError: see `SequenceConfig.checked_cache_length` (before compiling).
     """

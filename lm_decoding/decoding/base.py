@@ -23,7 +23,7 @@ static jit arguments) registered by name.
 
 Dimension letters, one meaning each, in names and docstrings:
   B batch rows        L sequence (a call's inputs)   S cache slots
-  T new tokens (the output length, `gen_length` / `max_new_tokens`)
+  T new tokens (the output length, `output_length` / `output_length`)
   P prompt width      V vocabulary    D model width  H heads, Hkv KV heads
   K steps (denoising steps, NFE budget)              W beam width
   N blocks            E end-of-sequence ids
@@ -233,6 +233,18 @@ def registered() -> tuple[str, ...]:
   return tuple(sorted(_REGISTRY))
 
 
+def decoder_class(name: str) -> type:
+  """The decoder config class registered as `name`.
+
+  Raises:
+    ValueError: unknown name (the message lists the registered ones).
+  """
+  if name not in _REGISTRY:
+    raise ValueError(
+        f"unknown decoder name={name!r}; registered: {registered()}")
+  return _REGISTRY[name]
+
+
 def make_decoder(name: str, **options) -> Decoder:
   """Builds the decoder config registered as `name` with `options`.
 
@@ -240,10 +252,7 @@ def make_decoder(name: str, **options) -> Decoder:
     ValueError: unknown name (the message lists the registered ones) or an
       option the decoder does not take.
   """
-  if name not in _REGISTRY:
-    raise ValueError(
-        f"unknown decoder name={name!r}; registered: {registered()}")
-  cls = _REGISTRY[name]
+  cls = decoder_class(name)
   fields = {f.name for f in dataclasses.fields(cls)}
   unknown = set(options) - fields
   if unknown:

@@ -105,7 +105,7 @@ def _run(decoder: BD3LMDecoder, models: Mapping[str, Model],
   """Decodes every block (traced inside a jit)."""
   batch, prompt_width = prompts_BxP.shape
   tokens_BxL, _, valid_BxL = prompt_layout(
-      prompts_BxP, prompt_lengths_B, decoder.gen_length, decoder.mask_id,
+      prompts_BxP, prompt_lengths_B, decoder.output_length, decoder.mask_id,
       decoder.pad_id)
   length = tokens_BxL.shape[1]
   width, num_blocks = decoder.block_size(), decoder.num_blocks()
@@ -208,7 +208,7 @@ def _generate(decoder, models, prompts, prompt_lengths, keys_B, measure_error):
   carry = _run(decoder, models, prompts, prompt_lengths, keys_B,
                measure_error)
   index_BxT = (prompt_lengths[:, None]
-               + jnp.arange(decoder.gen_length)[None, :])
+               + jnp.arange(decoder.output_length)[None, :])
   return Denoised(tokens=jnp.take_along_axis(carry.tokens, index_BxT, 1),
                   committed=carry.committed, cost=carry.cost,
                   max_logit_error=carry.error if measure_error else None)
@@ -228,7 +228,7 @@ class BD3LMDecoder(MDLMDecoder):
   or in any batch, cached or not.
 
   Attributes (besides `MDLMDecoder`'s):
-    block_length: W, dividing gen_length; should be the block length the
+    block_length: W, dividing output_length; should be the block length the
       model was trained with (`config.train.block_length`). None is one
       block of T.
     kv_cache: 'prefix' (the exact cache of committed blocks) or 'none'

@@ -8,14 +8,14 @@ every token: continuations with an EOS id become finished hypotheses, scored
 
 (Wu et al. 2016, GNMT; |y| counts the generated tokens, EOS included;
 alpha = 0 is the plain log-probability); the best `num_beams` non-EOS
-continuations stay alive. After max_new_tokens steps the alive hypotheses
-count as finished at length max_new_tokens, and each row returns its best
+continuations stay alive. After output_length steps the alive hypotheses
+count as finished at length output_length, and each row returns its best
 hypothesis by score. There is no early stopping: every row runs all steps, and
 rows are independent (per-row EOS and prompt lengths).
 
 Cache: one prefill at batch B, then the cache is repeated per beam (row-major
 B x K rows) and its rows follow their beams (`cache.reorder`, as
-`KVCache.reorder`). NFE = max_new_tokens (1 prefill + one [B * K]-row step per further
+`KVCache.reorder`). NFE = output_length (1 prefill + one [B * K]-row step per further
 token).
 """
 
@@ -105,7 +105,7 @@ def _beam_step(config, state, cache, step, logits_BKxV):
 @functools.partial(jax.jit, static_argnames=("config", "cache_length"))
 def _beam_decode(config, cache_length, models, prompts_BxP, prompt_lengths_B):
   batch = prompts_BxP.shape[0]
-  beams, steps = config.num_beams, config.max_new_tokens
+  beams, steps = config.num_beams, config.output_length
   first_logits_BxV, cache, cost = prefill_body(
       models, "model", base.Cost.zero(models), prompts_BxP, prompt_lengths_B,
       cache_length)
@@ -135,7 +135,7 @@ def _beam_decode(config, cache_length, models, prompts_BxP, prompt_lengths_B):
 
   (state, _), _ = jax.lax.scan(step, carry,
                                jnp.arange(1, steps, dtype=jnp.int32))
-  # Alive hypotheses that reached max_new_tokens without an EOS are complete.
+  # Alive hypotheses that reached output_length without an EOS are complete.
   alive_score = (state.alive_log_prob
                  / gnmt_length_penalty(steps, config.length_penalty))
   _, tokens, lengths = _top(

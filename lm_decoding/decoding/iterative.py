@@ -10,7 +10,7 @@ live here once (as dInfer separates iteration manager, decoding strategy and
 KV-cache manager).
 
 Layout. With right-padded prompts int32[B, P] and prompt_lengths int32[B],
-every row is laid out in a static length L = P + T (T = gen_length) as
+every row is laid out in a static length L = P + T (T = output_length) as
 [prompt | T MASK | PAD], positions arange(L), and PAD keys hidden
 (`masks.key_padding_mask`). Worked example, P = 3, T = 4, M = MASK, _ = PAD:
 
@@ -184,14 +184,14 @@ def _check_range(name: str, values: Any, low: int, high: int):
 
 
 def prompt_layout(prompts: jax.Array, prompt_lengths: jax.Array,
-                  gen_length: int, mask_id: int = MASK_ID,
+                  output_length: int, mask_id: int = MASK_ID,
                   pad_id: int = PAD_ID):
-  """Lays out [prompt | gen_length MASK | PAD] rows (see the module docstring).
+  """Lays out [prompt | output_length MASK | PAD] rows (see the module docstring).
 
   Args:
     prompts: int32[B, P] right-padded prompts.
     prompt_lengths: int32[B] real prompt tokens per row, in [0, P].
-    gen_length: T, MASK positions per row.
+    output_length: T, MASK positions per row.
     mask_id, pad_id: MASK and PAD token ids.
   Returns:
     tokens: int32[B, P + T]; fill: bool[B, P + T] the generated region;
@@ -199,11 +199,11 @@ def prompt_layout(prompts: jax.Array, prompt_lengths: jax.Array,
   """
   prompts = jnp.asarray(prompts, jnp.int32)
   lengths_Bx1 = jnp.asarray(prompt_lengths, jnp.int32)[:, None]
-  index_L = jnp.arange(prompts.shape[1] + gen_length)
-  padded_BxL = jnp.pad(prompts, ((0, 0), (0, gen_length)),
+  index_L = jnp.arange(prompts.shape[1] + output_length)
+  padded_BxL = jnp.pad(prompts, ((0, 0), (0, output_length)),
                        constant_values=pad_id)
   in_prompt = index_L < lengths_Bx1
-  valid = index_L < lengths_Bx1 + gen_length
+  valid = index_L < lengths_Bx1 + output_length
   fill = valid & ~in_prompt
   tokens = jnp.where(in_prompt, padded_BxL,
                      jnp.where(fill, mask_id, pad_id)).astype(jnp.int32)
@@ -488,7 +488,7 @@ def _run(decoder, models, tokens_BxL, fill_BxL, valid_BxL, start_B,
                                              "measure_error"))
 def _generate(decoder, models, prompts, prompt_lengths, keys_B, trace,
               measure_error):
-  t = decoder.gen_length
+  t = decoder.output_length
   tokens, fill, valid = prompt_layout(prompts, prompt_lengths, t,
                                       decoder.mask_id, decoder.pad_id)
   width = decoder.block_size()
@@ -521,11 +521,11 @@ class IterativeDecoder:
   (commit bool[W], remask bool[W]) for ONE row (see `Step`).
 
   Attributes:
-    gen_length: T, tokens generated per row (>= 1).
+    output_length: T, tokens generated per row (>= 1).
     steps: K, the denoising-step budget over the whole output (>= 1), for
       the decoders that take one (`ScheduledDecoder`: K / N steps per
       block); None for those that set their own pace (threshold decoding).
-    block_length: semi-autoregressive block length dividing gen_length, or
+    block_length: semi-autoregressive block length dividing output_length, or
       None for one block of T.
     sampling: how each position's proposal is drawn (the AR processors;
       temperature 0 is argmax); MASK is never drawn.
@@ -547,7 +547,7 @@ class IterativeDecoder:
 
   roles = ("model",)
 
-  gen_length: int
+  output_length: int
   steps: int | None = None
   block_length: int | None = None
   sampling: SamplingConfig = SamplingConfig(temperature=1.0)
@@ -562,8 +562,8 @@ class IterativeDecoder:
 
   def __post_init__(self):
     object.__setattr__(self, "eos_ids", id_tuple(self.eos_ids))
-    if not is_count(self.gen_length):
-      raise ValueError(f"gen_length={self.gen_length!r} must be an integer "
+    if not is_count(self.output_length):
+      raise ValueError(f"output_length={self.output_length!r} must be an integer "
                        ">= 1")
     if self.steps is not None and not is_count(self.steps):
       raise ValueError(f"steps={self.steps!r} must be an integer >= 1")
@@ -582,17 +582,17 @@ class IterativeDecoder:
       raise ValueError(f"mask_id={self.mask_id} must differ from pad_id="
                        f"{self.pad_id} and eos_ids={self.eos_ids}")
     block = self.block_size()
-    if not is_count(block) or self.gen_length % block:
+    if not is_count(block) or self.output_length % block:
       raise ValueError(f"block_length={self.block_length!r} must be in "
-                       f"[1, {self.gen_length}] and divide "
-                       f"gen_length={self.gen_length}")
+                       f"[1, {self.output_length}] and divide "
+                       f"output_length={self.output_length}")
 
   def block_size(self) -> int:
     """W, the length of one block of the generated region."""
-    return self.gen_length if self.block_length is None else self.block_length
+    return self.output_length if self.block_length is None else self.block_length
 
   def num_blocks(self) -> int:
-    return self.gen_length // self.block_size()
+    return self.output_length // self.block_size()
 
   def max_block_steps(self, width: int) -> int:
     """Static step budget of one block of `width` positions."""
@@ -620,9 +620,9 @@ class IterativeDecoder:
                        f"{prompt_lengths.shape}")
     _check_range("prompt_lengths", prompt_lengths, 0, width)
     max_len = models["model"].logits_fn.max_len
-    if width + self.gen_length > max_len:
+    if width + self.output_length > max_len:
       raise ValueError(
-          f"prompt width P={width} + gen_length={self.gen_length} must be <= "
+          f"prompt width P={width} + output_length={self.output_length} must be <= "
           f"logits_fn.max_len={max_len}")
     return prompts, prompt_lengths
 
@@ -644,7 +644,7 @@ class IterativeDecoder:
     Raises:
       ValueError: models not binding "model"; prompts not int[B, P],
         prompt_lengths not [B] or (when concrete) outside [0, P], or
-        P + gen_length > logits_fn.max_len; mask_id or pad_id >= V.
+        P + output_length > logits_fn.max_len; mask_id or pad_id >= V.
     """
     prompts, prompt_lengths = self._check(models, prompts, prompt_lengths)
     return _generate(self, models, prompts, prompt_lengths,
@@ -653,7 +653,7 @@ class IterativeDecoder:
 
   def decode(self, models: Mapping[str, Model], prompts: jax.Array,
              prompt_lengths: jax.Array, key: jax.Array) -> DecodeResult:
-    """Generates gen_length tokens per row (see `denoise` for the arguments).
+    """Generates output_length tokens per row (see `denoise` for the arguments).
 
     Returns:
       `DecodeResult`: tokens int32[B, T] cut after the first EOS, lengths
@@ -712,14 +712,14 @@ class ScheduledDecoder(IterativeDecoder):
 
   Raises:
     ValueError: steps missing, or not a multiple of the number of blocks
-      N = gen_length / block_length.
+      N = output_length / block_length.
   """
 
   def __post_init__(self):
     super().__post_init__()
     if self.steps is None or self.steps % self.num_blocks():
       raise ValueError(f"steps={self.steps} must be a multiple of the number "
-                       f"of blocks gen_length / block_length = "
+                       f"of blocks output_length / block_length = "
                        f"{self.num_blocks()}")
 
   def max_block_steps(self, width: int) -> int:

@@ -201,7 +201,7 @@ def run(planned: Sequence[Planned], models: Mapping[str, base.Model],
     prompt_lengths = jnp.full((b,), prompt_len, jnp.int32)
     args = (batch_models, batch_prompts, prompt_lengths,
             jax.random.fold_in(jax.random.key(seed), t))
-    timing, _, fixed = cost._measure(  # pylint: disable=protected-access
+    timing, _, fixed = cost.measure(
         _jit_decode(p.decoder), args, 0, runs)
     fixed_tokens[p.decoder, p.roles, b] = fixed.tokens
     eos_fn = _jit_decode(p.eos_decoder)
@@ -212,7 +212,7 @@ def run(planned: Sequence[Planned], models: Mapping[str, base.Model],
     eos_tokens, eos_lengths = eos.tokens[:b], np.asarray(eos.lengths[:b])
     eos_s = timing.min_s
     if not same_work:
-      eos_s = cost._measure(  # pylint: disable=protected-access
+      eos_s = cost.measure(
           eos_fn, args, 0, runs)[0].min_s
     real_tokens = int(eos_lengths.sum())
     row = {"decoder": p.label, "series": list(p.series),

@@ -55,9 +55,15 @@ class Timing:
     return float(q3 - q1)
 
 
-def _measure(fn: Callable[..., Any], args: tuple, warmup: int,
-             runs: int) -> tuple[Timing, Any, Any]:
-  """(Timing, compiled executable, output of the last run) of fn(*args)."""
+def measure(fn: Callable[..., Any], args: tuple, warmup: int,
+            runs: int) -> tuple[Timing, Any, Any]:
+  """(Timing, compiled executable, output of the last run) of fn(*args).
+
+  As `time_fn`, which returns only the Timing.
+
+  Raises:
+    ValueError: if warmup < 0 or runs < 1.
+  """
   if warmup < 0:
     raise ValueError(f"warmup={warmup} must be >= 0")
   if runs < 1:
@@ -98,7 +104,7 @@ def time_fn(fn: Callable[..., Any], *args: Any, warmup: int = 1,
   Raises:
     ValueError: if warmup < 0 or runs < 1.
   """
-  return _measure(fn, args, warmup, runs)[0]
+  return measure(fn, args, warmup, runs)[0]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -323,7 +329,7 @@ def decode_cost(fn: Callable[..., DecodeResult], *args: Any, warmup: int = 1,
     TypeError: if fn does not return a `DecodeResult`.
     ValueError: as `time_fn` and `decode_record`.
   """
-  timing, compiled, result = _measure(fn, args, warmup, runs)
+  timing, compiled, result = measure(fn, args, warmup, runs)
   if not isinstance(result, DecodeResult):
     raise TypeError(f"fn must return a DecodeResult, got {type(result)}")
   return decode_record(timing, result, cost_analysis(compiled), ttft_s)

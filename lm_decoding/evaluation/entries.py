@@ -46,10 +46,7 @@ from lm_decoding.special_tokens import EOS_ID
 EVALUATOR = "evaluator"  # the member that scores samples; never decoded
 OUTPUT_LENGTH = "T"  # the option value that stands for the output length
 CLAMPED_TO_T = ("steps", "block_length")
-HARNESS_OPTIONS = ("gen_length", "max_new_tokens", "output_length", "eos_ids",
-                   "sampling")
-# The decoders' names for the output length, until they share one.
-_LENGTH_FIELDS = ("output_length", "gen_length", "max_new_tokens")
+HARNESS_OPTIONS = ("output_length", "eos_ids", "sampling")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,13 +164,6 @@ def parse_entries(texts: Sequence[str]) -> tuple[Entry, ...]:
   return entries
 
 
-def _decoder_class(name: str) -> type:
-  if name not in base.registered():
-    raise ValueError(f"unknown decoder name={name!r}; registered: "
-                     f"{base.registered()}")
-  return base._REGISTRY[name]  # pylint: disable=protected-access
-
-
 def resolve(entry: Entry, output_length: int) -> dict[str, Any]:
   """The entry's options at output length T: `T` replaced, clamped to T.
 
@@ -199,18 +189,14 @@ def build(entry: Entry, output_length: int, temperature: float,
     ValueError: unknown decoder, an option it does not take or out of
       range (the decoder's own check), roles other than the decoder's.
   """
-  cls = _decoder_class(entry.name)
+  cls = base.decoder_class(entry.name)
   fields = {f.name: f for f in dataclasses.fields(cls)}
   options = resolve(entry, output_length)
   block = fields.get("block_length")
   if (options.get("block_length") == output_length and block is not None
       and block.default is None):
     options["block_length"] = None  # one block: the decoder's own default
-  length_field = next((f for f in _LENGTH_FIELDS if f in fields), None)
-  if length_field is None:
-    raise ValueError(f"decoder {entry.name!r} has none of the output length "
-                     f"fields {_LENGTH_FIELDS}")
-  options[length_field] = output_length
+  options["output_length"] = output_length
   options["eos_ids"] = eos_ids
   if "sampling" in fields:
     options["sampling"] = SamplingConfig(temperature=temperature)

@@ -15,7 +15,7 @@ Worked example (S = 6, two rows, prompts of 3 and 2 tokens right-padded to 3):
   step 1   tokens [[a],[b]] -> a lands in slot 3 of row 0, b in slot 2 of row 1;
            index [4,3]. A query sees only slots < its own write slot + 1.
 Writes past S would be clamped by `dynamic_update_slice`; callers must check
-`prompt_len + max_new_tokens <= S` before compiling (see
+`prompt_len + output_length <= S` before compiling (see
 `lm_decoding.decoding.autoregressive`).
 
 Operations decoders need, all per row and pure:

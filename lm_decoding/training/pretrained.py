@@ -91,9 +91,8 @@ def load_trained_params(config: ml_collections.ConfigDict, workdir: str):
   model_cfg = train_lib.model_config(config)
   optimizer = train_lib.make_optimizer(config.train)
   abstract = train_lib.abstract_state(model_cfg, optimizer)
-  checkpoints = Checkpoints(os.path.join(workdir, "checkpoints"))
-  state, _ = checkpoints.restore(abstract)
-  checkpoints.close()
+  with Checkpoints(os.path.join(workdir, "checkpoints")) as checkpoints:
+    state, _ = checkpoints.restore(abstract)
   return state.params
 
 
@@ -117,9 +116,8 @@ def export(config: ml_collections.ConfigDict, workdir: str, name: str,
   params = load_trained_params(config, workdir)
   member = out_dir / name
   staging = pathlib.Path(tempfile.mkdtemp(dir=out_dir, prefix=f".{name}-"))
-  checkpoints = Checkpoints(str(staging / "params"), keep=1)
-  checkpoints.save(0, params, {"name": name})
-  checkpoints.close()
+  with Checkpoints(str(staging / "params"), keep=1) as checkpoints:
+    checkpoints.save(0, params, {"name": name})
   manifest = {"name": name, "command": command, "commit": _commit(),
               "recipe": recipe(config),
               "tokenizer_sha256": tokenizer_sha256(tokenizer),
@@ -163,9 +161,8 @@ def find(config: ml_collections.ConfigDict, name: str, tokenizer: Tokenizer,
         f"{shipped_sha[:12]}, here {tokenizer_sha256(tokenizer)[:12]}: the "
         "corpus text, its split or the tokenizer training differ)")
   abstract = abstract_params(train_lib.model_config(config))
-  checkpoints = Checkpoints(str(member / "params"))
-  params, _ = checkpoints.restore(train_lib.unbox(abstract))
-  checkpoints.close()
+  with Checkpoints(str(member / "params")) as checkpoints:
+    params, _ = checkpoints.restore(train_lib.unbox(abstract))
   return params, f"pretrained {name!r} (commit {manifest['commit'][:10]})"
 
 
