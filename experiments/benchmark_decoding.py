@@ -13,7 +13,6 @@ r"""Micro-benchmarks of the decoding hot paths (figures printed and saved).
 Random parameters of the configured shape: cost does not depend on weights.
 """
 
-import functools
 import json
 import os
 

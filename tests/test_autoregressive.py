@@ -11,7 +11,6 @@ import stubs
 from lm_decoding.decoding.base import bind
 from lm_decoding.decoding import autoregressive as ar
 from lm_decoding.decoding import base
-from lm_decoding.decoding import beam_search  # noqa: F401 registers ar_beam
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.models import TransformerConfig, init_params, make_logits_fn
 

@@ -5,7 +5,6 @@ the stub equals the cost reported)."""
 
 from __future__ import annotations
 
-import dataclasses
 
 import jax
 import jax.numpy as jnp

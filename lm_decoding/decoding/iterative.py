@@ -66,7 +66,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from typing import Any, Mapping
 
 import flax.struct

@@ -16,6 +16,13 @@ import jax
 import jax.numpy as jnp
 
 
+def _check(num_masked, steps: int) -> None:
+  if steps < 1:
+    raise ValueError(f"steps={steps} must be >= 1")
+  if not isinstance(num_masked, jax.core.Tracer) and int(num_masked) < 0:
+    raise ValueError(f"num_masked={int(num_masked)} must be >= 0")
+
+
 def transfer_schedule(num_masked: jax.Array | int, steps: int) -> jax.Array:
   """Spreads `num_masked` commits over `steps` steps, larger counts first.
 
@@ -33,10 +40,7 @@ def transfer_schedule(num_masked: jax.Array | int, steps: int) -> jax.Array:
   Raises:
     ValueError: steps < 1, or a concrete num_masked < 0.
   """
-  if steps < 1:
-    raise ValueError(f"steps={steps} must be >= 1")
-  if not isinstance(num_masked, jax.core.Tracer) and int(num_masked) < 0:
-    raise ValueError(f"num_masked={int(num_masked)} must be >= 0")
+  _check(num_masked, steps)
   num_masked = jnp.asarray(num_masked, jnp.int32)
   base, larger = jnp.divmod(num_masked, steps)
   return base + (jnp.arange(steps, dtype=jnp.int32) < larger).astype(jnp.int32)
@@ -58,10 +62,7 @@ def cosine_schedule(num_masked: jax.Array | int, steps: int) -> jax.Array:
   Raises:
     ValueError: steps < 1, or a concrete num_masked < 0.
   """
-  if steps < 1:
-    raise ValueError(f"steps={steps} must be >= 1")
-  if not isinstance(num_masked, jax.core.Tracer) and int(num_masked) < 0:
-    raise ValueError(f"num_masked={int(num_masked)} must be >= 0")
+  _check(num_masked, steps)
   n = jnp.asarray(num_masked, jnp.int32)
   ratio = jnp.arange(1, steps + 1, dtype=jnp.float32) / steps
   left = jnp.floor(n * jnp.cos(0.5 * math.pi * ratio)).astype(jnp.int32)
