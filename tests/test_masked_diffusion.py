@@ -406,3 +406,29 @@ def test_registered_by_name():
   assert hash(decoder) == hash(dataclasses.replace(decoder))
   assert isinstance(base.make_decoder("mdlm", output_length=4, steps=2),
                     MDLMDecoder)
+
+
+@pytest.mark.parametrize("name", ["llada", "threshold", "factor"])
+def test_low_confidence_ranks_by_the_probability_over_the_whole_vocabulary(
+    name):
+  """R3, reference parity with LLaDA: confidence is the drawn token's
+  probability under the softmax over ALL ids, MASK included (0.574 at
+  position 0, 0.857 at position 1), so position 1 is committed first; a
+  softmax renormalised without MASK would rank position 0 first (0.881 vs
+  0.858). Draws still never produce MASK (position 0 prefers MASK's 1.5 to
+  b's 0.0, yet draws a)."""
+  a, mask = 0, 2
+  stub = TableDenoiser(table=((2.0, 0.0, 1.5), (1.8, 0.0, -5.0)), max_len=2)
+  options = dict(output_length=2, mask_id=mask, pad_id=1, eos_ids=())
+  if name == "llada":
+    options["steps"] = 2
+  elif name == "threshold":
+    options["threshold"] = 1.0  # one token per step
+  else:
+    options["factor"] = 1e-9
+  decoder = base.make_decoder(name, **options)
+  out = decoder.denoise(bind(stub, None), jnp.zeros((1, 0), jnp.int32),
+                        jnp.zeros((1,), jnp.int32), jax.random.key(0),
+                        trace=True)
+  np.testing.assert_array_equal(out.states[0], [[mask, a]])
+  np.testing.assert_array_equal(out.tokens, [[a, a]])

@@ -50,15 +50,14 @@ import dataclasses
 import functools
 from typing import Mapping
 
-import flax.struct
 import jax
 import jax.numpy as jnp
 
 from lm_decoding.decoding import base
 from lm_decoding.decoding.base import Model, register
 from lm_decoding.decoding.iterative import (
-    ORDERINGS, Denoised, Step, _put_windows, _windows, check_special_ids,
-    prompt_layout, step_rows, top_n)
+    ORDERINGS, Denoised, Loop, Step, windows, check_special_ids,
+    denoise_block, prompt_layout, top_n)
 from lm_decoding.decoding.mdlm import MDLMDecoder
 from lm_decoding.decoding.schedule import transfer_schedule
 
@@ -86,22 +85,9 @@ def block_causal_layout_mask(prompt_lengths_B: jax.Array, valid_BxL: jax.Array,
           & valid_BxL[:, None, :])
 
 
-@flax.struct.dataclass
-class _Carry:
-  """The block loop's carry (leading axis B on the per-row arrays)."""
-
-  tokens: jax.Array  # int32[B, L]
-  confidence: jax.Array  # float32[B, L] of committed generated tokens
-  committed: jax.Array  # int32[K, B]
-  cost: base.Cost
-  cache: object  # committed keys/values (kv_cache "prefix"), else None
-  logits: jax.Array  # float32[B, W, V] the last call's window logits
-  error: jax.Array  # float32[] max logit error (measure_error)
-
-
 def _run(decoder: BD3LMDecoder, models: Mapping[str, Model],
          prompts_BxP: jax.Array, prompt_lengths_B: jax.Array,
-         keys_B: jax.Array, measure_error: bool) -> _Carry:
+         keys_B: jax.Array, measure_error: bool) -> Loop:
   """Decodes every block (traced inside a jit)."""
   batch, prompt_width = prompts_BxP.shape
   tokens_BxL, _, valid_BxL = prompt_layout(
@@ -120,98 +106,64 @@ def _run(decoder: BD3LMDecoder, models: Mapping[str, Model],
   def window_call(cost, tokens_BxL, cache, start_B):
     """One cached call on the window: (ModelOutput, cost)."""
     return base.forward(
-        models, "model", cost, _windows(tokens_BxL, start_B, width),
+        models, "model", cost, windows(tokens_BxL, start_B, width),
         start_B[:, None] + jnp.arange(width, dtype=jnp.int32),
         cache=cache.at(start_B),
-        attention_mask=_windows(mask_BxLxL, start_B, width))
+        attention_mask=windows(mask_BxLxL, start_B, width))
 
-  def window_logits(carry, start_B):
-    """(float32[B, W, V] window logits, cost) of the current tokens."""
+  def window_logits(loop, start_B):
+    """One counted call: (float32[B, W, V] window logits, loop)."""
     if cached:
-      out, cost = window_call(carry.cost, carry.tokens, carry.cache, start_B)
-      return out.logits, cost
-    out, cost = base.forward(models, "model", carry.cost, carry.tokens,
+      out, cost = window_call(loop.cost, loop.tokens, loop.cache, start_B)
+      return out.logits, loop.replace(cost=cost)
+    out, cost = base.forward(models, "model", loop.cost, loop.tokens,
                              positions_BxL, attention_mask=mask_BxLxL)
-    return _windows(out.logits, start_B, width), cost
+    return windows(out.logits, start_B, width), loop.replace(cost=cost)
 
-  def commit_block(carry, start_B):
+  def exact(tokens):
+    return model.logits_fn(model.params, tokens, positions_BxL,
+                           attention_mask=mask_BxLxL).logits
+
+  def commit_block(loop, start_B):
     """Writes the finished window's clean keys into the cache."""
-    out, cost = window_call(carry.cost, carry.tokens, carry.cache, start_B)
-    return carry.replace(cache=out.cache, cost=cost)
+    out, cost = window_call(loop.cost, loop.tokens, loop.cache, start_B)
+    return loop.replace(cache=out.cache, cost=cost)
 
-  def block(n, carry):
+  def block(n, loop):
     start_B = prompt_lengths_B + n * width
-    masked_B = jnp.sum(_windows(carry.tokens, start_B, width)
-                       == decoder.mask_id, axis=-1, dtype=jnp.int32)
     fill_BxW = jnp.ones((batch, width), bool)  # a window never leaves T
-
-    def cond(state):
-      k, carry, _ = state
-      live = jnp.any(_windows(carry.tokens, start_B, width)
-                     == decoder.mask_id)
-      return (k < max_steps) & (live | (not decoder.early_stop))
-
-    def body(state):
-      k, carry, fresh = state
-      logits, cost = jax.lax.cond(
-          fresh, lambda: (carry.logits, carry.cost),
-          lambda: window_logits(carry, start_B))
-      error = carry.error
-      if measure_error and cached:  # measurement only: not counted as cost
-        exact = model.logits_fn(model.params, carry.tokens, positions_BxL,
-                                attention_mask=mask_BxLxL).logits
-        error = jnp.maximum(error, jnp.max(jnp.abs(
-            _windows(exact, start_B, width) - logits)))
-      global_step = n * max_steps + k
-      tokens_BxW, confidence_BxW, net_B = step_rows(
-          decoder, k, global_step, logits,
-          _windows(carry.tokens, start_B, width), fill_BxW,
-          _windows(carry.confidence, start_B, width), masked_B, start_B,
-          keys_B)
-      tokens = _put_windows(carry.tokens, tokens_BxW, start_B)
-      fresh = decoder.reuse_logits & jnp.all(tokens == carry.tokens)
-      carry = carry.replace(
-          tokens=tokens,
-          confidence=_put_windows(carry.confidence, confidence_BxW, start_B),
-          committed=carry.committed.at[global_step].set(net_B),
-          cost=cost, logits=logits, error=error)
-      return k + 1, carry, fresh
-
-    _, carry, _ = jax.lax.while_loop(
-        cond, body, (jnp.int32(0), carry, jnp.bool_(False)))
+    loop, _ = denoise_block(decoder, n, loop, jnp.bool_(False), start_B,
+                            width, fill_BxW, keys_B, window_logits,
+                            exact=exact if measure_error and cached else None)
     if cached:
-      carry = jax.lax.cond(n + 1 < num_blocks,
-                           lambda c: commit_block(c, start_B), lambda c: c,
-                           carry)
-    return carry
+      loop = jax.lax.cond(n + 1 < num_blocks,
+                          lambda c: commit_block(c, start_B), lambda c: c,
+                          loop)
+    return loop
 
-  carry = _Carry(
-      tokens=tokens_BxL, confidence=jnp.zeros((batch, length), jnp.float32),
-      committed=jnp.zeros((num_blocks * max_steps, batch), jnp.int32),
-      cost=base.Cost.zero(models), cache=None,
-      logits=jnp.zeros((batch, width, vocab), jnp.float32),
-      error=jnp.float32(0))
+  loop = Loop.start(models, tokens_BxL, num_blocks * max_steps,
+                    (batch, width, vocab))
   if cached:
     cache = model.logits_fn.init_cache(batch, length)
     if prompt_width:  # prefill: the prompt's keys, block-causal
       out, cost = base.forward(
-          models, "model", carry.cost, tokens_BxL[:, :prompt_width],
+          models, "model", loop.cost, tokens_BxL[:, :prompt_width],
           positions_BxL[:, :prompt_width], cache=cache.at(0),
           attention_mask=mask_BxLxL[:, :prompt_width])
-      cache, carry = out.cache, carry.replace(cost=cost)
-    carry = carry.replace(cache=cache)
-  return jax.lax.fori_loop(0, num_blocks, block, carry)
+      cache, loop = out.cache, loop.replace(cost=cost)
+    loop = loop.replace(cache=cache)
+  return jax.lax.fori_loop(0, num_blocks, block, loop)
 
 
 @functools.partial(jax.jit, static_argnames=("decoder", "measure_error"))
 def _generate(decoder, models, prompts, prompt_lengths, keys_B, measure_error):
-  carry = _run(decoder, models, prompts, prompt_lengths, keys_B,
-               measure_error)
+  loop = _run(decoder, models, prompts, prompt_lengths, keys_B,
+              measure_error)
   index_BxT = (prompt_lengths[:, None]
                + jnp.arange(decoder.output_length)[None, :])
-  return Denoised(tokens=jnp.take_along_axis(carry.tokens, index_BxT, 1),
-                  committed=carry.committed, cost=carry.cost,
-                  max_logit_error=carry.error if measure_error else None)
+  return Denoised(tokens=jnp.take_along_axis(loop.tokens, index_BxT, 1),
+                  committed=loop.committed, cost=loop.cost,
+                  max_logit_error=loop.error if measure_error else None)
 
 
 @register("bd3lm")

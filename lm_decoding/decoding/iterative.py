@@ -66,7 +66,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import flax.struct
 import jax
@@ -261,8 +261,8 @@ def _propose(sampling: SamplingConfig, mask_id: int, keys_W, logits_WxV):
 
 
 @flax.struct.dataclass
-class _Loop:
-  """The loop's carry (leading axis B on the per-row arrays)."""
+class Loop:
+  """The carry of the denoising loop (leading axis B on the per-row arrays)."""
 
   tokens: jax.Array  # int32[B, L]
   confidence: jax.Array  # float32[B, L] of committed generated tokens
@@ -270,11 +270,28 @@ class _Loop:
   executed: jax.Array  # bool[K] steps run
   states: jax.Array | None  # int32[K, B, L] when traced
   cost: base.Cost
+  cache: Any  # the KV cache of a cached context, else None
   logits: jax.Array  # float32[B, L or W, V] the last call's logits (reuse)
   error: jax.Array  # float32[] max logit error (measure_error)
 
+  @classmethod
+  def start(cls, models, tokens_BxL, total_steps: int, logits_shape,
+            trace: bool = False) -> "Loop":
+    """The carry before the first step of `total_steps` (K)."""
+    batch, length = tokens_BxL.shape
+    return cls(
+        tokens=tokens_BxL,
+        confidence=jnp.zeros((batch, length), jnp.float32),
+        committed=jnp.zeros((total_steps, batch), jnp.int32),
+        executed=jnp.zeros((total_steps,), bool),
+        states=(jnp.zeros((total_steps, batch, length), jnp.int32) if trace
+                else None),
+        cost=base.Cost.zero(models), cache=None,
+        logits=jnp.zeros(logits_shape, jnp.float32), error=jnp.float32(0))
 
-def _windows(x_BxL, start_B, width):
+
+def windows(x_BxL, start_B, width):
+  """[B, W, ...]: row b's W entries of x from start[b] on."""
   return jax.vmap(lambda x, s: jax.lax.dynamic_slice_in_dim(x, s, width))(
       x_BxL, start_B)
 
@@ -354,6 +371,78 @@ def check_special_ids(decoder: IterativeDecoder, model: Model,
   return vocab
 
 
+def denoise_block(decoder: IterativeDecoder, n: jax.Array, loop: Loop,
+                  fresh: jax.Array, start_B: jax.Array, width: int,
+                  fill_BxW: jax.Array, keys_B: jax.Array,
+                  call: Callable[[Loop, jax.Array], tuple[jax.Array, Loop]],
+                  view: Callable[[jax.Array, jax.Array], jax.Array] | None = None,
+                  exact: Callable[[jax.Array], jax.Array] | None = None):
+  """The steps of block n for every row: the loop of every iterative decoder.
+
+  A `lax.while_loop` of at most `decoder.max_block_steps(W)` steps that ends
+  early once no row has a masked window position (`decoder.early_stop`).
+  Each step gets the window logits (calling the model unless `fresh`: no
+  token changed since the logits in `loop.logits` were computed), then
+  proposes, selects and commits with `step_rows`.
+
+  Args:
+    decoder: the decoder config (static).
+    n: int32[] block index (static or traced); global step n K_b + k.
+    loop: the carry; fresh: bool[] loop.logits hold the current tokens'.
+    start_B: int32[B] absolute position of each row's window.
+    width: W (static).
+    fill_BxW: bool[B, W] window positions the decoder may write.
+    keys_B: [B] per-row keys.
+    call: (loop, start_B) -> (logits, loop with cost and cache updated): one
+      counted model call for the current tokens.
+    view: (logits, start_B) -> float32[B, W, V] window logits of what `call`
+      returns; None when `call` returns the window logits.
+    exact: tokens int32[B, L] -> float32[B, L, V] uncached logits (uncounted)
+      to measure the approximation of a cached context; None: no measure.
+  Returns:
+    (loop, fresh) after the block.
+  """
+  max_steps = decoder.max_block_steps(width)
+  masked_B = jnp.sum(fill_BxW & (windows(loop.tokens, start_B, width)
+                                 == decoder.mask_id), -1, dtype=jnp.int32)
+
+  def cond(carry):
+    k, loop, _ = carry
+    window = windows(loop.tokens, start_B, width)
+    live = jnp.any(fill_BxW & (window == decoder.mask_id))
+    return (k < max_steps) & (live | (not decoder.early_stop))
+
+  def body(carry):
+    k, loop, fresh = carry
+    logits, called = jax.lax.cond(fresh, lambda: (loop.logits, loop),
+                                  lambda: call(loop, start_B))
+    window_logits = logits if view is None else view(logits, start_B)
+    error = loop.error
+    if exact is not None:
+      error = jnp.maximum(error, jnp.max(jnp.abs(
+          windows(exact(loop.tokens), start_B, width) - window_logits)))
+    global_step = n * max_steps + k
+    tokens_BxW, confidence_BxW, net_B = step_rows(
+        decoder, k, global_step, window_logits,
+        windows(loop.tokens, start_B, width), fill_BxW,
+        windows(loop.confidence, start_B, width), masked_B, start_B, keys_B)
+    tokens = _put_windows(loop.tokens, tokens_BxW, start_B)
+    fresh = decoder.reuse_logits & jnp.all(tokens == loop.tokens)
+    loop = called.replace(
+        tokens=tokens,
+        confidence=_put_windows(loop.confidence, confidence_BxW, start_B),
+        committed=loop.committed.at[global_step].set(net_B),
+        executed=loop.executed.at[global_step].set(True),
+        states=(None if loop.states is None
+                else loop.states.at[global_step].set(tokens)),
+        logits=logits, error=error)
+    return k + 1, loop, fresh
+
+  _, loop, fresh = jax.lax.while_loop(cond, body,
+                                      (jnp.int32(0), loop, fresh))
+  return loop, fresh
+
+
 def _run(decoder, models, tokens_BxL, fill_BxL, valid_BxL, start_B,
          num_blocks, width, keys_B, trace, measure_error):
   """The loop over N blocks of W positions (traced inside a jit)."""
@@ -372,17 +461,17 @@ def _run(decoder, models, tokens_BxL, fill_BxL, valid_BxL, start_B,
                         cache=None if cache is None else cache.at(0),
                         attention_mask=full_mask)
 
-  def call(loop, cache, start_B, query):
-    """(logits, cache, cost): float32[B, L, V] full-pass logits, or with a
-    KV cache float32[B, W, V] window logits."""
+  def call(loop, start_B, query):
+    """One counted call: float32[B, L, V] full-pass logits, or with a KV
+    cache float32[B, W, V] window logits; and the loop."""
     if decoder.kv_cache == "none":
       out, cost = full_pass(loop.cost, loop.tokens)
-      return out.logits, cache, cost
-    cost = loop.cost
+      return out.logits, loop.replace(cost=cost)
+    cost, cache = loop.cost, loop.cache
     if decoder.cache_refresh == "step":
       out, cost = full_pass(cost, loop.tokens, cache)
       cache = out.cache
-    q_tokens = _windows(loop.tokens, start_B, query)
+    q_tokens = windows(loop.tokens, start_B, query)
     q_positions = start_B[:, None] + jnp.arange(query, dtype=jnp.int32)
     valid_keys = masks.key_padding_mask(valid_BxL, query)
     if decoder.kv_cache == "prefix" or causal:  # prefix + the query span
@@ -392,82 +481,42 @@ def _run(decoder, models, tokens_BxL, fill_BxL, valid_BxL, start_B,
     out, cost = base.forward(models, "model", cost, q_tokens, q_positions,
                              cache=cache.at(start_B),
                              attention_mask=mask & valid_keys)
-    return out.logits[:, :width], out.cache, cost
+    return out.logits[:, :width], loop.replace(cost=cost, cache=out.cache)
 
-  def window_of(logits, start):
-    if decoder.kv_cache == "none":
-      return _windows(logits, start, width)
-    return logits
+  def exact(tokens):
+    model = models["model"]  # measurement only: not counted as cost
+    return model.logits_fn(model.params, tokens, positions_BxL,
+                           attention_mask=full_mask).logits
 
   def block(n, loop, fresh):
     """Decodes block n; `fresh`: loop.logits are valid for the tokens."""
     start = start_B + n * width
     # A prefix cache queries the rest of the generated region (static n).
     query = (num_blocks - n) * width if decoder.kv_cache == "prefix" else width
-    cache = None
-    if decoder.kv_cache != "none":
+    view = None
+    if decoder.kv_cache == "none":
+      view = lambda logits, start: windows(logits, start, width)
+    else:
       fresh = jnp.bool_(False)
-      cache = models["model"].logits_fn.init_cache(batch, length)
-      if decoder.cache_refresh == "block":  # its logits serve step 0 too
-        out, cost = full_pass(loop.cost, loop.tokens, cache)
-        cache, fresh = out.cache, jnp.bool_(True)
-        loop = loop.replace(cost=cost,
-                            logits=_windows(out.logits, start, width))
-    masked_B = _windows(fill_BxL & (loop.tokens == decoder.mask_id), start,
-                        width).sum(-1, dtype=jnp.int32)
-    fill_BxW = _windows(fill_BxL, start, width)
-
-    def cond(carry):
-      k, loop = carry[:2]
-      window = _windows(loop.tokens, start, width)
-      live = jnp.any(fill_BxW & (window == decoder.mask_id))
-      return (k < max_steps) & (live | (not decoder.early_stop))
-
-    def body(carry):
-      k, loop, cache, fresh = carry
-      logits, cache, cost = jax.lax.cond(
-          fresh, lambda: (loop.logits, cache, loop.cost),
-          lambda: call(loop, cache, start, query))
-      window_logits = window_of(logits, start)
-      error = loop.error
-      if measure_error:
-        model = models["model"]  # measurement only: not counted as cost
-        exact = model.logits_fn(model.params, loop.tokens, positions_BxL,
-                                attention_mask=full_mask).logits
-        error = jnp.maximum(error, jnp.max(jnp.abs(
-            _windows(exact, start, width) - window_logits)))
-      global_step = n * max_steps + k
-      tokens_BxW, confidence_BxW, net_B = step_rows(
-          decoder, k, global_step, window_logits,
-          _windows(loop.tokens, start, width), fill_BxW,
-          _windows(loop.confidence, start, width), masked_B, start, keys_B)
-      tokens = _put_windows(loop.tokens, tokens_BxW, start)
-      fresh = decoder.reuse_logits & jnp.all(tokens == loop.tokens)
       loop = loop.replace(
-          tokens=tokens,
-          confidence=_put_windows(loop.confidence, confidence_BxW, start),
-          committed=loop.committed.at[global_step].set(net_B),
-          executed=loop.executed.at[global_step].set(True),
-          states=(None if loop.states is None
-                  else loop.states.at[global_step].set(tokens)),
-          cost=cost, logits=logits, error=error)
-      return k + 1, loop, cache, fresh
-
-    _, loop, _, fresh = jax.lax.while_loop(cond, body,
-                                           (jnp.int32(0), loop, cache, fresh))
-    return loop, fresh
+          cache=models["model"].logits_fn.init_cache(batch, length))
+      if decoder.cache_refresh == "block":  # its logits serve step 0 too
+        out, cost = full_pass(loop.cost, loop.tokens, loop.cache)
+        fresh = jnp.bool_(True)
+        loop = loop.replace(cost=cost, cache=out.cache,
+                            logits=windows(out.logits, start, width))
+    loop, fresh = denoise_block(
+        decoder, n, loop, fresh, start, width,
+        windows(fill_BxL, start, width), keys_B,
+        functools.partial(call, query=query), view,
+        exact if measure_error else None)
+    return loop.replace(cache=None), fresh
 
   vocab = check_special_ids(decoder, models["model"], tokens_BxL,
                             positions_BxL)
-  loop = _Loop(
-      tokens=tokens_BxL, confidence=jnp.zeros((batch, length), jnp.float32),
-      committed=jnp.zeros((total, batch), jnp.int32),
-      executed=jnp.zeros((total,), bool),
-      states=jnp.zeros((total, batch, length), jnp.int32) if trace else None,
-      cost=base.Cost.zero(models),
-      logits=jnp.zeros((batch, length if decoder.kv_cache == "none" else width,
-                        vocab), jnp.float32),
-      error=jnp.float32(0))
+  loop = Loop.start(
+      models, tokens_BxL, total,
+      (batch, length if decoder.kv_cache == "none" else width, vocab), trace)
   fresh = jnp.bool_(False)
   if decoder.kv_cache == "prefix":  # the query shrinks: one body per block
     for n in range(num_blocks):
