@@ -347,3 +347,35 @@ def test_tiny_temperatures_decode_greedily_in_every_decoder(name,
   decoder = _build(name, 3, **options)
   out = decoder.decode(bind(stub, None), RAGGED[:2], RAGGED_LENGTHS[:2], KEY)
   np.testing.assert_array_equal(out.tokens, np.full((2, 3), 5))
+
+
+@pytest.mark.parametrize("name", registered())
+def test_bad_ids_and_keys_raise_before_the_model_runs(name):
+  """Ids outside the vocabulary (embedded as NaN by a Transformer), a
+  missing key for a decoder that samples, and a raw uint32 PRNGKey are
+  refused with a ValueError naming them, before anything is traced."""
+  stub = stubs.TableLogitsFn.random(0, 12, 8)
+  decoder = _build(name, 2)
+  for bad in (12, -1):
+    with pytest.raises(ValueError, match=r"prompts must be token ids in \[0, V=12\)"):
+      decoder.decode(bind(stub, None), RAGGED[:2].at[0, 0].set(bad),
+                     RAGGED_LENGTHS[:2], KEY)
+  if name != "ar_beam":  # beam search draws nothing
+    with pytest.raises(ValueError, match="key=None"):
+      decoder.decode(bind(stub, None), RAGGED[:2], RAGGED_LENGTHS[:2], None)
+    with pytest.raises(ValueError, match="typed PRNG key"):
+      decoder.decode(bind(stub, None), RAGGED[:2], RAGGED_LENGTHS[:2],
+                     jax.random.PRNGKey(0))
+
+
+def test_options_that_would_fail_late_raise_at_construction_or_call():
+  with pytest.raises(ValueError, match="repetition_penalty=1.3 must be 1"):
+    make_decoder("mdlm", output_length=4, steps=4,
+                 sampling=SamplingConfig(repetition_penalty=1.3))
+  stub = stubs.TableLogitsFn.random(0, 12, 8)
+  with pytest.raises(ValueError, match="eos_ids and pad_id"):
+    make_decoder("ar", output_length=2, eos_ids=(99,)).decode(
+        bind(stub, None), RAGGED[:2], RAGGED_LENGTHS[:2], KEY)
+  with pytest.raises(ValueError, match="block_length=2: infill"):
+    make_decoder("llada", output_length=4, steps=4, block_length=2).infill(
+        bind(stub, None), RAGGED[:2], jnp.ones((2, 3), bool), KEY)

@@ -95,13 +95,17 @@ class SequenceConfig:
 
     Raises:
       ValueError: models not binding exactly `roles`; prompts not int[B, P]
-        with P >= 1; prompt_lengths not [B] or (when concrete) outside
-        [1, P]; P + output_length > cache length; cache length >
-        logits_fn.max_len.
+        with P >= 1 or (when concrete) ids outside the vocabulary;
+        prompt_lengths not [B] or (when concrete) outside [1, P]; eos_ids
+        or pad_id outside the vocabulary; P + output_length > cache length;
+        cache length > logits_fn.max_len.
     """
     base.check_models(self, models)
     logits_fn = models["model"].logits_fn
     prompts, prompt_lengths = check_prompts(prompts, prompt_lengths)
+    base.check_token_ids("prompts", prompts, models["model"])
+    base.check_token_ids("eos_ids and pad_id", self.eos_ids + (self.pad_id,),
+                         models["model"])
     width = prompts.shape[1]
     length = (width + self.output_length if self.cache_length is None
               else self.cache_length)
@@ -368,8 +372,9 @@ class AutoregressiveDecoder(SequenceConfig):
                           self._keys(key, prompts.shape[0]))
 
   def _keys(self, key, batch):
-    return (None if sampling.is_greedy(self.sampling.temperature)
-            else base.row_keys(key, batch))
+    if sampling.is_greedy(self.sampling.temperature):
+      return None
+    return base.row_keys(key, batch)
 
 
 @register("ar_early_exit")

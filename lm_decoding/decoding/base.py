@@ -125,7 +125,9 @@ class DecodeResult:
       for the batch; a prefill counts as one.
     committed: int32[K, B] tokens committed in each row at each of the K
       decoding steps (K is static: T for AR decoders, the maximum step count
-      for parallel ones); rows that finished early commit 0.
+      for parallel ones). AR rows commit 0 after their EOS (so a row's sum
+      is its length); parallel rows commit all T positions (net of any
+      re-masking), EOS or not, and 0 at steps not run.
     calls: {role: int32[]} forward calls per role (they sum to nfe).
     forward_tokens: {role: int32[]} token positions processed per role
       (B * L summed over the role's calls).
@@ -179,20 +181,52 @@ def check_models(decoder: Any, models: Mapping[str, Model]) -> None:
         f"{sorted(given - wanted)}, missing: {sorted(wanted - given)})")
 
 
-def row_keys(key: jax.Array | None, batch: int) -> jax.Array | None:
+def vocab_size(model: Model) -> int:
+  """V, the logits' last axis, from one abstract call (nothing runs)."""
+  tokens = jax.ShapeDtypeStruct((1, 1), jnp.int32)
+  out = jax.eval_shape(
+      lambda t: model.logits_fn(model.params, t, t), tokens)
+  return out.logits.shape[-1]
+
+
+def check_token_ids(name: str, ids: Any, model: Model) -> None:
+  """Raises ValueError if concrete `ids` hold an id outside [0, V).
+
+  A Transformer embeds an id outside its vocabulary as NaN, and the decode
+  then returns garbage without an error. Traced ids are not checked.
+  """
+  if isinstance(ids, jax.core.Tracer):
+    return
+  ids = np.asarray(ids)
+  if not ids.size:
+    return
+  vocab = vocab_size(model)
+  if ids.min() < 0 or ids.max() >= vocab:
+    raise ValueError(f"{name} must be token ids in [0, V={vocab}) (the "
+                     f"model's vocabulary); got ids from {ids.min()} to "
+                     f"{ids.max()}")
+
+
+def row_keys(key: jax.Array, batch: int) -> jax.Array:
   """Per-row PRNG keys: row b gets fold_in(key, b).
 
   A key array of shape [B] is returned as it is, so a row decoded alone with
   `row_keys(key, B)[b:b + 1]` gets the key it has in the batch: every
   decoder's output for a row is then independent of the batch size and of
-  the other rows. None (greedy decoders) stays None.
+  the other rows.
 
   Raises:
-    ValueError: a key array whose shape is neither [] nor [B].
+    ValueError: key None, not a typed PRNG key, or of a shape neither []
+      nor [B].
   """
   if key is None:
-    return None
+    raise ValueError("key=None: this decoder draws random numbers; pass "
+                     "jax.random.key(seed)")
   key = jnp.asarray(key)
+  if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+    raise ValueError(f"key must be a typed PRNG key (jax.random.key(seed)), "
+                     f"or one per row; got dtype {key.dtype} shape "
+                     f"{key.shape} (a raw jax.random.PRNGKey?)")
   if key.shape == (batch,):
     return key
   if key.shape:

@@ -7,10 +7,12 @@ adapts to how sure the model is. Confidence is LLaDA's: the probability of
 the drawn token under the softmax over the whole vocabulary. Combine with
 `kv_cache="prefix"` or `"dual"` for Fast-dLLM's approximate caches.
 
-- "threshold": commit the masked positions whose confidence is >= tau.
-  tau = 1 commits one token per step (the most confident; a probability of
-  exactly 1 aside), i.e. LLaDA's low-confidence decoding with K = T; tau
-  near 0 commits the whole block in one step.
+- "threshold": commit the masked positions whose confidence exceeds tau
+  (strictly: the reference's >= differs only at exact equality, and the
+  strict rule keeps tau = 1 meaning one token per step even when a float32
+  softmax rounds a probability to exactly 1). tau = 1 is LLaDA's
+  low-confidence decoding with K = T; tau near 0 commits the whole block in
+  one step.
 - "factor": with the masked confidences sorted, c_1 >= c_2 >= ..., commit
   the n most confident for the largest n with (n + 1)(1 - c_n) < f (the
   paper's factor rule, from its bound on the error of parallel decoding).
@@ -58,7 +60,7 @@ class _SelfPacedDecoder(IterativeDecoder):
 @register("threshold")
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ThresholdDecoder(_SelfPacedDecoder):
-  """Commit every masked position with confidence >= tau (see module doc).
+  """Commit every masked position with confidence > tau (see module doc).
 
   Attributes (besides `IterativeDecoder`'s):
     threshold: tau in (0, 1].
@@ -72,7 +74,7 @@ class ThresholdDecoder(_SelfPacedDecoder):
       raise ValueError(f"threshold={self.threshold} must be in (0, 1]")
 
   def _accept(self, confidence_W, masked_W):
-    return masked_W & (confidence_W >= self.threshold)
+    return masked_W & (confidence_W > self.threshold)
 
 
 @register("factor")

@@ -617,6 +617,10 @@ class IterativeDecoder:
       raise ValueError(f"steps={self.steps!r} must be an integer >= 1")
     if not isinstance(self.sampling, SamplingConfig):
       raise ValueError(f"sampling={self.sampling!r} must be a SamplingConfig")
+    if self.sampling.repetition_penalty != 1:
+      raise ValueError(f"sampling.repetition_penalty="
+                       f"{self.sampling.repetition_penalty} must be 1: "
+                       "parallel decoders draw every position at once")
     for name, allowed in (("kv_cache", KV_CACHES),
                           ("cache_refresh", CACHE_REFRESH),
                           ("attention", ATTENTION)):
@@ -672,6 +676,7 @@ class IterativeDecoder:
       raise ValueError(
           f"prompt width P={width} + output_length={self.output_length} must be <= "
           f"logits_fn.max_len={max_len}")
+    base.check_token_ids("prompts", prompts, models["model"])
     return prompts, prompt_lengths
 
   def denoise(self, models: Mapping[str, Model], prompts: jax.Array,
@@ -730,9 +735,13 @@ class IterativeDecoder:
     Returns:
       `Denoised` with tokens int32[B, L]: `tokens` with the holes filled.
     Raises:
-      ValueError: tokens not int[B, L], fill_mask or valid of another
-        shape, or L > logits_fn.max_len.
+      ValueError: block_length set, tokens not int[B, L], fill_mask or
+        valid of another shape, or L > logits_fn.max_len.
     """
+    if self.block_length is not None:
+      raise ValueError(f"block_length={self.block_length}: infill decodes "
+                       "the whole sequence as one block; use "
+                       "block_length=None")
     base.check_models(self, models)
     tokens = jnp.asarray(tokens)
     if tokens.ndim != 2 or not jnp.issubdtype(tokens.dtype, jnp.integer):
