@@ -112,6 +112,10 @@ class TableLogitsFn:
   def max_len(self) -> int:
     return self.table.shape[1]
 
+  @property
+  def vocab_size(self) -> int:
+    return self.table.shape[-1]
+
   def __call__(self, params, tokens, positions, cache=None,
                attention_mask=None):
     del params, attention_mask
@@ -197,6 +201,10 @@ class HashDenoiser:
   mask_id: int = 4
   executed: list = dataclasses.field(default_factory=list)
 
+  @property
+  def vocab_size(self) -> int:
+    return self.vocab
+
   def __call__(self, params, tokens, positions, cache=None,
                attention_mask=None):
     size = int(np.prod(tokens.shape))
@@ -225,6 +233,7 @@ class RaisingLogitsFn:
   """A logits_fn that fails on any use (call or init_cache)."""
 
   max_len: int = 16
+  vocab_size: int = 16
 
   def __call__(self, *args, **kwargs):
     raise AssertionError("logits_fn was called; the check must come first")

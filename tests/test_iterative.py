@@ -95,7 +95,7 @@ def test_factor_rule_counts():
 
 def test_threshold_adapts_nfe_to_confidence():
   """A confident model finishes in fewer steps than an unsure one."""
-  vocab, length = 8, 12
+  vocab, length = 12, 12
   sure = np.zeros((length, vocab), np.float32)
   sure[:, 5] = 20.0  # p(5) ~ 1 everywhere
   unsure = np.zeros((length, vocab), np.float32)

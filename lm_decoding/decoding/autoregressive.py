@@ -103,9 +103,6 @@ class SequenceConfig:
     base.check_models(self, models)
     logits_fn = models["model"].logits_fn
     prompts, prompt_lengths = check_prompts(prompts, prompt_lengths)
-    base.check_token_ids("prompts", prompts, models["model"])
-    base.check_token_ids("eos_ids and pad_id", self.eos_ids + (self.pad_id,),
-                         models["model"])
     width = prompts.shape[1]
     length = (width + self.output_length if self.cache_length is None
               else self.cache_length)
@@ -118,6 +115,9 @@ class SequenceConfig:
           f"cache length {length} must be <= logits_fn.max_len="
           f"{logits_fn.max_len} (prompt width P={width}, output_length="
           f"{self.output_length}, cache_length={self.cache_length})")
+    base.check_token_ids("prompts", prompts, models["model"])
+    base.check_token_ids("eos_ids and pad_id", self.eos_ids + (self.pad_id,),
+                         models["model"])
     return length, prompts, prompt_lengths
 
 

@@ -8,6 +8,7 @@ Decoders never see the model. They call a `logits_fn` (as t5x's
         -> ModelOutput(logits: float32[B, L, V], cache, hidden)
     logits_fn.init_cache(batch_size, length) -> an empty cache pytree
     logits_fn.max_len -> the longest sequence / cache the model accepts
+    logits_fn.vocab_size -> V (optional; else read from an abstract call)
 
 built by `lm_decoding.models.make_logits_fn` for the Transformer (a frozen,
 hashable dataclass, so it can be a static jit argument), or by a test as a
@@ -182,7 +183,10 @@ def check_models(decoder: Any, models: Mapping[str, Model]) -> None:
 
 
 def vocab_size(model: Model) -> int:
-  """V, the logits' last axis, from one abstract call (nothing runs)."""
+  """V: `logits_fn.vocab_size` when it has one, else the logits' last axis
+  from one abstract call (nothing runs)."""
+  if hasattr(model.logits_fn, "vocab_size"):
+    return model.logits_fn.vocab_size
   tokens = jax.ShapeDtypeStruct((1, 1), jnp.int32)
   out = jax.eval_shape(
       lambda t: model.logits_fn(model.params, t, t), tokens)

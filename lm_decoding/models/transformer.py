@@ -253,6 +253,10 @@ class ModelLogitsFn:
   def max_len(self) -> int:
     return self.config.max_len
 
+  @property
+  def vocab_size(self) -> int:
+    return self.config.vocab_size
+
   def __call__(self, params, tokens, positions, cache=None,
                attention_mask=None) -> ModelOutput:
     return Transformer(self.config).apply(
