@@ -738,7 +738,7 @@ class IterativeDecoder:
       ValueError: block_length set, tokens not int[B, L], fill_mask or
         valid of another shape, or L > logits_fn.max_len.
     """
-    if self.block_length is not None:
+    if self.num_blocks() > 1:
       raise ValueError(f"block_length={self.block_length}: infill decodes "
                        "the whole sequence as one block; use "
                        "block_length=None")
