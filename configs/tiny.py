@@ -55,6 +55,15 @@ def get_config() -> ml_collections.ConfigDict:
       dict(d_model=192, num_heads=6, num_kv_heads=6, mlp_dim=768))
   config.evaluator.train = ml_collections.ConfigDict(dict(num_steps=300))
 
+  # AR drafts for speculative decoding ("draft=draft_small"): member name ->
+  # model overrides; same data, tokenizer, seed, objective (ar) and training
+  # as 'ar' (d128, 2 layers, 4 heads, mlp 512), only smaller.
+  config.drafts = ml_collections.ConfigDict()
+  config.drafts.draft_small = ml_collections.ConfigDict(
+      dict(d_model=64, num_layers=1, num_heads=2, num_kv_heads=2, mlp_dim=256))
+  config.drafts.draft_medium = ml_collections.ConfigDict(
+      dict(num_layers=1))  # the target's width, one layer of two
+
   # The main job (experiments/compare_decoding.py).
   config.compare = ml_collections.ConfigDict()
   config.compare.output_lengths = (32, 128, 256)  # T, tokens generated per row (~20 min on 2 cores)

@@ -35,11 +35,17 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.",
 _EXPORT = flags.DEFINE_string(
     "export_pretrained", None,
     "If set, export the trained model into the shipped pretrained set under "
-    "this name (ar, mdlm or evaluator).")
+    "this name (a member of pretrained.member_configs: ar, mdlm, bd3lm, "
+    "evaluator, draft_small, ...).")
 _DATA_DIR = flags.DEFINE_string(
     "data_dir", None,
     "Where the tokenizer and encoded splits are cached (runs on the same data "
     "share them); default: --workdir.")
+_PRETRAINED_TOKENIZER = flags.DEFINE_bool(
+    "pretrained_tokenizer", False,
+    "Encode the data with the shipped set's tokenizer (copied into the "
+    "--data_dir cache first) instead of training one, so a member added to "
+    "the set matches its tokenizer byte for byte.")
 
 
 def main(argv):
@@ -50,6 +56,8 @@ def main(argv):
   config, workdir = _CONFIG.value, _WORKDIR.value
   data_dir = _DATA_DIR.value or workdir
   try:
+    if _PRETRAINED_TOKENIZER.value:
+      pretrained.seed_data_cache(config, data_dir)
     summary = train.train(config, workdir, data_dir=data_dir)
   except (ValueError, OSError) as e:  # CheckpointError, CheckpointWriteError
     sys.exit(f"error: {e}")

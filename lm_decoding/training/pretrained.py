@@ -24,6 +24,8 @@ from typing import Any
 
 import ml_collections
 
+from lm_decoding.data import corpus as corpus_lib
+from lm_decoding.data import pipeline
 from lm_decoding.data.tokenizer import Tokenizer
 from lm_decoding.models import abstract_params
 from lm_decoding.training import train as train_lib
@@ -129,6 +131,36 @@ def export(config: ml_collections.ConfigDict, workdir: str, name: str,
   return member
 
 
+def seed_data_cache(config: ml_collections.ConfigDict, data_dir: str,
+                    out_dir: str | pathlib.Path = DEFAULT_DIR) -> pathlib.Path:
+  """Puts the set's tokenizer where `pipeline.prepare(..., data_dir)` looks.
+
+  `prepare` then encodes the corpus with that tokenizer instead of training
+  one, so a member trained with `data_dir` and added to the set matches the
+  set's tokenizer byte for byte.
+
+  Returns:
+    The data cache folder (`{data_dir}/data/{cache_key}`).
+  Raises:
+    ValueError: the set has no tokenizer, or the cache already holds another
+      one (its encoded splits would not match; remove `data_dir`).
+  """
+  tokenizer_path = pathlib.Path(out_dir) / TOKENIZER_FILE
+  if not tokenizer_path.exists():
+    raise ValueError(f"no tokenizer in {out_dir}: train the whole set")
+  splits = corpus_lib.load_splits(config.data.path, config.data.format)
+  cache_dir = (pathlib.Path(data_dir) / "data"
+               / pipeline.cache_key(splits, config.data.vocab_size))
+  cached = cache_dir / pipeline.TOKENIZER_FILE
+  if not cached.exists():
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(tokenizer_path, cached)
+  elif cached.read_bytes() != tokenizer_path.read_bytes():
+    raise ValueError(f"{cached} is another tokenizer than {tokenizer_path}; "
+                     f"remove {data_dir} or give another data folder")
+  return cache_dir
+
+
 def find(config: ml_collections.ConfigDict, name: str, tokenizer: Tokenizer,
          out_dir: str | pathlib.Path = DEFAULT_DIR) -> tuple[Any, str]:
   """Loads member `name` if it matches `config` and `tokenizer`.
@@ -180,18 +212,25 @@ def read_manifest(name: str, out_dir: str | pathlib.Path = DEFAULT_DIR) -> dict:
 
 def member_configs(config: ml_collections.ConfigDict
                    ) -> dict[str, ml_collections.ConfigDict]:
-  """Training configs of the comparison's four models.
+  """Training configs of the comparison's models, by member name.
 
   'ar' (causal), 'mdlm' (bidirectional) and 'bd3lm' (block diffusion with
   blocks of `config.train.block_length`) share the backbone shape, data and
   training budget of `config`, each with its objective (which sets the
   attention); 'evaluator' is a larger causal model with another seed
-  (`config.evaluator`) that scores samples and is never decoded.
+  (`config.evaluator`) that scores samples and is never decoded. Each entry
+  of `config.drafts` (if present; e.g. 'draft_small') is a smaller causal
+  model, the draft of speculative decoding (Leviathan et al. 2023): the
+  backbone of 'ar' with the entry's model overrides, and the same data,
+  tokenizer, seed and training. No member config holds the sections
+  'compare', 'evaluator' or 'drafts', so a member's recipe does not change
+  when they do.
   """
+  drafts = config.get("drafts", ml_collections.ConfigDict())
   members = {}
-  for name in ("ar", "mdlm", "bd3lm", "evaluator"):
+  for name in ("ar", "mdlm", "bd3lm", "evaluator", *drafts):
     member = ml_collections.ConfigDict(config.to_dict())
-    for section in ("compare", "evaluator"):
+    for section in ("compare", "evaluator", "drafts"):
       if section in member:
         del member[section]
     member.train.objective = name if name in ("mdlm", "bd3lm") else "ar"
@@ -199,6 +238,8 @@ def member_configs(config: ml_collections.ConfigDict
       member.seed = config.evaluator.seed
       member.model.update(config.evaluator.model.to_dict())
       member.train.update(config.evaluator.train.to_dict())
+    elif name in drafts:
+      member.model.update(drafts[name].to_dict())
     members[name] = member
   return members
 
