@@ -1,0 +1,274 @@
+"""Parallel text for translation: the bundled KJV / Reina-Valera 1909 pairs.
+
+English (King James Version) -> Spanish (Reina-Valera 1909), one Bible verse
+per pair (`kjv_rv1909_pairs.tsv.gz`, see PROVENANCE.md). The split holds out
+whole books, so no verse, chapter or book is in two splits:
+
+  valid: VALID_BOOKS (Ruth, Joel, Philippians, James)
+  test:  TEST_BOOKS  (Jonah, Micah, Mark, 1 Peter)
+  train: every other book (58 books).
+
+One joint SentencePiece tokenizer (`tokenizer.Tokenizer`, the project's
+reserved ids) is trained on the train split's sources and targets together.
+
+Layout for a prefix LM (source bidirectional, target after it), one row:
+
+    [s_1 .. s_S, BOS, t_1 .. t_T, EOS, PAD ...]     (`layout`)
+     \\---- prefix: S + 1 ----/
+
+The source never holds BOS (encoding never produces it), so every objective
+recovers the prefix length as (index of the first BOS) + 1 and the target
+length as the tokens between BOS and EOS (`prefix_and_target_lengths`). The
+prompt of an AR decoder is the prefix, right-padded (`prompts`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import pathlib
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from lm_decoding.data.tokenizer import Tokenizer
+from lm_decoding.special_tokens import BOS_ID, EOS_ID, PAD_ID
+
+BUNDLED_PAIRS = "kjv_rv1909_pairs.tsv.gz"
+VALID_BOOKS = ("Ruth", "Joel", "Philippians", "James")
+TEST_BOOKS = ("Jonah", "Micah", "Mark", "1 Peter")
+SPLITS = ("train", "valid", "test")
+
+
+@dataclasses.dataclass(frozen=True)
+class Pair:
+  """One aligned verse: `reference` ('Genesis 1:1'), English source, Spanish
+  target."""
+
+  reference: str
+  source: str
+  target: str
+
+  @property
+  def book(self) -> str:
+    """The book name: the reference before its last space ('1 Peter')."""
+    return self.reference.rsplit(" ", 1)[0]
+
+
+def bundled_pairs_path() -> pathlib.Path:
+  """Path of the bundled pairs file (package data of `lm_decoding.data`)."""
+  return pathlib.Path(__file__).with_name(BUNDLED_PAIRS)
+
+
+def read_pairs(path: str | pathlib.Path | None = None) -> list[Pair]:
+  """Reads `reference<TAB>source<TAB>target` lines (UTF-8, gzip if .gz).
+
+  Args:
+    path: the file; None or '' reads the bundled KJV / RV1909 pairs.
+  Returns:
+    The pairs in file order.
+  Raises:
+    ValueError: the file is missing, or a line has not 3 fields, an empty
+      field, or a reference without a space (the message names the line).
+  """
+  path = pathlib.Path(path) if path else bundled_pairs_path()
+  if not path.is_file():
+    raise ValueError(f"path={str(path)!r}: no pairs file there")
+  opener = gzip.open if path.suffix == ".gz" else open
+  pairs = []
+  with opener(path, "rt", encoding="utf-8") as f:
+    for number, line in enumerate(f, 1):
+      fields = line.rstrip("\n").split("\t")
+      if len(fields) != 3 or not all(fields) or " " not in fields[0]:
+        raise ValueError(
+            f"{path}:{number}: expected 'book chapter:verse<TAB>source<TAB>"
+            f"target' with no empty field; got {line[:80]!r}")
+      pairs.append(Pair(*fields))
+  return pairs
+
+
+def split_pairs(pairs: Sequence[Pair]) -> dict[str, list[Pair]]:
+  """{'train', 'valid', 'test'}: pairs of VALID_BOOKS / TEST_BOOKS held out.
+
+  Deterministic (file order kept within each split); whole books, so a
+  verse is in exactly one split.
+
+  Raises:
+    ValueError: a held-out book has no pair (a different pairs file).
+  """
+  splits = {name: [] for name in SPLITS}
+  for pair in pairs:
+    book = pair.book
+    name = ("valid" if book in VALID_BOOKS
+            else "test" if book in TEST_BOOKS else "train")
+    splits[name].append(pair)
+  missing = set(VALID_BOOKS + TEST_BOOKS) - {p.book for p in pairs}
+  if missing:
+    raise ValueError(f"held-out books {sorted(missing)} are not in the pairs")
+  return splits
+
+
+def train_tokenizer(pairs: Sequence[Pair], vocab_size: int) -> Tokenizer:
+  """A joint SentencePiece tokenizer on the sources and targets of `pairs`.
+
+  Raises:
+    ValueError: vocab_size out of the tokenizer's range (see
+      `Tokenizer.train`).
+  """
+  texts = [p.source for p in pairs] + [p.target for p in pairs]
+  return Tokenizer.train(texts, vocab_size)
+
+
+def encode_text(tokenizer: Tokenizer, text: str, max_tokens: int,
+                name: str = "source") -> list[int]:
+  """Token ids of one side of a pair, checked against its length limit.
+
+  Raises:
+    ValueError: empty `text`, or more than `max_tokens` tokens (the message
+      names the limit and the length found).
+  """
+  if not text.strip():
+    raise ValueError(f"{name} is empty; a {name} needs 1 to "
+                     f"max_{name}_tokens={max_tokens} tokens")
+  ids = tokenizer.encode(text)
+  if len(ids) > max_tokens:
+    raise ValueError(f"{name} has {len(ids)} tokens; the limit is "
+                     f"max_{name}_tokens={max_tokens} ({text[:40]!r}...)")
+  return ids
+
+
+@dataclasses.dataclass(frozen=True)
+class Encoded:
+  """Encoded pairs, PAD-padded (numpy).
+
+  Attributes:
+    source: int32[N, S] source ids, S = max_source_tokens.
+    source_lengths: int32[N] in [1, S].
+    target: int32[N, T] target ids, T = max_target_tokens.
+    target_lengths: int32[N] in [1, T].
+    pairs: the N pairs kept (their texts are the references).
+    dropped: pairs of the input left out for exceeding a limit.
+  """
+
+  source: np.ndarray
+  source_lengths: np.ndarray
+  target: np.ndarray
+  target_lengths: np.ndarray
+  pairs: tuple[Pair, ...]
+  dropped: int
+
+
+def _pad(rows: list[list[int]], width: int) -> np.ndarray:
+  out = np.full((len(rows), width), PAD_ID, np.int32)
+  for i, row in enumerate(rows):
+    out[i, :len(row)] = row
+  return out
+
+
+def encode_pairs(tokenizer: Tokenizer, pairs: Sequence[Pair],
+                 max_source_tokens: int, max_target_tokens: int) -> Encoded:
+  """Encodes pairs, leaving out (and counting) those over either limit.
+
+  Raises:
+    ValueError: a limit < 1, or no pair fits the limits.
+  """
+  for name, value in (("max_source_tokens", max_source_tokens),
+                      ("max_target_tokens", max_target_tokens)):
+    if value < 1:
+      raise ValueError(f"{name}={value} must be >= 1")
+  kept, sources, targets = [], [], []
+  for pair in pairs:
+    source, target = tokenizer.encode(pair.source), tokenizer.encode(
+        pair.target)
+    if 1 <= len(source) <= max_source_tokens and (
+        1 <= len(target) <= max_target_tokens):
+      kept.append(pair)
+      sources.append(source)
+      targets.append(target)
+  if not kept:
+    raise ValueError(f"no pair fits max_source_tokens={max_source_tokens} "
+                     f"and max_target_tokens={max_target_tokens}")
+  return Encoded(
+      source=_pad(sources, max_source_tokens),
+      source_lengths=np.array([len(s) for s in sources], np.int32),
+      target=_pad(targets, max_target_tokens),
+      target_lengths=np.array([len(t) for t in targets], np.int32),
+      pairs=tuple(kept), dropped=len(pairs) - len(kept))
+
+
+def layout(encoded: Encoded) -> np.ndarray:
+  """int32[N, S + T + 2] rows [source, BOS, target, EOS, PAD ...] (module
+  docstring): the training sequences of every translation objective."""
+  n, s = encoded.source.shape
+  t = encoded.target.shape[1]
+  rows = np.full((n, s + t + 2), PAD_ID, np.int32)
+  for i in range(n):
+    src = encoded.source[i, :encoded.source_lengths[i]]
+    tgt = encoded.target[i, :encoded.target_lengths[i]]
+    row = np.concatenate([src, [BOS_ID], tgt, [EOS_ID]])
+    rows[i, :len(row)] = row
+  return rows
+
+
+def prompts(encoded: Encoded) -> tuple[np.ndarray, np.ndarray]:
+  """The AR / NAR decoders' prompts: [source, BOS] right-padded.
+
+  Returns:
+    prompts int32[N, S + 1] and prompt_lengths int32[N] (source length + 1).
+  """
+  n, s = encoded.source.shape
+  out = np.full((n, s + 1), PAD_ID, np.int32)
+  out[:, :s] = encoded.source
+  out[np.arange(n), encoded.source_lengths] = BOS_ID
+  return out, encoded.source_lengths + 1
+
+
+def prefix_and_target_lengths(tokens_BxL: jax.Array
+                              ) -> tuple[jax.Array, jax.Array]:
+  """Prefix (source + BOS) and target lengths of `layout` rows (traceable).
+
+  Args:
+    tokens_BxL: int32[B, L] rows laid out as [source, BOS, target, EOS, PAD].
+  Returns:
+    prefix_lengths int32[B] (first BOS index + 1) and target_lengths
+    int32[B] (tokens after BOS up to the first EOS, EOS excluded).
+  """
+  position_L = jnp.arange(tokens_BxL.shape[1])
+  prefix_B = jnp.argmax(tokens_BxL == BOS_ID, axis=1).astype(jnp.int32) + 1
+  is_end_BxL = (tokens_BxL == EOS_ID) & (position_L[None] >= prefix_B[:, None])
+  end_B = jnp.where(is_end_BxL.any(1), jnp.argmax(is_end_BxL, axis=1),
+                    tokens_BxL.shape[1])
+  return prefix_B, (end_B - prefix_B).astype(jnp.int32)
+
+
+@dataclasses.dataclass(frozen=True)
+class TranslationData:
+  """The tokenizer and the encoded splits of one pairs file."""
+
+  tokenizer: Tokenizer
+  splits: dict[str, Encoded]
+
+  def describe(self) -> str:
+    """One line per split: pairs kept, pairs over the limits."""
+    return "; ".join(f"{name} {len(e.pairs)} pairs ({e.dropped} over the "
+                     f"length limits)" for name, e in self.splits.items())
+
+
+def prepare(vocab_size: int, max_source_tokens: int, max_target_tokens: int,
+            path: str | pathlib.Path | None = None) -> TranslationData:
+  """Reads, splits by book, trains the joint tokenizer on train, encodes.
+
+  Pairs over `max_source_tokens` / `max_target_tokens` are left out of every
+  split and counted (`Encoded.dropped`).
+
+  Raises:
+    ValueError: see `read_pairs`, `split_pairs`, `train_tokenizer`,
+      `encode_pairs`.
+  """
+  splits = split_pairs(read_pairs(path))
+  tokenizer = train_tokenizer(splits["train"], vocab_size)
+  return TranslationData(tokenizer, {
+      name: encode_pairs(tokenizer, pairs, max_source_tokens,
+                         max_target_tokens) for name, pairs in splits.items()})
