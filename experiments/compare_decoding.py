@@ -27,11 +27,8 @@ import jax
 from ml_collections import config_flags
 
 from lm_decoding.data import pipeline
-from lm_decoding.decoding.base import Model
 from lm_decoding.evaluation import comparison, entries, report
-from lm_decoding.models import make_logits_fn
 from lm_decoding.training import pretrained
-from lm_decoding.training import train
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", os.path.join(os.path.dirname(__file__), "..", "configs", "tiny.py"),
@@ -74,27 +71,6 @@ def plan(config, workdir: str):
   return planned, members
 
 
-def validation(name: str, member, source: str, workdir: str) -> str:
-  """'ar: validation perplexity 201.6 (shipped ...)' for the report header.
-
-  From the shipped manifest when the parameters are shipped, else from the
-  last validation record of `{workdir}/{name}/metrics.jsonl`.
-  """
-  if source.startswith("pretrained"):
-    ppl = pretrained.read_manifest(name)["metrics"].get("valid_ppl")
-    where = f"shipped, {source}"
-  else:
-    with open(os.path.join(workdir, name, "metrics.jsonl")) as f:
-      records = [json.loads(line) for line in f if line.strip()]
-    ppl = next((r["valid_ppl"] for r in reversed(records)
-                if "valid_ppl" in r), None)
-    where = f"trained here, {source}"
-  measure = ("perplexity" if member.train.objective == "ar"
-             else "perplexity bound")
-  value = "—" if ppl is None else f"{ppl:.1f}"
-  return f"{name}: validation {measure} {value} ({where})"
-
-
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
@@ -110,15 +86,11 @@ def main(argv):
   except ValueError as e:
     sys.exit(f"compare_decoding: error: {e}")
   needed = {m for p in planned for _, m in p.roles} | {entries.EVALUATOR}
-  models, lines = {}, []
-  for name in (n for n in members if n in needed):
-    params, source = pretrained.get_or_train(
-        members[name], name, workdir, corpus.tokenizer,
-        retrain=_RETRAIN.value)
-    models[name] = Model(make_logits_fn(train.model_config(members[name])),
-                         params)
-    lines.append(validation(name, members[name], source, workdir))
-    print(lines[-1])
+  loaded = pretrained.load_models(
+      {n: m for n, m in members.items() if n in needed}, workdir,
+      corpus.tokenizer, retrain=_RETRAIN.value)
+  models = {name: member.model for name, member in loaded.items()}
+  lines = [member.describe(name) for name, member in loaded.items()]
   prompts, references = pipeline.prompts(
       corpus, "test", max(cmp.batch_sizes), cmp.prompt_len, cmp.reference_len)
   decode_start = time.time()

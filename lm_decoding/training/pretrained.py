@@ -13,6 +13,7 @@ the data pipeline builds; otherwise the caller trains from scratch.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -27,7 +28,8 @@ import ml_collections
 from lm_decoding.data import corpus as corpus_lib
 from lm_decoding.data import pipeline
 from lm_decoding.data.tokenizer import Tokenizer
-from lm_decoding.models import abstract_params
+from lm_decoding.decoding.base import Model
+from lm_decoding.models import abstract_params, make_logits_fn
 from lm_decoding.training import train as train_lib
 from lm_decoding.training.checkpoints import CheckpointError, Checkpoints
 
@@ -251,8 +253,10 @@ def get_or_train(config: ml_collections.ConfigDict, name: str, workdir: str,
   """Parameters of member `name`: shipped if they match, else trained.
 
   Training writes `{workdir}/{name}/` and resumes from (or, if finished,
-  reuses) what is there; `retrain` ignores shipped parameters and deletes
-  that folder first.
+  reuses) what is there, sharing the data cache of `{workdir}/data/` that
+  `pipeline.prepare(..., workdir)` wrote; `retrain` ignores shipped
+  parameters and deletes that folder first. With `progress`, says why it
+  trains and shows the training bar.
 
   Returns:
     (params, source): `source` says where the parameters came from.
@@ -265,8 +269,89 @@ def get_or_train(config: ml_collections.ConfigDict, name: str, workdir: str,
     params, reason = find(config, name, tokenizer, out_dir)
     if params is not None:
       return params, reason
-  print(f"{name}: {reason}; training {config.train.num_steps} steps in "
-        f"{member_dir}")
+  if progress:
+    print(f"{name}: {reason}; training {config.train.num_steps} steps in "
+          f"{member_dir}")
   train_lib.train(config, member_dir, progress=progress, data_dir=workdir)
   return (load_trained_params(config, member_dir),
           f"trained in {member_dir} ({reason})")
+
+
+@dataclasses.dataclass(frozen=True)
+class Loaded:
+  """A member of the comparison, ready to decode.
+
+  Attributes:
+    model: its logits_fn bound to its parameters (what a decoder role binds).
+    objective: `train.objective` ('ar', 'mdlm' or 'bd3lm').
+    shipped: whether the parameters are the shipped ones (else trained).
+    source: where the parameters came from, as `get_or_train` says.
+    valid_ppl: validation perplexity (an upper bound for the diffusion
+      objectives): the shipped manifest's, or the last one training logged
+      in `{workdir}/{name}/metrics.jsonl`; None when none was recorded.
+  """
+
+  model: Model
+  objective: str
+  shipped: bool
+  source: str
+  valid_ppl: float | None
+
+  def describe(self, name: str) -> str:
+    """'ar: validation perplexity 193.8 (shipped, pretrained 'ar' ...)'."""
+    measure = ("perplexity" if self.objective == "ar"
+               else "perplexity bound")
+    value = "—" if self.valid_ppl is None else f"{self.valid_ppl:.1f}"
+    where = "shipped" if self.shipped else "trained here"
+    return f"{name}: validation {measure} {value} ({where}, {self.source})"
+
+
+def _logged_valid_ppl(member_dir: str) -> float | None:
+  """The last valid_ppl of `{member_dir}/metrics.jsonl`, None if none."""
+  with open(os.path.join(member_dir, "metrics.jsonl")) as f:
+    records = [json.loads(line) for line in f if line.strip()]
+  return next((r["valid_ppl"] for r in reversed(records)
+               if "valid_ppl" in r), None)
+
+
+def load_models(members: dict[str, ml_collections.ConfigDict], workdir: str,
+                tokenizer: Tokenizer, retrain: bool = False,
+                progress: bool = True,
+                out_dir: str | pathlib.Path = DEFAULT_DIR
+                ) -> dict[str, Loaded]:
+  """Every member of `members`, shipped if it matches, else trained.
+
+  The one call the main job and the notebook make after
+  `pipeline.prepare(path, vocab_size, workdir)`: for each member in order,
+  `get_or_train` (training under `{workdir}/{name}/` on the data cache of
+  `workdir`), then binds the parameters to the member's `logits_fn`.
+
+  Args:
+    members: {name: member config}, e.g. a subset of `member_configs`.
+    workdir: the folder `pipeline.prepare` cached the corpus in.
+    tokenizer: the tokenizer of that corpus (a shipped member must match it).
+    retrain: train every member even if a shipped one matches.
+    progress: print why each member trains, its training bar, and a line
+      per member (`Loaded.describe`) when it is ready.
+    out_dir: the pretrained set to look in.
+
+  Returns:
+    {name: Loaded}, in the order of `members`.
+  Raises:
+    ValueError, CheckpointError: as `get_or_train` and `train.train`.
+  """
+  loaded = {}
+  for name, member in members.items():
+    params, source = get_or_train(member, name, workdir, tokenizer,
+                                  retrain=retrain, progress=progress,
+                                  out_dir=out_dir)
+    shipped = source.startswith("pretrained")
+    ppl = (read_manifest(name, out_dir)["metrics"].get("valid_ppl")
+           if shipped else _logged_valid_ppl(os.path.join(workdir, name)))
+    loaded[name] = Loaded(
+        model=Model(make_logits_fn(train_lib.model_config(member)), params),
+        objective=member.train.objective, shipped=shipped, source=source,
+        valid_ppl=ppl)
+    if progress:
+      print(loaded[name].describe(name))
+  return loaded

@@ -1,0 +1,61 @@
+"""pretrained.load_models: the models of the main job and the notebook."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import ml_collections
+import numpy as np
+
+from lm_decoding.data import corpus
+from lm_decoding.data import pipeline
+from lm_decoding.data.tokenizer import MIN_VOCAB_SIZE
+from lm_decoding.training import pretrained
+
+
+def make_config(path: str) -> ml_collections.ConfigDict:
+  """A one-layer AR member trained for 2 steps of 2 x 16 tokens."""
+  return ml_collections.ConfigDict(dict(
+      seed=0,
+      data=dict(path=path, vocab_size=MIN_VOCAB_SIZE, seq_len=16,
+                format="auto"),
+      model=dict(d_model=32, num_layers=1, num_heads=2, num_kv_heads=2,
+                 head_dim=16, mlp_dim=64, max_len=16),
+      train=dict(objective="ar", batch_size=2, num_steps=2,
+                 learning_rate=1e-2, warmup_steps=1, weight_decay=0.0,
+                 grad_clip_norm=1.0, eval_every=2, eval_batches=1,
+                 mdlm_eval_timesteps=2, checkpoint_every=2,
+                 keep_checkpoints=1)))
+
+
+def test_load_models_trains_then_takes_the_exported_member(tmp_path):
+  """Trained (valid PPL from metrics.jsonl), then shipped (from the manifest)."""
+  text = tmp_path / "text.txt"
+  text.write_text("\n\n".join(corpus.load_paragraphs(None)[:400]))
+  config = make_config(str(text))
+  workdir, shipped_set = str(tmp_path / "work"), tmp_path / "set"
+  tokenizer = pipeline.prepare(str(text), MIN_VOCAB_SIZE, workdir).tokenizer
+
+  trained = pretrained.load_models({"ar": config}, workdir, tokenizer,
+                                   progress=False, out_dir=shipped_set)["ar"]
+  with open(tmp_path / "work" / "ar" / "metrics.jsonl") as f:
+    logged = [json.loads(line) for line in f]
+  assert logged[-1]["step"] == 2
+  assert (trained.shipped, trained.objective) == (False, "ar")
+  assert trained.valid_ppl == logged[-1]["valid_ppl"]
+  assert trained.source.startswith(f"trained in {workdir}/ar (no pretrained")
+  assert trained.describe("ar") == (
+      f"ar: validation perplexity {logged[-1]['valid_ppl']:.1f} "
+      f"(trained here, {trained.source})")
+
+  pretrained.export(config, f"{workdir}/ar", "ar", tokenizer, "cmd",
+                    {"valid_ppl": 123.45}, out_dir=shipped_set)
+  shipped = pretrained.load_models({"ar": config}, workdir, tokenizer,
+                                   progress=False, out_dir=shipped_set)["ar"]
+  assert shipped.shipped and shipped.valid_ppl == 123.45
+  assert shipped.describe("ar").startswith(
+      "ar: validation perplexity 123.5 (shipped, pretrained 'ar' (commit ")
+  assert jax.tree.all(jax.tree.map(np.array_equal, shipped.model.params,
+                                   trained.model.params))
+  assert shipped.model.logits_fn.vocab_size == MIN_VOCAB_SIZE
