@@ -12,7 +12,8 @@ them is an ml_collections config value that a command line can replace):
 - decoder: a registered decoder name (`base.registered()`).
 - roles: `role=member` pairs binding every role the decoder declares to a
   model of `pretrained.member_configs` by member name ("model=ar",
-  "model=mdlm", "model=bd3lm"); never the evaluator, which only scores.
+  "model=mdlm", "model=bd3lm", an AR draft "draft=draft_small"); never the
+  evaluator, which only scores.
 - options: `key=value` pairs, values read as Python literals (`steps=32`,
   `threshold=0.9`; a bare word such as `kv_cache=prefix` is a string).
 
