@@ -49,7 +49,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lm_decoding.decoding.base import is_count
+from lm_decoding.decoding.base import is_count, is_number
 
 # Temperatures below this decode greedily, in every decoder (`is_greedy`).
 # Dividing float32 logits by a tiny T overflows: logits [50, 60, 0] / 1e-37
@@ -83,18 +83,23 @@ class SamplingConfig:
   repetition_penalty: float = 1.0
 
   def __post_init__(self):
+    number = lambda name: is_number(getattr(self, name))
     checks = (
-        ("temperature", 0 <= self.temperature < math.inf,
-         "in [0, inf) (0 = greedy)"),
-        ("top_k", is_count(self.top_k, minimum=0),
+        ("temperature",
+         lambda: number("temperature") and 0 <= self.temperature < math.inf,
+         "in [0, inf) (a number; 0 = greedy)"),
+        ("top_k", lambda: is_count(self.top_k, minimum=0),
          "an integer >= 0 (0 = off)"),
-        ("top_p", 0 < self.top_p <= 1, "in (0, 1] (1 = off)"),
-        ("min_p", 0 <= self.min_p < 1, "in [0, 1) (0 = off)"),
-        ("repetition_penalty", 0 < self.repetition_penalty < math.inf,
-         "in (0, inf) (1 = off)"),
+        ("top_p", lambda: number("top_p") and 0 < self.top_p <= 1,
+         "in (0, 1] (a number; 1 = off)"),
+        ("min_p", lambda: number("min_p") and 0 <= self.min_p < 1,
+         "in [0, 1) (a number; 0 = off)"),
+        ("repetition_penalty", lambda: number("repetition_penalty")
+         and 0 < self.repetition_penalty < math.inf,
+         "in (0, inf) (a number; 1 = off)"),
     )
     for name, ok, allowed in checks:
-      if not ok:
+      if not ok():
         raise ValueError(f"{name}={getattr(self, name)!r} must be {allowed}")
 
 

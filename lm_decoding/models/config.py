@@ -39,6 +39,10 @@ class TransformerConfig:
     dtype: compute dtype name; logits are always returned in float32.
     param_dtype: parameter dtype name.
     rope_base: RoPE frequency base.
+    length_classes: C > 0 adds a length head (CMLM, Ghazvininejad et al.
+      2019) predicting a target length in 1..C from mean-pooled source
+      hidden states (`transformer.length_logits`); 0 (default): no head,
+      and the parameters are those of a model without it.
   """
 
   vocab_size: int = 4096
@@ -57,6 +61,7 @@ class TransformerConfig:
   dtype: str = "float32"
   param_dtype: str = "float32"
   rope_base: float = 10000.0
+  length_classes: int = 0
 
   def __post_init__(self):
     for name, value, allowed in (
@@ -73,6 +78,9 @@ class TransformerConfig:
                  "num_kv_heads", "head_dim", "mlp_dim", "max_len"):
       if getattr(self, name) < 1:
         raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+    if self.length_classes < 0:
+      raise ValueError(f"length_classes={self.length_classes} must be >= 0 "
+                       f"(0: no length head)")
     if self.num_heads % self.num_kv_heads:
       raise ValueError(
           f"num_heads={self.num_heads} must be a multiple of "

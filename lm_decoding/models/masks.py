@@ -76,6 +76,27 @@ def prefix_lm_mask(prefix_lengths_B: jax.Array, length: int) -> jax.Array:
                                                     prefix_Bx1x1)
 
 
+def source_target_mask(prefix_lengths_B: jax.Array,
+                       valid_BxL: jax.Array) -> jax.Array:
+  """bool[B, L, L]: an encoder-decoder in one stack (CMLM, CTC NAT).
+
+  Query i of row b in the prefix (i < prefix_lengths[b]: the source) sees
+  the prefix keys only, bidirectionally; a query after it (the target) sees
+  every valid key, prefix and target, bidirectionally. The source's hidden
+  states then do not depend on the target, so a length head reads them
+  before the target length is known (Ghazvininejad et al. 2019).
+
+  Args:
+    prefix_lengths_B: int32[B] prefix length of each row, in [0, L].
+    valid_BxL: bool[B, L] False on keys never attended (PAD).
+  """
+  i = jnp.arange(valid_BxL.shape[1])
+  prefix_Bx1 = jnp.asarray(prefix_lengths_B, jnp.int32)[:, None]
+  in_prefix_BxL = i[None] < prefix_Bx1
+  key_BxLxS = key_padding_mask(valid_BxL, valid_BxL.shape[1])
+  return key_BxLxS & (~in_prefix_BxL[:, :, None] | in_prefix_BxL[:, None, :])
+
+
 def block_causal_mask(batch: int, length: int, block_length: int) -> jax.Array:
   """bool[B, L, L]: query in block i sees every key in blocks 0..i.
 

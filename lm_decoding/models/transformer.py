@@ -143,6 +143,29 @@ class Block(nn.Module):
     return x, k_cache, v_cache
 
 
+class LengthHead(nn.Module):
+  """Target-length classifier over mean-pooled hidden states (CMLM).
+
+  Ghazvininejad et al. (2019) predict the target length from the encoder;
+  here from the mean of the final hidden states over the source positions.
+  Class c is length c + 1.
+  """
+
+  config: TransformerConfig
+
+  @nn.compact
+  def __call__(self, hidden_BxLxD, valid_BxL):
+    cfg = self.config
+    weight_BxLx1 = valid_BxL.astype(jnp.float32)[..., None]
+    pooled_BxD = (hidden_BxLxD.astype(jnp.float32) * weight_BxLx1).sum(1) / (
+        jnp.maximum(weight_BxLx1.sum(1), 1.0))
+    return nn.Dense(
+        cfg.length_classes, dtype=jnp.float32, param_dtype=cfg.weight_dtype,
+        name="dense",
+        kernel_init=_init(nn.initializers.lecun_normal(), "embed", None),
+        bias_init=_init(nn.initializers.zeros, None))(pooled_BxD)
+
+
 class Transformer(nn.Module):
   """Decoder-only Transformer: tokens -> float32 logits, threading a KV cache.
 
@@ -202,6 +225,9 @@ class Transformer(nn.Module):
       new_k.append(kc)
       new_v.append(vc)
     x = hidden = Norm(cfg, name="final_norm")(x)
+    if cfg.length_classes and self.is_initializing():
+      # Creates the head's parameters; `length_logits` applies them.
+      LengthHead(cfg, name="length_head")(hidden, tokens_BxL >= 0)
     if cfg.tie_embeddings:
       logits = jnp.einsum("bld,vd->blv", x, embedding.astype(cfg.compute_dtype),
                           preferred_element_type=jnp.float32)
@@ -217,6 +243,25 @@ class Transformer(nn.Module):
       cache = cache.replace(k=tuple(new_k), v=tuple(new_v),
                             index=cache.index + l)
     return ModelOutput(logits, cache, hidden)
+
+
+def length_logits(config: TransformerConfig, params, hidden_BxLxD: jax.Array,
+                  source_BxL: jax.Array) -> jax.Array:
+  """float32[B, C] length logits of the `LengthHead` in `params`.
+
+  Args:
+    config: a config with length_classes C > 0.
+    params: the Transformer's parameters (holding 'length_head').
+    hidden_BxLxD: `ModelOutput.hidden` of a call.
+    source_BxL: bool[B, L] the positions to pool (the source).
+  Raises:
+    ValueError: config.length_classes == 0 (the model has no length head).
+  """
+  if not config.length_classes:
+    raise ValueError("the model has no length head: set "
+                     "model.length_classes > 0 (the longest target length)")
+  return LengthHead(config).apply({"params": params["length_head"]},
+                                  hidden_BxLxD, source_BxL)
 
 
 def init_params(config: TransformerConfig, key: jax.Array, length: int = 8):
@@ -265,6 +310,10 @@ class ModelLogitsFn:
 
   def init_cache(self, batch_size: int, length: int) -> KVCache:
     return KVCache.init(self.config, batch_size, length)
+
+  def length_logits(self, params, hidden_BxLxD, source_BxL) -> jax.Array:
+    """float32[B, C]: see `length_logits` (module level)."""
+    return length_logits(self.config, params, hidden_BxLxD, source_BxL)
 
 
 def make_logits_fn(config: TransformerConfig) -> ModelLogitsFn:
