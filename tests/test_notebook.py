@@ -1,7 +1,8 @@
-"""colab/quickstart.ipynb runs top to bottom and shows the table and crossover."""
+"""colab/quickstart.ipynb: committed with outputs; runs top to bottom."""
 
 from __future__ import annotations
 
+import json
 import pathlib
 import re
 import sys
@@ -54,6 +55,25 @@ def _text(cell) -> str:
   return "\n".join(parts)
 
 
+def test_committed_notebook_has_outputs_and_no_local_paths():
+  """It reads on GitHub without running: every code cell ran, in order."""
+  raw = NOTEBOOK.read_text(encoding="utf-8")
+  assert len(raw.encode()) < 1_000_000
+  notebook = nbformat.reads(raw, as_version=4)
+  code_cells = [c for c in notebook.cells if c.cell_type == "code"]
+  assert [c.execution_count for c in code_cells] == list(
+      range(1, len(code_cells) + 1))
+  assert all(c.outputs for c in code_cells)
+  assert not [o for c in code_cells for o in c.outputs
+              if o["output_type"] == "error"]
+  assert len([o for c in code_cells for o in c.outputs
+              if "image/png" in o.get("data", {})]) == 5  # 2 plots, 3 traces
+  outputs = json.dumps([c.outputs for c in code_cells])
+  for path in (PACKAGE_DIR, str(pathlib.Path.home()), "/tmp/"):
+    assert path not in outputs
+  assert not [c for c in code_cells if "execution" in c.metadata]
+
+
 @pytest.mark.slow
 def test_quickstart_runs_top_to_bottom(tmp_path, monkeypatch):
   notebook = nbformat.read(NOTEBOOK, as_version=4)
@@ -74,8 +94,13 @@ def test_quickstart_runs_top_to_bottom(tmp_path, monkeypatch):
   assert not errors
   text = "\n".join(_text(c) for c in code_cells)
   # The install cell found the installed package and cloned nothing.
-  assert f"lm_decoding from {PACKAGE_DIR}" in _text(code_cells[0])
+  assert "lm_decoding is installed: nothing to clone" in _text(code_cells[0])
   assert not list(run_dir.iterdir())
+  # Split sizes are printed, and no output names a path of this machine.
+  assert re.search(r"^  test +\d+ documents +[\d,]+ tokens", text, re.M)
+  assert str(tmp_path) not in text and PACKAGE_DIR not in text
+  assert re.search(r"^ar +[\d,]+ parameters, trained here, validation "
+                   r"perplexity \d+$", text, re.M)
   assert "| decoder | models | B | T | NFE | fwd tokens | ms min |" in text
   for t in (16, 32):  # the label shows K = T as used
     for decoder, models in (("AR cached", "model=ar"),
@@ -87,6 +112,8 @@ def test_quickstart_runs_top_to_bottom(tmp_path, monkeypatch):
   assert re.search(r"^break-even: B=4 T=32: K\* = \d+\.\d$", text, re.M)
   images = [o for c in code_cells for o in c.outputs
             if "image/png" in o.get("data", {})]
-  assert len(images) == 2
+  assert len(images) == 5  # latency, quality, three commit orders
+  assert re.search(r"^mdlm: shipped, validation perplexity bound \d+$", text,
+                   re.M)
   reports = list(temp_dir.glob("lm_decoding_quickstart_*/report.md"))
   assert len(reports) == 1 and "## Crossover" in reports[0].read_text()
