@@ -18,6 +18,7 @@ from lm_decoding.decoding.base import bind
 from lm_decoding.decoding.iterative import ScheduledDecoder
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.decoding.schedule import cosine_schedule, transfer_schedule
+from lm_decoding.decoding.speculative import DraftVerifyDecoder
 from lm_decoding.models import TransformerConfig, init_params, make_logits_fn
 
 PAD, EOS, MASK = 0, 3, 4
@@ -233,6 +234,8 @@ def test_remdm_remasks_within_its_budget_and_still_finishes(remask):
 def _build(name, length, **options):
   """Decoder `name` generating `length` tokens, sampling where it can."""
   cls = base.decoder_class(name)
+  if issubclass(cls, DraftVerifyDecoder):  # caches of P + T + 1 slots
+    options.setdefault("gamma", 2)
   if issubclass(cls, SequenceConfig):
     if name != "ar_beam":
       options.setdefault("sampling", HOT)
@@ -253,9 +256,9 @@ RAGGED_LENGTHS = jnp.array([3, 1, 2, 3, 1, 2, 3, 1], jnp.int32)
 def test_batch_equals_each_row_alone(name):
   """At batch sizes 1, 3 and 8 a row decodes exactly as alone, given the
   key it has in the batch (`base.row_keys`)."""
-  models = bind(stubs.TableLogitsFn.random(1, 12, 8, masked_ids=(PAD,)),
-                None)
   decoder = _build(name, 4, eos_ids=())
+  models = stubs.bind_roles(
+      decoder, stubs.TableLogitsFn.random(1, 12, 8, masked_ids=(PAD,)))
   alone = [decoder.decode(models, RAGGED[b:b + 1], RAGGED_LENGTHS[b:b + 1],
                           base.row_keys(KEY, 8)[b:b + 1]).tokens[0]
            for b in range(8)]
@@ -283,12 +286,16 @@ def test_reported_cost_is_what_the_stub_ran(name):
       assert "kv_cache" in str(e) or "block_length" in str(e)
   for decoder in decoders:
     stub = stubs.TableLogitsFn.random(2, 12, 12, masked_ids=(PAD,))
-    out = decoder.decode(bind(stub, None), RAGGED[:3], RAGGED_LENGTHS[:3],
-                         KEY)
+    models = {role: base.Model(stubs.TableLogitsFn(stub.table), None)
+              for role in decoder.roles}  # one stub (and count) per role
+    out = decoder.decode(models, RAGGED[:3], RAGGED_LENGTHS[:3], KEY)
     jax.effects_barrier()
-    assert set(out.calls) == set(out.forward_tokens) == {"model"}
-    assert int(out.calls["model"]) == int(out.nfe) == len(stub.executed)
-    assert int(out.forward_tokens["model"]) == sum(stub.executed)
+    assert set(out.calls) == set(out.forward_tokens) == set(decoder.roles)
+    assert int(out.nfe) == sum(len(m.logits_fn.executed)
+                               for m in models.values())
+    for role, model in models.items():
+      assert int(out.calls[role]) == len(model.logits_fn.executed)
+      assert int(out.forward_tokens[role]) == sum(model.logits_fn.executed)
 
 
 @pytest.mark.parametrize("make, match", [
@@ -345,7 +352,8 @@ def test_tiny_temperatures_decode_greedily_in_every_decoder(name,
   options = {} if name == "ar_beam" else dict(
       sampling=SamplingConfig(temperature=temperature))
   decoder = _build(name, 3, **options)
-  out = decoder.decode(bind(stub, None), RAGGED[:2], RAGGED_LENGTHS[:2], KEY)
+  out = decoder.decode(stubs.bind_roles(decoder, stub), RAGGED[:2],
+                       RAGGED_LENGTHS[:2], KEY)
   np.testing.assert_array_equal(out.tokens, np.full((2, 3), 5))
 
 
@@ -358,14 +366,15 @@ def test_bad_ids_and_keys_raise_before_the_model_runs(name):
   decoder = _build(name, 2)
   for bad in (12, -1):
     with pytest.raises(ValueError, match=r"prompts must be token ids in \[0, V=12\)"):
-      decoder.decode(bind(stub, None), RAGGED[:2].at[0, 0].set(bad),
-                     RAGGED_LENGTHS[:2], KEY)
+      decoder.decode(stubs.bind_roles(decoder, stub),
+                     RAGGED[:2].at[0, 0].set(bad), RAGGED_LENGTHS[:2], KEY)
   if name != "ar_beam":  # beam search draws nothing
     with pytest.raises(ValueError, match="key=None"):
-      decoder.decode(bind(stub, None), RAGGED[:2], RAGGED_LENGTHS[:2], None)
+      decoder.decode(stubs.bind_roles(decoder, stub), RAGGED[:2],
+                     RAGGED_LENGTHS[:2], None)
     with pytest.raises(ValueError, match="typed PRNG key"):
-      decoder.decode(bind(stub, None), RAGGED[:2], RAGGED_LENGTHS[:2],
-                     jax.random.PRNGKey(0))
+      decoder.decode(stubs.bind_roles(decoder, stub), RAGGED[:2],
+                     RAGGED_LENGTHS[:2], jax.random.PRNGKey(0))
 
 
 def test_options_that_would_fail_late_raise_at_construction_or_call():

@@ -97,6 +97,11 @@ class Cost:
                                   + int(np.prod(tokens_BxL.shape))})
     return Cost(calls=calls, tokens=tokens)
 
+  def merge(self, role: str, calls: jax.Array, tokens: jax.Array) -> "Cost":
+    """Adds another run's counts (e.g. a sub-decoder's) to `role`."""
+    return Cost(calls=dict(self.calls, **{role: self.calls[role] + calls}),
+                tokens=dict(self.tokens, **{role: self.tokens[role] + tokens}))
+
   @property
   def nfe(self) -> jax.Array:
     return sum(self.calls.values(), jnp.int32(0))

@@ -256,6 +256,41 @@ def filter_logits(logits_BxV: jax.Array, config: SamplingConfig) -> jax.Array:
   return min_p_filter(logits, config.min_p)
 
 
+def _penalised(logits_BxV, config, seen_BxV):
+  """Step 1: float32 logits after the repetition penalty (if any)."""
+  logits = logits_BxV.astype(jnp.float32)
+  if config.repetition_penalty == 1:
+    return logits
+  if seen_BxV is None:
+    raise ValueError(f"seen_BxV is required with repetition_penalty="
+                     f"{config.repetition_penalty}")
+  return apply_repetition_penalty(logits, seen_BxV, config.repetition_penalty)
+
+
+def probabilities(logits_BxV: jax.Array, config: SamplingConfig,
+                  seen_BxV: jax.Array | None = None) -> jax.Array:
+  """The distribution `sample` draws from, after the same processors.
+
+  Speculative sampling compares the draft's and the target's distributions
+  token by token (Leviathan et al. 2023), so both must be exactly the ones
+  the tokens are drawn from: steps 1-5 of the module docstring, then the
+  softmax; greedy decoding is the one-hot distribution of the argmax.
+
+  Args:
+    logits_BxV: float[B, V] next-token logits.
+    config: the processors' settings.
+    seen_BxV: bool[B, V], as for `sample`.
+  Returns:
+    float32[B, V], rows summing to 1 (filtered tokens exactly 0).
+  Raises:
+    ValueError: seen_BxV missing while a repetition penalty is set.
+  """
+  logits = _penalised(logits_BxV, config, seen_BxV)
+  if is_greedy(config.temperature):
+    return jax.nn.one_hot(greedy(logits), logits.shape[-1], dtype=jnp.float32)
+  return jax.nn.softmax(filter_logits(logits / config.temperature, config), -1)
+
+
 def sample(key: jax.Array, logits_BxV: jax.Array, config: SamplingConfig,
            seen_BxV: jax.Array | None = None,
            temperature_B: jax.Array | None = None) -> jax.Array:
@@ -275,14 +310,7 @@ def sample(key: jax.Array, logits_BxV: jax.Array, config: SamplingConfig,
     ValueError: seen_BxV missing while a repetition penalty is set, or
       temperature_B not of shape [B] or (when concrete) negative.
   """
-  logits = logits_BxV.astype(jnp.float32)
-  if config.repetition_penalty != 1:
-    if seen_BxV is None:
-      raise ValueError(
-          f"seen_BxV is required with repetition_penalty="
-          f"{config.repetition_penalty}")
-    logits = apply_repetition_penalty(logits, seen_BxV,
-                                      config.repetition_penalty)
+  logits = _penalised(logits_BxV, config, seen_BxV)
   if temperature_B is None:
     if is_greedy(config.temperature):
       return greedy(logits)
