@@ -53,6 +53,9 @@ import numpy as np
 from lm_decoding.decoding import base, sampling
 from lm_decoding.decoding.base import (
     DecodeResult, LogitsFn, Model, id_tuple, is_count, register)
+from lm_decoding.models import masks
+
+PROMPT_ATTENTION = ("causal", "bidirectional")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +68,14 @@ class SequenceConfig:
     pad_id: id written after a row's end.
     cache_length: KV-cache slots (for "ar_uncached": the recomputed buffer
       length); None means prompt width P + output_length.
+    prompt_attention: how the prompt attends to itself: 'causal' (the
+      default; a causal LM) or 'bidirectional' (each prompt token sees the
+      whole prompt, `masks.prefix_lm_mask`: a prefix LM such as the
+      translation AR model, whose source is a bidirectional prefix). Only
+      the prefill (or, uncached, every full pass) is affected: tokens after
+      the prompt are causal either way. Honoured by "ar", "ar_early_exit",
+      "ar_uncached" and "ar_beam"; subclasses that do their own prefill
+      (speculative) keep the causal default.
 
   Raises:
     ValueError: an option outside its range.
@@ -74,9 +85,13 @@ class SequenceConfig:
   eos_ids: tuple[int, ...] = (3,)
   pad_id: int = 0
   cache_length: int | None = None
+  prompt_attention: str = "causal"
 
   def __post_init__(self):
     object.__setattr__(self, "eos_ids", id_tuple(self.eos_ids))
+    if self.prompt_attention not in PROMPT_ATTENTION:
+      raise ValueError(f"prompt_attention={self.prompt_attention!r}; "
+                       f"allowed: {PROMPT_ATTENTION}")
     if not is_count(self.output_length):
       raise ValueError(
           f"output_length={self.output_length} must be an integer >= 1")
@@ -144,18 +159,40 @@ def check_prompts(prompts: jax.Array, prompt_lengths: jax.Array):
   return prompts, prompt_lengths
 
 
+def prompt_mask(prompt_attention: str, prompt_lengths_B: jax.Array,
+                length: int, key_length: int) -> jax.Array | None:
+  """The attention mask of a pass over [prompt, ...] from slot 0.
+
+  Args:
+    prompt_attention: 'causal' (returns None: the model's default) or
+      'bidirectional' (`masks.prefix_lm_mask` over the prompt).
+    prompt_lengths_B: int32[B] in [1, length].
+    length: L queries at slots 0..L-1.
+    key_length: S >= L key slots (the cache length; L without a cache).
+  Returns:
+    None or bool[B, L, S] (slots >= L unseen).
+  """
+  if prompt_attention == "causal":
+    return None
+  mask_BxLxL = masks.prefix_lm_mask(prompt_lengths_B, length)
+  return jnp.pad(mask_BxLxL, ((0, 0), (0, 0), (0, key_length - length)))
+
+
 def prefill_body(models, role, cost, prompts_BxP, prompt_lengths_B,
-                 cache_length):
+                 cache_length, prompt_attention="causal"):
   """The traceable part of `prefill` (no checks): for use inside a jit.
 
+  `prompt_attention` is `SequenceConfig.prompt_attention`.
   Returns (logits float32[B, V], cache, cost with the call counted).
   """
   batch, width = prompts_BxP.shape
   positions_BxP = jnp.broadcast_to(jnp.arange(width, dtype=jnp.int32),
                                    (batch, width))
   cache = models[role].logits_fn.init_cache(batch, cache_length)
-  out, cost = base.forward(models, role, cost, prompts_BxP.astype(jnp.int32),
-                           positions_BxP, cache=cache)
+  out, cost = base.forward(
+      models, role, cost, prompts_BxP.astype(jnp.int32), positions_BxP,
+      cache=cache, attention_mask=prompt_mask(
+          prompt_attention, prompt_lengths_B, width, cache_length))
   last_Bx1x1 = (prompt_lengths_B - 1)[:, None, None]
   logits_BxV = jnp.take_along_axis(out.logits, last_Bx1x1, axis=1)[:, 0]
   return logits_BxV, out.cache.at(prompt_lengths_B), cost
@@ -264,7 +301,7 @@ def _cached_decode(config, cache_length, models, prompts_BxP,
   """
   first_logits_BxV, cache, cost = prefill_body(
       models, "model", base.Cost.zero(models), prompts_BxP, prompt_lengths_B,
-      cache_length)
+      cache_length, config.prompt_attention)
   eos_E = jnp.asarray(config.eos_ids, jnp.int32)
   state = _init_state(config, prompts_BxP, prompt_lengths_B,
                       first_logits_BxV.shape[-1], cost)
@@ -306,9 +343,12 @@ def _uncached_loop(config, length, models, prompts_BxP, prompt_lengths_B,
                                    (batch, length))
   buffer_BxL = jnp.full((batch, length), config.pad_id, jnp.int32)
   buffer_BxL = buffer_BxL.at[:, :width].set(prompts_BxP.astype(jnp.int32))
+  mask = prompt_mask(config.prompt_attention, prompt_lengths_B, length,
+                     length)
 
   def logits_at(cost, buffer_BxL, i):
-    out, cost = base.forward(models, "model", cost, buffer_BxL, positions_BxL)
+    out, cost = base.forward(models, "model", cost, buffer_BxL, positions_BxL,
+                             attention_mask=mask)
     return out.logits[rows_B, prompt_lengths_B + i - 1], cost
 
   def advance(state, buffer_BxL, i, logits_BxV):

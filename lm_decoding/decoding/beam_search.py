@@ -108,7 +108,7 @@ def _beam_decode(config, cache_length, models, prompts_BxP, prompt_lengths_B):
   beams, steps = config.num_beams, config.output_length
   first_logits_BxV, cache, cost = prefill_body(
       models, "model", base.Cost.zero(models), prompts_BxP, prompt_lengths_B,
-      cache_length)
+      cache_length, config.prompt_attention)
   vocab = first_logits_BxV.shape[-1]
   if max(config.eos_ids + (config.pad_id,)) >= vocab:
     raise ValueError(f"eos_ids={config.eos_ids} and pad_id={config.pad_id} "

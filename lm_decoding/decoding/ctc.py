@@ -1,7 +1,7 @@
 """CTC greedy decoding of a non-autoregressive translation model.
 
-Not yet in the decoder registry: the every-decoder contract tests expect
-`sampling` and `eos_ids` options this decoder does not take yet.
+Deliberately not in the LM decoder registry: a translation decoder's
+contract differs (see the `lm_decoding.decoding` package docstring).
 
 Libovicky & Helcl (2018): the source [s_1 .. s_n, BOS] is followed by
 upsample * n frames (`parallel_text.ctc_layout`); one forward pass gives a

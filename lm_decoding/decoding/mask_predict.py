@@ -1,7 +1,7 @@
 """Mask-Predict (Ghazvininejad et al. 2019): CMLM decoding with a length beam.
 
-Not yet in the decoder registry: the every-decoder contract tests expect
-`sampling` and `eos_ids` options this decoder does not take yet.
+Deliberately not in the LM decoder registry: a translation decoder's
+contract differs (see the `lm_decoding.decoding` package docstring).
 
 Rows are [source, BOS, t_1 .. t_N, PAD ...] under `masks.source_target_mask`
 (the layout of `translation_objectives.cmlm_loss`). Worked example, N = 4
