@@ -2,14 +2,30 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
+import pathlib
+import shlex
+import subprocess
 
 import ml_collections
+import numpy as np
 import pytest
+from absl import flags
+from ml_collections import config_flags
 
 from lm_decoding.data import corpus
+from lm_decoding.data import pipeline
 from lm_decoding.data.tokenizer import MIN_VOCAB_SIZE, Tokenizer
+from lm_decoding.models import abstract_params, count_params
 from lm_decoding.training import pretrained
+from lm_decoding.training import train as train_lib
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+TINY = ROOT / "configs" / "tiny.py"
+SCRIPT = ROOT / "experiments" / "train_pretrained.sh"
+SHIPPED = ("ar", "mdlm", "bd3lm", "evaluator", "draft_small", "draft_medium")
 
 
 @pytest.fixture(scope="module")
@@ -77,3 +93,181 @@ def test_recipe_differences():
                     "train.lr: shipped (absent), requested 0.1"]
   assert pretrained.recipe_differences({}, {"seed": 1}) == [
       "seed: shipped (absent), requested 1"]
+
+
+# ---- members of the tiny config, drafts included -----------------------------
+
+
+def tiny_config() -> ml_collections.ConfigDict:
+  spec = importlib.util.spec_from_file_location("tiny", TINY)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config()
+
+
+def test_member_configs_include_the_ar_drafts():
+  config = tiny_config()
+  members = pretrained.member_configs(config)
+  assert sorted(members) == sorted(SHIPPED)
+  shape = ("d_model", "num_layers", "num_heads", "num_kv_heads", "head_dim",
+           "mlp_dim")
+  shapes = {name: tuple(members[name].model[k] for k in shape)
+            for name in ("ar", "draft_small", "draft_medium")}
+  assert shapes == {"ar": (128, 2, 4, 4, 32, 512),
+                    "draft_small": (64, 1, 2, 2, 32, 256),
+                    "draft_medium": (128, 1, 4, 4, 32, 512)}
+  counts = {name: count_params(abstract_params(
+      train_lib.model_config(members[name]))) for name in shapes}
+  assert counts["draft_small"] < counts["draft_medium"] < counts["ar"]
+  target = pretrained.recipe(members["ar"])
+  for name in ("draft_small", "draft_medium"):
+    draft = pretrained.recipe(members[name])
+    assert draft["train"]["objective"] == "ar"
+    assert {k: draft[k] for k in ("seed", "data", "train")} == {
+        k: target[k] for k in ("seed", "data", "train")}
+    # Everything but the overridden shape equals the target's backbone.
+    assert ({k: v for k, v in draft["model"].items() if k not in shape}
+            == {k: v for k, v in target["model"].items() if k not in shape})
+  for member in members.values():
+    assert set(member) == {"seed", "data", "model", "train"}
+
+
+def test_drafts_section_changes_no_other_member():
+  config = tiny_config()
+  before = {name: pretrained.recipe(member) for name, member
+            in pretrained.member_configs(config).items()}
+  config.drafts.draft_small.d_model = 96
+  config.drafts.draft_tiny = ml_collections.ConfigDict(dict(mlp_dim=64))
+  after = {name: pretrained.recipe(member) for name, member
+           in pretrained.member_configs(config).items()}
+  assert after.pop("draft_tiny")["model"]["mlp_dim"] == 64
+  assert after.pop("draft_small")["model"]["d_model"] == 96
+  del before["draft_small"]
+  assert after == before
+  del config["drafts"]
+  assert sorted(pretrained.member_configs(config)) == [
+      "ar", "bd3lm", "evaluator", "mdlm"]
+
+
+@pytest.fixture(scope="module")
+def shipped_tokenizer():
+  return Tokenizer.load(str(pretrained.DEFAULT_DIR / pretrained.TOKENIZER_FILE))
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_member_matches_the_default_config(name, shipped_tokenizer):
+  member = pretrained.member_configs(tiny_config())[name]
+  params, reason = pretrained.find(member, name, shipped_tokenizer)
+  assert params is not None, reason
+  assert reason.startswith(f"pretrained {name!r} (commit ")
+  manifest = pretrained.read_manifest(name)
+  assert manifest["metrics"]["num_params"] == count_params(params)
+  assert np.isfinite(manifest["metrics"]["valid_ppl"])
+
+
+# ---- the retraining script ---------------------------------------------------
+
+
+def dry_run(*args: str) -> subprocess.CompletedProcess:
+  return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True,
+                        text=True, env={**os.environ, "DRY_RUN": "1"})
+
+
+def script_config(command: list[str]) -> ml_collections.ConfigDict:
+  """The config train.py builds from `command`'s --config flags."""
+  argv = (["train.py", f"--config={TINY}"]
+          + [a for a in command if a.startswith("--config.")])
+  flag_values = flags.FlagValues()
+  config_flags.DEFINE_config_file("config", flag_values=flag_values,
+                                  sys_argv=argv)
+  flag_values(argv)
+  return flag_values.config
+
+
+def planned(stdout: str) -> tuple[list[str], dict[str, list[str]]]:
+  """(paths removed, {member: its train.py command}) of a dry run."""
+  removed, commands = [], {}
+  for line in stdout.splitlines():
+    words = shlex.split(line)
+    if words[:2] == ["rm", "-rf"]:
+      removed += words[2:]
+    else:
+      assert words[:2] == ["python", "experiments/train.py"], line
+      name = next(a for a in words if a.startswith("--export_pretrained="))
+      commands[name.split("=", 1)[1]] = words
+  return removed, commands
+
+
+# config_flags loads the config file with the deprecated load_module().
+@pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarning")
+def test_script_retrains_the_whole_set_as_member_configs_defines_it():
+  run = dry_run("/tmp/work")
+  assert run.returncode == 0, run.stderr
+  removed, commands = planned(run.stdout)
+  members = pretrained.member_configs(tiny_config())
+  assert sorted(commands) == sorted(members)
+  assert sorted(removed) == sorted(
+      [f"lm_decoding/pretrained/{name}" for name in members]
+      + ["lm_decoding/pretrained/tokenizer.model"])
+  for name, command in commands.items():
+    assert f"--workdir=/tmp/work/{name}" in command
+    assert "--data_dir=/tmp/work/data" in command
+    assert "--pretrained_tokenizer" not in command
+    assert (pretrained.recipe(script_config(command))
+            == pretrained.recipe(members[name])), name
+
+
+def test_script_retrains_only_the_named_members_on_the_set_tokenizer():
+  run = dry_run("/tmp/work", "draft_small", "draft_medium")
+  assert run.returncode == 0, run.stderr
+  removed, commands = planned(run.stdout)
+  assert removed == ["lm_decoding/pretrained/draft_small",
+                     "lm_decoding/pretrained/draft_medium"]
+  assert list(commands) == ["draft_small", "draft_medium"]
+  assert all("--pretrained_tokenizer" in c for c in commands.values())
+
+
+def test_script_refuses_an_unknown_member_before_removing_anything():
+  run = dry_run("/tmp/work", "ar", "draft_huge")
+  assert run.returncode == 2
+  assert run.stdout == ""
+  assert "unknown member 'draft_huge'; members: ar mdlm" in run.stderr
+
+
+# ---- the set's tokenizer in the data cache -----------------------------------
+
+
+@pytest.fixture()
+def small_corpus(tmp_path) -> ml_collections.ConfigDict:
+  """make_config() on a corpus file of 200 paragraphs the tokenizer fixture
+  was not trained on."""
+  path = tmp_path / "corpus.txt"
+  path.write_text("\n\n".join(corpus.load_paragraphs(None)[400:600]))
+  config = make_config()
+  config.data.path = str(path)
+  return config
+
+
+def test_seeded_cache_makes_prepare_use_the_set_tokenizer(
+    small_corpus, shipped, tokenizer, tmp_path):
+  (shipped / pretrained.TOKENIZER_FILE).write_bytes(tokenizer.model_proto)
+  data_dir = tmp_path / "data_dir"
+  cache_dir = pretrained.seed_data_cache(small_corpus, data_dir, shipped)
+  assert pretrained.seed_data_cache(small_corpus, data_dir, shipped) == cache_dir
+  prepared = pipeline.prepare(small_corpus.data.path, MIN_VOCAB_SIZE, data_dir)
+  assert prepared.cache_dir == cache_dir
+  assert prepared.tokenizer.model_proto == tokenizer.model_proto
+  # A tokenizer trained on this corpus would differ: the seed was used.
+  assert Tokenizer.train(prepared.splits["train"], MIN_VOCAB_SIZE
+                         ).model_proto != tokenizer.model_proto
+
+
+def test_seed_data_cache_refuses_another_cached_tokenizer(
+    small_corpus, shipped, tokenizer, tmp_path):
+  data_dir = tmp_path / "data_dir"
+  with pytest.raises(ValueError, match="no tokenizer in .*: train the whole"):
+    pretrained.seed_data_cache(small_corpus, data_dir, shipped)
+  pipeline.prepare(small_corpus.data.path, MIN_VOCAB_SIZE, data_dir)
+  (shipped / pretrained.TOKENIZER_FILE).write_bytes(tokenizer.model_proto)
+  with pytest.raises(ValueError, match="is another tokenizer than"):
+    pretrained.seed_data_cache(small_corpus, data_dir, shipped)
