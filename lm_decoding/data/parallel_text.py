@@ -257,19 +257,37 @@ class TranslationData:
                      f"length limits)" for name, e in self.splits.items())
 
 
+TOKENIZER_FILE = "translation_tokenizer.model"
+
+
 def prepare(vocab_size: int, max_source_tokens: int, max_target_tokens: int,
-            path: str | pathlib.Path | None = None) -> TranslationData:
+            path: str | pathlib.Path | None = None,
+            cache_dir: str | pathlib.Path | None = None) -> TranslationData:
   """Reads, splits by book, trains the joint tokenizer on train, encodes.
 
   Pairs over `max_source_tokens` / `max_target_tokens` are left out of every
-  split and counted (`Encoded.dropped`).
+  split and counted (`Encoded.dropped`). With `cache_dir`, the tokenizer is
+  read from `{cache_dir}/TOKENIZER_FILE` when there (training it takes about
+  a minute on 2 cores), else trained and written there, so the models
+  trained and decoded under one directory share it.
 
   Raises:
     ValueError: see `read_pairs`, `split_pairs`, `train_tokenizer`,
-      `encode_pairs`.
+      `encode_pairs`; a cached tokenizer of another vocab_size (the message
+      names the file).
   """
   splits = split_pairs(read_pairs(path))
-  tokenizer = train_tokenizer(splits["train"], vocab_size)
+  cached = pathlib.Path(cache_dir, TOKENIZER_FILE) if cache_dir else None
+  if cached is not None and cached.is_file():
+    tokenizer = Tokenizer.load(str(cached))
+    if tokenizer.vocab_size != vocab_size:
+      raise ValueError(f"{cached} has vocab_size {tokenizer.vocab_size}, "
+                       f"not {vocab_size}; use another directory")
+  else:
+    tokenizer = train_tokenizer(splits["train"], vocab_size)
+    if cached is not None:
+      cached.parent.mkdir(parents=True, exist_ok=True)
+      cached.write_bytes(tokenizer.model_proto)
   return TranslationData(tokenizer, {
       name: encode_pairs(tokenizer, pairs, max_source_tokens,
                          max_target_tokens) for name, pairs in splits.items()})

@@ -1,4 +1,10 @@
-"""Training loop shared by the AR and masked-diffusion objectives.
+"""Training loop shared by the AR, masked-diffusion and translation objectives.
+
+The LM objectives ('ar', 'mdlm', 'bd3lm') train on the packed text corpus
+(`pipeline`); the translation objectives ('translation_ar', 'cmlm', 'ctc',
+`translation_objectives`) on the verse pairs (`parallel_text`, rows
+[source, BOS, target, EOS, PAD]); the loop, evaluation and checkpoints are
+the same.
 
 One jit-compiled step (optax AdamW, warmup + cosine decay, global-norm
 clipping), deterministic validation, orbax checkpoints that resume
@@ -32,17 +38,75 @@ import numpy as np
 import optax
 import tqdm
 
+from lm_decoding.data import parallel_text
 from lm_decoding.data import pipeline
 from lm_decoding.models import TransformerConfig, count_params, init_params
 from lm_decoding.models import make_logits_fn
 from lm_decoding.training import objectives
+from lm_decoding.training import translation_objectives
 from lm_decoding.training.checkpoints import CheckpointError, Checkpoints
 
 _ATTENTION = {"ar": "causal", "mdlm": "bidirectional",
-              "bd3lm": "bidirectional"}  # bd3lm passes its block masks
+              "bd3lm": "bidirectional",  # bd3lm passes its block masks
+              "translation_ar": "causal",  # the objectives pass their masks
+              "cmlm": "bidirectional", "ctc": "bidirectional"}
 _LOSSES = {"ar": objectives.ar_loss, "mdlm": objectives.mdlm_loss,
-           "bd3lm": objectives.bd3lm_loss}
+           "bd3lm": objectives.bd3lm_loss,
+           "translation_ar": translation_objectives.translation_ar_loss,
+           "cmlm": translation_objectives.cmlm_loss,
+           "ctc": translation_objectives.ctc_loss}
 OBJECTIVES = tuple(_LOSSES)
+TRANSLATION_OBJECTIVES = ("translation_ar", "cmlm", "ctc")
+
+
+def objective_options(config: ml_collections.ConfigDict) -> dict:
+  """The translation objective's static keyword arguments from `config`.
+
+  cmlm: length_weight (train.length_weight); ctc: source_width
+  (data.max_source_tokens) and upsample (train.ctc_upsample); {} otherwise.
+  """
+  objective = config.train.objective
+  if objective == "cmlm":
+    return {"length_weight": config.train.length_weight}
+  if objective == "ctc":
+    return {"source_width": config.data.max_source_tokens,
+            "upsample": config.train.ctc_upsample}
+  return {}
+
+
+def sequence_length(config: ml_collections.ConfigDict) -> int:
+  """Positions the model sees in training: data.seq_len for an LM; for
+  translation S + T + 2 ([source, BOS, target, EOS]), and for ctc the
+  source and its frames, S + 1 + upsample * S (S, T: data.max_source_tokens,
+  data.max_target_tokens)."""
+  objective = config.train.objective
+  if objective not in TRANSLATION_OBJECTIVES:
+    return config.data.seq_len
+  source, target = config.data.max_source_tokens, config.data.max_target_tokens
+  if objective == "ctc":
+    return source + 1 + config.train.ctc_upsample * source
+  return source + target + 2
+
+
+def training_data(config: ml_collections.ConfigDict, data_dir: str):
+  """(data, train int32[M, L], valid int32[M', L]) of the objective.
+
+  `data` has `.tokenizer` and `.describe()`: the packed corpus
+  (`pipeline.prepare`, cached in `data_dir`) for an LM objective, the
+  book-split verse pairs (`parallel_text.prepare`, tokenizer cached in
+  `data_dir`) laid out by `parallel_text.layout` for a translation one.
+  """
+  if config.train.objective in TRANSLATION_OBJECTIVES:
+    data = parallel_text.prepare(
+        config.data.vocab_size, config.data.max_source_tokens,
+        config.data.max_target_tokens, config.data.path, cache_dir=data_dir)
+    return (data, parallel_text.layout(data.splits["train"]),
+            parallel_text.layout(data.splits["valid"]))
+  corpus = pipeline.prepare(config.data.path, config.data.vocab_size,
+                            data_dir, config.data.get("format", "auto"))
+  seq_len = config.data.seq_len
+  return (corpus, pipeline.pack(corpus.tokens["train"], seq_len),
+          pipeline.pack(corpus.tokens["valid"], seq_len))
 
 
 @flax.struct.dataclass
@@ -63,13 +127,17 @@ def model_config(config: ml_collections.ConfigDict) -> TransformerConfig:
   if objective not in OBJECTIVES:
     raise ValueError(
         f"train.objective={objective!r}; allowed: {OBJECTIVES}")
-  if config.data.seq_len > config.model.max_len:
+  if sequence_length(config) > config.model.max_len:
     raise ValueError(
-        f"data.seq_len={config.data.seq_len} must be <= "
-        f"model.max_len={config.model.max_len}")
+        f"the training sequences have {sequence_length(config)} positions "
+        f"(data.seq_len, or for translation see `sequence_length`); "
+        f"model.max_len={config.model.max_len} is smaller")
+  model = config.model.to_dict()
+  if objective == "cmlm":  # the length head: one class per target length
+    model["length_classes"] = config.data.max_target_tokens
   return TransformerConfig(vocab_size=config.data.vocab_size,
                            attention=_ATTENTION[objective],
-                           **config.model.to_dict())
+                           **model)
 
 
 def decays(param: jax.Array) -> bool:
@@ -125,12 +193,13 @@ def abstract_state(model_cfg: TransformerConfig, optimizer) -> TrainState:
 
 
 def make_train_step(model_cfg: TransformerConfig, objective: str, optimizer,
-                    block_length: int | None = None):
+                    block_length: int | None = None, **options):
   """(state, tokens int32[B, L], key) -> (state, metrics), jitted, donating state.
 
   `block_length` is BD3-LM's (`train.block_length`); other objectives ignore it.
+  `options` are the translation objective's (`objective_options`).
   """
-  loss_fn = _LOSSES[objective]
+  loss_fn = functools.partial(_LOSSES[objective], **options)
   if objective == "bd3lm":
     loss_fn = functools.partial(loss_fn, block_length=block_length)
   logits_fn = make_logits_fn(model_cfg)
@@ -147,18 +216,24 @@ def make_train_step(model_cfg: TransformerConfig, objective: str, optimizer,
 
 
 def make_eval_fn(model_cfg: TransformerConfig, objective: str,
-                 num_timesteps: int, block_length: int | None = None):
+                 num_timesteps: int, block_length: int | None = None,
+                 **options):
   """(params, tokens int32[B, L]) -> (summed NLL, token count), jitted.
 
   Deterministic: AR teacher-forced NLL; MDLM the NELBO on a fixed grid of
   `num_timesteps` times with fixed masks (`objectives.mdlm_bound`); BD3-LM
   its NELBO with blocks of `block_length` from `num_timesteps` fixed draws
-  (`objectives.bd3lm_bound`).
+  (`objectives.bd3lm_bound`); a translation objective its training loss's
+  target NLL (`options`: `objective_options`) with a fixed key (CMLM: the
+  masked tokens' NLL under one fixed draw of masks).
   """
   logits_fn = make_logits_fn(model_cfg)
 
   def eval_fn(params, tokens):
-    if objective == "ar":
+    if objective in TRANSLATION_OBJECTIVES:
+      _, metrics = _LOSSES[objective](logits_fn, params, tokens,
+                                      jax.random.key(0), **options)
+    elif objective == "ar":
       _, metrics = objectives.ar_eval(logits_fn, params, tokens)
     elif objective == "bd3lm":
       _, metrics = objectives.bd3lm_bound(logits_fn, params, tokens,
@@ -275,18 +350,15 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   train_cfg = config.train
   objective, num_steps = train_cfg.objective, train_cfg.num_steps
   _check_workdir(workdir)
-  corpus = pipeline.prepare(config.data.path, config.data.vocab_size,
-                            data_dir or workdir,
-                            config.data.get("format", "auto"))
+  corpus, train_packed, valid_packed = training_data(config,
+                                                     data_dir or workdir)
   if progress:
     print(corpus.describe())
   if corpus.tokenizer.vocab_size != model_cfg.vocab_size:
     raise ValueError(
         f"tokenizer vocab_size={corpus.tokenizer.vocab_size} does not match "
         f"data.vocab_size={model_cfg.vocab_size}")
-  seq_len = config.data.seq_len
-  train_packed = pipeline.pack(corpus.tokens["train"], seq_len)
-  valid_packed = pipeline.pack(corpus.tokens["valid"], seq_len)
+  seq_len = train_packed.shape[1]
   num_valid = min(train_cfg.eval_batches,
                   len(valid_packed) // train_cfg.batch_size)
   if num_valid < 1:
@@ -305,9 +377,11 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   log_path = os.path.join(workdir, "metrics.jsonl")
   tokens_per_step = train_cfg.batch_size * seq_len
   block_length = train_cfg.get("block_length")  # bd3lm only
-  train_step = make_train_step(model_cfg, objective, optimizer, block_length)
+  options = objective_options(config)
+  train_step = make_train_step(model_cfg, objective, optimizer, block_length,
+                               **options)
   eval_fn = make_eval_fn(model_cfg, objective, train_cfg.mdlm_eval_timesteps,
-                         block_length)
+                         block_length, **options)
   desc = f"train {objective}"
   valid_loss = float("nan")
   timed_steps, timed_s = 0, 0.0  # excludes each process's first (compiling) step
@@ -374,7 +448,8 @@ def train(config: ml_collections.ConfigDict, workdir: str,
     valid_loss = evaluate(eval_fn, state.params, valid_batches)
   valid_ppl = float(np.exp(valid_loss))
   if progress:
-    measure = "perplexity" if objective == "ar" else "perplexity bound"
+    measure = ("perplexity" if objective in ("ar", "translation_ar", "ctc")
+               else "perplexity bound")
     print(f"{desc}: final validation {measure} {valid_ppl:.2f} at step "
           f"{int(state.step)} ({workdir})")
   return {"objective": objective,
