@@ -29,6 +29,7 @@ from ml_collections import config_flags
 from lm_decoding.data import pipeline
 from lm_decoding.evaluation import comparison, entries, report
 from lm_decoding.training import pretrained
+from lm_decoding.training import train
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", os.path.join(os.path.dirname(__file__), "..", "configs", "tiny.py"),
@@ -61,6 +62,8 @@ def plan(config, workdir: str):
   """
   cmp = config.compare
   members = pretrained.member_configs(config)
+  for member in members.values():
+    train.check_config(member)
   entries.check_options(
       cmp, {name: m.model.max_len for name, m in members.items()})
   parsed = entries.parse_entries(cmp.decoders)

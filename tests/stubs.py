@@ -67,6 +67,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from lm_decoding.decoding.base import Model
 from lm_decoding.models.output import ModelOutput
 
 
@@ -240,3 +241,9 @@ class RaisingLogitsFn:
 
   def init_cache(self, batch_size: int, length: int):
     raise AssertionError("init_cache was called; the check must come first")
+
+
+def bind_roles(decoder, logits_fn, params=None) -> dict:
+  """{role: Model(logits_fn, params)} for every role `decoder` declares
+  (one stub stands in for each model of a multi-role decoder)."""
+  return {role: Model(logits_fn, params) for role in decoder.roles}

@@ -163,13 +163,17 @@ class Tokenizer:
     """The tokenizer saved at `path` (a SentencePiece .model file).
 
     Raises:
-      ValueError: `path` does not exist or has other reserved ids.
+      ValueError: `path` does not exist, is not a SentencePiece model, or
+        has other reserved ids.
     """
     try:
       with open(path, "rb") as f:
         return cls.from_proto(f.read())
     except FileNotFoundError as e:
       raise ValueError(f"path={path!r}: no tokenizer model there") from e
+    except RuntimeError as e:  # SentencePiece cannot parse the file
+      raise ValueError(f"path={path!r} is not a SentencePiece tokenizer "
+                       f"model: {e}") from e
 
   @property
   def model_proto(self) -> bytes:

@@ -42,7 +42,6 @@ the per-row write slot (as `lm_decoding.models.KVCache`).
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any, ClassVar, Mapping
 
 import flax.struct
@@ -50,6 +49,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from lm_decoding import debug
 from lm_decoding.decoding import base, sampling
 from lm_decoding.decoding.base import (
     DecodeResult, LogitsFn, Model, id_tuple, is_count, register)
@@ -198,7 +198,7 @@ def prefill_body(models, role, cost, prompts_BxP, prompt_lengths_B,
   return logits_BxV, out.cache.at(prompt_lengths_B), cost
 
 
-@functools.partial(jax.jit, static_argnames=("cache_length",))
+@debug.jit(static_argnames=("cache_length",))
 def _prefill(model, prompts, prompt_lengths, cache_length):
   models = {"model": model}
   logits, cache, _ = prefill_body(models, "model", base.Cost.zero(models),
@@ -291,7 +291,7 @@ def _result(state):
                      state.cost)
 
 
-@functools.partial(jax.jit, static_argnames=("config", "cache_length"))
+@debug.jit(static_argnames=("config", "cache_length"))
 def _cached_decode(config, cache_length, models, prompts_BxP,
                    prompt_lengths_B, keys_B):
   """Prefill, token 0 from its logits, then one cached step per token.
@@ -332,7 +332,7 @@ def _cached_decode(config, cache_length, models, prompts_BxP,
   return _result(state)
 
 
-@functools.partial(jax.jit, static_argnames=("config", "length"))
+@debug.jit(static_argnames=("config", "length"))
 def _uncached_loop(config, length, models, prompts_BxP, prompt_lengths_B,
                    keys_B):
   """Each token runs logits_fn over the whole [B, length] buffer, no cache."""

@@ -40,6 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from lm_decoding import debug
 from lm_decoding.models.output import ModelOutput
 
 
@@ -115,6 +116,7 @@ def forward(models: Mapping[str, Model], role: str, cost: Cost,
   model = models[role]
   out = model.logits_fn(model.params, tokens, positions, cache=cache,
                         attention_mask=attention_mask)
+  debug.check_logits(role, out.logits, tokens)  # nothing unless debugging
   return out, cost.add(role, tokens)
 
 
@@ -248,6 +250,12 @@ def is_count(value: Any, minimum: int = 1) -> bool:
   """True for an integer (not a bool) >= minimum: a size or step option."""
   return (isinstance(value, (int, np.integer)) and not isinstance(value, bool)
           and value >= minimum)
+
+
+def is_number(value: Any) -> bool:
+  """True for a real number that is not a bool (True would pass as 1)."""
+  return (isinstance(value, (int, float, np.integer, np.floating))
+          and not isinstance(value, (bool, np.bool_)))
 
 
 def id_tuple(ids: Any) -> tuple[int, ...]:

@@ -47,12 +47,12 @@ denoising call and B W per commit; uncached, B L per call.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Mapping
 
 import jax
 import jax.numpy as jnp
 
+from lm_decoding import debug
 from lm_decoding.decoding import base
 from lm_decoding.decoding.base import Model, register
 from lm_decoding.decoding.iterative import (
@@ -155,7 +155,7 @@ def _run(decoder: BD3LMDecoder, models: Mapping[str, Model],
   return jax.lax.fori_loop(0, num_blocks, block, loop)
 
 
-@functools.partial(jax.jit, static_argnames=("decoder", "measure_error"))
+@debug.jit(static_argnames=("decoder", "measure_error"))
 def _generate(decoder, models, prompts, prompt_lengths, keys_B, measure_error):
   loop = _run(decoder, models, prompts, prompt_lengths, keys_B,
               measure_error)

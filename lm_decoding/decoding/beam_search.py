@@ -22,7 +22,6 @@ token).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from typing import Mapping
 
@@ -30,9 +29,11 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
+from lm_decoding import debug
 from lm_decoding.decoding.autoregressive import SequenceConfig, prefill_body
 from lm_decoding.decoding import base
-from lm_decoding.decoding.base import DecodeResult, Model, is_count, register
+from lm_decoding.decoding.base import (DecodeResult, Model, is_count,
+                                       is_number, register)
 
 
 def gnmt_length_penalty(length: jax.Array, alpha: float) -> jax.Array:
@@ -102,7 +103,7 @@ def _beam_step(config, state, cache, step, logits_BKxV):
       finished_length=finished_length), cache
 
 
-@functools.partial(jax.jit, static_argnames=("config", "cache_length"))
+@debug.jit(static_argnames=("config", "cache_length"))
 def _beam_decode(config, cache_length, models, prompts_BxP, prompt_lengths_B):
   batch = prompts_BxP.shape[0]
   beams, steps = config.num_beams, config.output_length
@@ -170,9 +171,10 @@ class BeamSearchDecoder(SequenceConfig):
     super().__post_init__()
     if not is_count(self.num_beams):
       raise ValueError(f"num_beams={self.num_beams} must be >= 1")
-    if not 0 <= self.length_penalty < math.inf:
-      raise ValueError(
-          f"length_penalty={self.length_penalty} must be in [0, inf)")
+    if (not is_number(self.length_penalty)
+        or not 0 <= self.length_penalty < math.inf):
+      raise ValueError(f"length_penalty={self.length_penalty!r} must be in "
+                       "[0, inf) (a number)")
 
   def decode(self, models: Mapping[str, Model], prompts: jax.Array,
              prompt_lengths: jax.Array, key: jax.Array) -> DecodeResult:

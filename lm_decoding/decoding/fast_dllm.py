@@ -24,7 +24,7 @@ import dataclasses
 
 import jax.numpy as jnp
 
-from lm_decoding.decoding.base import register
+from lm_decoding.decoding.base import is_number, register
 from lm_decoding.decoding.iterative import IterativeDecoder, Step, top_n
 from lm_decoding.decoding.sampling import SamplingConfig
 
@@ -70,8 +70,9 @@ class ThresholdDecoder(_SelfPacedDecoder):
 
   def __post_init__(self):
     super().__post_init__()
-    if not 0 < self.threshold <= 1:
-      raise ValueError(f"threshold={self.threshold} must be in (0, 1]")
+    if not is_number(self.threshold) or not 0 < self.threshold <= 1:
+      raise ValueError(f"threshold={self.threshold!r} must be in (0, 1] "
+                       "(a number)")
 
   def _accept(self, confidence_W, masked_W):
     return masked_W & (confidence_W > self.threshold)
@@ -90,8 +91,9 @@ class FactorDecoder(_SelfPacedDecoder):
 
   def __post_init__(self):
     super().__post_init__()
-    if not 0 < self.factor < float("inf"):
-      raise ValueError(f"factor={self.factor} must be in (0, inf)")
+    if not is_number(self.factor) or not 0 < self.factor < float("inf"):
+      raise ValueError(f"factor={self.factor!r} must be in (0, inf) "
+                       "(a number)")
 
   def _accept(self, confidence_W, masked_W):
     sorted_W = -jnp.sort(-confidence_W)  # descending; -inf past the masked

@@ -73,6 +73,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from lm_decoding import debug
 from lm_decoding.decoding import base
 from lm_decoding.decoding.base import DecodeResult, Model, id_tuple, is_count
 from lm_decoding.decoding.sampling import SamplingConfig, sample
@@ -172,6 +173,16 @@ def top_n(score_W: jax.Array, allowed_W: jax.Array, n: jax.Array) -> jax.Array:
   order = jnp.argsort(score, descending=True, stable=True)
   first_n = jnp.arange(score_W.shape[0]) < n
   return allowed_W & jnp.zeros_like(allowed_W).at[order].set(first_n)
+
+
+def _int_matrix(name: str, value: Any, shape: str) -> jax.Array:
+  """`value` as int32[B, L]; raises ValueError naming `name` and `shape`
+  ("int[B, P]") unless it is a 2-D integer array."""
+  value = jnp.asarray(value)
+  if value.ndim != 2 or not jnp.issubdtype(value.dtype, jnp.integer):
+    raise ValueError(f"{name} must be {shape}; got {value.shape} "
+                     f"{value.dtype}")
+  return value.astype(jnp.int32)
 
 
 def _check_range(name: str, values: Any, low: int, high: int):
@@ -532,7 +543,7 @@ def _run(decoder, models, tokens_BxL, fill_BxL, valid_BxL, start_B,
   return loop
 
 
-@functools.partial(jax.jit, static_argnames=("decoder", "trace",
+@debug.jit(static_argnames=("decoder", "trace",
                                              "measure_error"))
 def _generate(decoder, models, prompts, prompt_lengths, keys_B, trace,
               measure_error):
@@ -549,7 +560,7 @@ def _generate(decoder, models, prompts, prompt_lengths, keys_B, trace,
                   max_logit_error=loop.error if measure_error else None)
 
 
-@functools.partial(jax.jit, static_argnames=("decoder", "trace"))
+@debug.jit(static_argnames=("decoder", "trace"))
 def _infill(decoder, models, tokens, fill, valid, keys_B, trace):
   tokens = jnp.where(fill, decoder.mask_id, tokens).astype(jnp.int32)
   batch, length = tokens.shape
@@ -621,6 +632,10 @@ class IterativeDecoder:
       raise ValueError(f"sampling.repetition_penalty="
                        f"{self.sampling.repetition_penalty} must be 1: "
                        "parallel decoders draw every position at once")
+    for name in ("reuse_logits", "early_stop"):
+      if not isinstance(getattr(self, name), (bool, np.bool_)):
+        raise ValueError(f"{name}={getattr(self, name)!r} must be True or "
+                         "False")
     for name, allowed in (("kv_cache", KV_CACHES),
                           ("cache_refresh", CACHE_REFRESH),
                           ("attention", ATTENTION)):
@@ -656,11 +671,7 @@ class IterativeDecoder:
 
   def _check(self, models, prompts, prompt_lengths):
     base.check_models(self, models)
-    prompts = jnp.asarray(prompts)
-    if prompts.ndim != 2 or not jnp.issubdtype(prompts.dtype, jnp.integer):
-      raise ValueError(f"prompts must be int[B, P]; got {prompts.shape} "
-                       f"{prompts.dtype}")
-    prompts = prompts.astype(jnp.int32)
+    prompts = _int_matrix("prompts", prompts, "int[B, P]")
     prompt_lengths = jnp.asarray(prompt_lengths)
     if not jnp.issubdtype(prompt_lengths.dtype, jnp.integer):
       raise ValueError(f"prompt_lengths must be int[B]; got "
@@ -677,7 +688,13 @@ class IterativeDecoder:
           f"prompt width P={width} + output_length={self.output_length} must be <= "
           f"logits_fn.max_len={max_len}")
     base.check_token_ids("prompts", prompts, models["model"])
+    self._check_special_ids(models)
     return prompts, prompt_lengths
+
+  def _check_special_ids(self, models):
+    """Raises ValueError (before tracing) if mask_id or pad_id >= V."""
+    base.check_token_ids("mask_id and pad_id", (self.mask_id, self.pad_id),
+                         models["model"])
 
   def denoise(self, models: Mapping[str, Model], prompts: jax.Array,
               prompt_lengths: jax.Array, key: jax.Array, trace: bool = False,
@@ -743,11 +760,8 @@ class IterativeDecoder:
                        "the whole sequence as one block; use "
                        "block_length=None")
     base.check_models(self, models)
-    tokens = jnp.asarray(tokens)
-    if tokens.ndim != 2 or not jnp.issubdtype(tokens.dtype, jnp.integer):
-      raise ValueError(f"tokens must be int[B, L]; got {tokens.shape} "
-                       f"{tokens.dtype}")
-    tokens = tokens.astype(jnp.int32)
+    self._check_special_ids(models)
+    tokens = _int_matrix("tokens", tokens, "int[B, L]")
     if valid is None:
       valid = jnp.ones(tokens.shape, bool)
     for name, value in (("fill_mask", fill_mask), ("valid", valid)):

@@ -6,7 +6,7 @@ import dataclasses
 
 import jax.numpy as jnp
 
-from lm_decoding.decoding.base import register
+from lm_decoding.decoding.base import is_number, register
 from lm_decoding.decoding.iterative import ScheduledDecoder, Step, top_n
 from lm_decoding.decoding.schedule import cosine_schedule
 
@@ -31,9 +31,10 @@ class MaskGITDecoder(ScheduledDecoder):
 
   def __post_init__(self):
     super().__post_init__()
-    if not 0 <= self.choice_temperature < float("inf"):
-      raise ValueError(f"choice_temperature={self.choice_temperature} must "
-                       "be in [0, inf)")
+    if (not is_number(self.choice_temperature)
+        or not 0 <= self.choice_temperature < float("inf")):
+      raise ValueError(f"choice_temperature={self.choice_temperature!r} "
+                       "must be in [0, inf) (a number)")
 
   def select(self, step: Step):
     steps = self.steps // self.num_blocks()

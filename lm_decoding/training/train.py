@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import math
 import os
 import time
 from typing import Any
@@ -38,8 +39,11 @@ import numpy as np
 import optax
 import tqdm
 
+from lm_decoding.data import corpus as corpus_lib
 from lm_decoding.data import parallel_text
 from lm_decoding.data import pipeline
+from lm_decoding.data.tokenizer import MIN_VOCAB_SIZE
+from lm_decoding.decoding.base import is_count, is_number
 from lm_decoding.models import TransformerConfig, count_params, init_params
 from lm_decoding.models import make_logits_fn
 from lm_decoding.training import objectives
@@ -135,9 +139,62 @@ def model_config(config: ml_collections.ConfigDict) -> TransformerConfig:
   model = config.model.to_dict()
   if objective == "cmlm":  # the length head: one class per target length
     model["length_classes"] = config.data.max_target_tokens
-  return TransformerConfig(vocab_size=config.data.vocab_size,
-                           attention=_ATTENTION[objective],
-                           **model)
+  try:
+    return TransformerConfig(vocab_size=config.data.vocab_size,
+                             attention=_ATTENTION[objective],
+                             **model)
+  except ValueError as e:  # name the config section
+    raise ValueError(f"model.{e}") from e
+
+
+_COUNTS = (("train", "num_steps", 1), ("train", "batch_size", 1),
+           ("train", "warmup_steps", 0), ("train", "eval_every", 1),
+           ("train", "eval_batches", 1), ("train", "mdlm_eval_timesteps", 1),
+           ("train", "checkpoint_every", 1), ("train", "keep_checkpoints", 1),
+           ("data", "seq_len", 2), ("data", "vocab_size", MIN_VOCAB_SIZE))
+_NUMBERS = (("train", "learning_rate", 0.0, False),
+            ("train", "weight_decay", 0.0, True),
+            ("train", "grad_clip_norm", 0.0, False))
+
+
+def check_config(config: ml_collections.ConfigDict) -> TransformerConfig:
+  """Checks every option `train` reads; returns the backbone config.
+
+  Pure and fast: `train` calls it before touching the workdir, the data or
+  the compiler.
+
+  Raises:
+    ValueError: naming the config key and its allowed range: seed not an
+      integer >= 0; a count of `_COUNTS` not an integer >= its minimum; a
+      rate of `_NUMBERS` not a finite number above 0 (weight decay: >= 0);
+      data.format unknown; data.path missing; train.block_length (bd3lm) not
+      dividing data.seq_len; or any error of `model_config`.
+  """
+  if not is_count(config.seed, minimum=0):
+    raise ValueError(f"seed={config.seed!r} must be an integer >= 0")
+  for section, key, minimum in _COUNTS:
+    value = config[section][key]
+    if not is_count(value, minimum):
+      raise ValueError(f"{section}.{key}={value!r} must be an integer >= "
+                       f"{minimum}")
+  for section, key, low, closed in _NUMBERS:
+    value = config[section][key]
+    if (not is_number(value) or not math.isfinite(value)
+        or not (value >= low if closed else value > low)):
+      bound = f"[{low}, inf)" if closed else f"({low}, inf)"
+      raise ValueError(f"{section}.{key}={value!r} must be a number in "
+                       f"{bound}")
+  data_format = config.data.get("format", "auto")
+  if data_format not in corpus_lib.FORMATS:
+    raise ValueError(f"data.format={data_format!r} must be one of "
+                     f"{corpus_lib.FORMATS}")
+  corpus_lib.resolve_path(config.data.path)
+  if config.train.objective == "bd3lm":
+    block, seq_len = config.train.get("block_length"), config.data.seq_len
+    if not is_count(block) or seq_len % block:
+      raise ValueError(f"train.block_length={block!r} must be an integer in "
+                       f"[1, {seq_len}] dividing data.seq_len={seq_len}")
+  return model_config(config)
 
 
 def decays(param: jax.Array) -> bool:
@@ -337,16 +394,16 @@ def train(config: ml_collections.ConfigDict, workdir: str,
     A summary: parameter count, steps, final validation loss and perplexity
     (AR: perplexity; MDLM: perplexity bound), train tokens/s, wall seconds.
   Raises:
-    ValueError: bad objective, sequence length above max_len, bad data path
-      or vocab size, a workdir that is a file or not writable (all before
-      anything is compiled).
+    ValueError: any error of `check_config` (raised before the workdir is
+      created), bad data, a workdir that is a file or not writable (all
+      before anything is compiled).
     CheckpointError: an existing checkpoint that does not fit `config`.
     CheckpointWriteError: a checkpoint could not be written (full disk,
       read-only file system); the earlier checkpoints are intact.
     OSError: `metrics.jsonl` could not be written (the message names it).
   """
   start_time = time.time()
-  model_cfg = model_config(config)
+  model_cfg = check_config(config)
   train_cfg = config.train
   objective, num_steps = train_cfg.objective, train_cfg.num_steps
   _check_workdir(workdir)
@@ -372,7 +429,6 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   optimizer = make_optimizer(train_cfg)
   key = jax.random.key(config.seed)
   init_key, step_key = jax.random.split(key)
-  state = init_state(model_cfg, optimizer, init_key)
   fingerprint = _fingerprint(config)
   log_path = os.path.join(workdir, "metrics.jsonl")
   tokens_per_step = train_cfg.batch_size * seq_len
@@ -388,15 +444,18 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   with contextlib.ExitStack() as stack:
     checkpoints = stack.enter_context(Checkpoints(
         os.path.join(workdir, "checkpoints"), train_cfg.keep_checkpoints))
-    if checkpoints.latest_step() is None:
-      _rewind_metrics(log_path, -1)  # a log left by a run killed before step 1
-    else:
+    resume = checkpoints.latest_step() is not None
+    if resume:  # checked before anything compiles
       meta = checkpoints.read_meta()
       if meta.get("fingerprint") != fingerprint:
         raise CheckpointError(
             f"checkpoint in {checkpoints.directory} was trained with "
             f"{meta.get('fingerprint')}, not {fingerprint}; use another "
             "workdir")
+    state = init_state(model_cfg, optimizer, init_key)
+    if not resume:
+      _rewind_metrics(log_path, -1)  # a log left by a run killed before step 1
+    else:
       state, _ = checkpoints.restore(state)
       _rewind_metrics(log_path, int(state.step))
       if progress:
