@@ -17,9 +17,11 @@ decoders run their plain `jax.jit` functions, bit for bit and at the same
 cost.
 
 Checked programs are traced afresh on each call (a debugging mode: slow).
-Decoders called inside an enclosing plain `jax.jit` (the comparison
-harness's timed programs) need that enclosing function checkified too;
-call `decode` directly to debug a decoder.
+Only model calls traced inside a `debug.jit` function are checked for
+finiteness: a decoder whose compiled function is a plain `jax.jit` gets the
+shape check only, and a decoder called inside an enclosing plain `jax.jit`
+(the comparison harness's timed programs) must be checkified by it; call
+`decode` directly to debug a decoder.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from jax.experimental import checkify
 
 ENV_VAR = "LM_DECODING_DEBUG"
 _enabled = os.environ.get(ENV_VAR, "") not in ("", "0")
+_checkified = 0  # > 0 while a `debug.jit` function is traced checkified
 
 
 def enable(on: bool = True) -> None:
@@ -52,7 +55,9 @@ def check_logits(role: str, logits: jax.Array, tokens: jax.Array) -> None:
   """Under the switch: logits float[B, L, V] for tokens int[B, L], finite.
 
   The shape is checked when traced (ValueError); finiteness by a checkify
-  check in the compiled program. Does nothing with the switch off.
+  check in the compiled program, when the call is traced inside a
+  `debug.jit` function (elsewhere a check could not be raised). Does nothing
+  with the switch off.
   """
   if not _enabled:
     return
@@ -61,6 +66,8 @@ def check_logits(role: str, logits: jax.Array, tokens: jax.Array) -> None:
                      f"tokens {tokens.shape}; expected [B, L, V] = "
                      f"{tokens.shape + ('V',)}")
   # -inf is a legitimate logit (a token ruled out); NaN and +inf are not.
+  if not _checkified:
+    return
   checkify.check(jnp.all(~jnp.isnan(logits) & (logits < jnp.inf)),
                  f"role {role!r}: non-finite logits (NaN or +inf) for tokens "
                  f"{tokens.shape}")
@@ -71,9 +78,10 @@ def jit(fun: Callable | None = None, *, static_argnames: tuple[str, ...] = (),
   """`jax.jit` that, with the switch on, runs `fun` checkified.
 
   Use as `@debug.jit(static_argnames=(...))` on a decoder's compiled
-  function. Off: the plain jitted function is called. On: static arguments
-  are bound, the rest traced through `checkify.checkify`, and a failed check
-  raised (inside an enclosing checkified function, passed on to it).
+  function. Off, or called inside a plain `jax.jit`: the plain jitted
+  function is called. On: static arguments are bound, the rest traced
+  through `checkify.checkify`, and a failed check raised (inside an
+  enclosing checkified function, passed on to it).
   """
   if fun is None:
     return functools.partial(jit, static_argnames=static_argnames,
@@ -83,12 +91,19 @@ def jit(fun: Callable | None = None, *, static_argnames: tuple[str, ...] = (),
 
   @functools.wraps(fun)
   def call(*args, **kwargs):
-    if not _enabled:
-      return plain(*args, **kwargs)
+    global _checkified
     arguments = signature.bind(*args, **kwargs).arguments
+    traced = any(isinstance(leaf, jax.core.Tracer)
+                 for leaf in jax.tree.leaves(dict(arguments)))
+    if not _enabled or (traced and not _checkified):
+      return plain(*args, **kwargs)  # off, or inside a plain jax.jit
     static = {n: arguments.pop(n) for n in static_argnames if n in arguments}
     checked = checkify.checkify(functools.partial(fun, **static))
-    error, out = jax.jit(checked)(**arguments)
+    _checkified += 1
+    try:
+      error, out = jax.jit(checked)(**arguments)
+    finally:
+      _checkified -= 1
     checkify.check_error(error)
     return out
 
