@@ -133,7 +133,8 @@ class DraftVerifyDecoder(SequenceConfig):
     gamma: draft tokens per round, >= 1.
     sampling: the processors p and q are taken after (greedy: temperature 0).
   A subclass sets `roles` (always with "target") and implements `start`,
-  `propose` and, if its state needs it, `advance`.
+  `propose` and, if its state needs it, `advance`; `accepts`, `correction`
+  and `bonus` are the acceptance rule (speculative sampling's by default).
   """
 
   gamma: int = 4
@@ -178,6 +179,12 @@ class DraftVerifyDecoder(SequenceConfig):
   def correction(self, p_V, q_V):
     """float32[V] the distribution of the target's token at a rejection."""
     return residual(p_V, q_V)
+
+  def bonus(self, state: Round, p_BxV, logits_BxV):
+    """float32[B, V] the distribution of the token after a fully accepted
+    draft (speculative sampling: p_gamma itself)."""
+    del state, logits_BxV
+    return p_BxV
 
   # --- the loop --------------------------------------------------------------
 
@@ -305,14 +312,15 @@ def verify_round(decoder: DraftVerifyDecoder, models, state: Round,
                            out.logits)
   accepted_B = jax.vmap(leading_true)(ok_BxG)
 
-  def target_token(key, p_G1xV, q_GxV, a):
+  def target_token(key, p_G1xV, q_GxV, a, bonus_V):
     q_padded = jnp.concatenate([q_GxV, jnp.zeros_like(q_GxV[:1])], 0)
     dist = jnp.where(a < gamma, decoder.correction(p_G1xV[a], q_padded[a]),
-                     p_G1xV[a])
+                     bonus_V)
     return sampling.categorical(key, jnp.log(dist))
 
+  bonus_BxV = decoder.bonus(state, p_BxG1xV[:, -1], out.logits[:, -1])
   token_B = jax.vmap(target_token)(round_keys[:, 2], p_BxG1xV, q_BxGxV,
-                                   accepted_B)
+                                   accepted_B, bonus_BxV)
   index_G1 = jnp.arange(gamma + 1)
   new_BxG1 = jnp.where(index_G1[None] < accepted_B[:, None],
                        jnp.pad(draft_BxG, ((0, 0), (0, 1))), token_B[:, None])
