@@ -75,8 +75,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.compare.baseline = "AR cached"  # the entry the crossover and K* compare against
   # One decoder per line: "label | decoder | role=member ... | option=value ...".
   # The label is a template showing every option it sets; the value T means the
-  # output length; steps and block_length above T are clamped to T. Roles bind
-  # models by member name (pretrained.member_configs). See comparison.py.
+  # output length; steps, block_length and draft_steps above T are clamped to
+  # T. Roles bind models by member name (pretrained.member_configs). See
+  # comparison.py.
   config.compare.decoders = (
       "AR cached | ar | model=ar",
       "AR uncached | ar_uncached | model=ar",
@@ -98,5 +99,11 @@ def get_config() -> ml_collections.ConfigDict:
       "MaskGIT K={steps} | maskgit | model=mdlm | steps=32",
       "ReMDM K={steps} | remdm | model=mdlm | steps=32",
       "BD3-LM block={block_length} K={steps} | bd3lm | model=bd3lm | block_length=16 steps=T",
+      "speculative small draft gamma={gamma} | speculative"
+      " | target=ar draft=draft_small | gamma=4",
+      "prompt lookup gamma={gamma} | prompt_lookup | target=ar | gamma=4",
+      "MDLM K={draft_steps} skeleton + AR polish p>={threshold} gamma={gamma}"
+      " | skeleton_polish | target=ar draft=mdlm | draft_steps=32 threshold=0.01"
+      " gamma=8",
   )
   return config

@@ -18,8 +18,9 @@ them is an ml_collections config value that a command line can replace):
   `threshold=0.9`; a bare word such as `kv_cache=prefix` is a string).
 
 Resolution per output length T (`resolve`): the value `T` stands for T;
-`steps` and `block_length` above T are clamped to T; a block of T is one
-block (the decoder's default `block_length` when that is None). The row label
+`steps`, `block_length` and `draft_steps` above T are clamped to T; a block
+of T is one block (the decoder's default `block_length` when that is None).
+The row label
 is the template formatted with the values used, the series label (plots,
 notes) with the values as written ("MDLM K=T"). Entries that resolve to the
 same decoder (same class and options after defaults, same bindings) at some
@@ -46,7 +47,7 @@ from lm_decoding.special_tokens import EOS_ID
 
 EVALUATOR = "evaluator"  # the member that scores samples; never decoded
 OUTPUT_LENGTH = "T"  # the option value that stands for the output length
-CLAMPED_TO_T = ("steps", "block_length")
+CLAMPED_TO_T = ("steps", "block_length", "draft_steps")
 HARNESS_OPTIONS = ("output_length", "eos_ids", "sampling")
 
 
