@@ -23,7 +23,8 @@ from lm_decoding.data import corpus as corpus_lib
 from lm_decoding.data import pipeline
 from lm_decoding.data.tokenizer import Tokenizer
 from lm_decoding.decoding import autoregressive as ar
-from lm_decoding.decoding import base, make_decoder, registered, sampling
+from lm_decoding.decoding import (base, make_decoder, registered, sampling,
+                                  speculative)
 from lm_decoding.decoding.iterative import ScheduledDecoder
 from lm_decoding.evaluation import quality
 from lm_decoding.models import (TransformerConfig, abstract_params,
@@ -39,12 +40,17 @@ ALL = registered()
 SEQUENTIAL = tuple(n for n in ALL
                    if issubclass(base.decoder_class(n), ar.SequenceConfig))
 PARALLEL = tuple(n for n in ALL if n not in SEQUENTIAL)
+DRAFT_VERIFY = tuple(n for n in ALL if issubclass(
+    base.decoder_class(n), speculative.DraftVerifyDecoder))
 SHIPPED_TOKENIZER = (pathlib.Path(pretrained.DEFAULT_DIR)
                      / pretrained.TOKENIZER_FILE)
 
 
 def build(name: str, length: int, **options):
-  """Decoder `name` generating `length` tokens per row (K = T steps)."""
+  """Decoder `name` generating `length` tokens per row (K = T steps; draft
+  and verify with gamma 1, so the caches fit in P + T slots)."""
+  if name in DRAFT_VERIFY:
+    options.setdefault("gamma", 1)
   if name in SEQUENTIAL:
     return make_decoder(name, output_length=length, **options)
   if issubclass(base.decoder_class(name), ScheduledDecoder):
@@ -89,12 +95,14 @@ def test_python_lists_and_numpy_int64_decode_like_jax_arrays(name):
   the three `decode` methods pass the converted arrays on to the jitted loop.
   """
   decoder = build(name, 5, eos_ids=TWO_EOS)
-  reference = decoder.decode(bind(STUB, None), PROMPTS, PROMPT_LENGTHS, KEY)
+  reference = decoder.decode(stubs.bind_roles(decoder, STUB), PROMPTS,
+                             PROMPT_LENGTHS, KEY)
   rows = np.asarray(PROMPTS).tolist()
   for prompts, lengths in ((np.asarray(rows, np.int64), np.asarray([3, 1, 2])),
                            (rows, [3, 1, 2]),
                            (np.asarray(rows), (3, 1, 2))):
-    out = decoder.decode(bind(STUB, None), prompts, lengths, KEY)
+    out = decoder.decode(stubs.bind_roles(decoder, STUB), prompts, lengths,
+                         KEY)
     np.testing.assert_array_equal(out.tokens, reference.tokens)
     np.testing.assert_array_equal(out.lengths, reference.lengths)
 
@@ -234,8 +242,10 @@ def test_beam_search_never_emits_an_eos_id_outside_the_vocabulary():
 def test_bad_prompts_raise_before_the_model_runs(name, prompts, lengths,
                                                  match):
   with pytest.raises(ValueError, match=match):
-    build(name, 4).decode(bind(stubs.RaisingLogitsFn(max_len=16), None),
-                          jnp.asarray(prompts), jnp.asarray(lengths), KEY)
+    decoder = build(name, 4)
+    raising = stubs.RaisingLogitsFn(max_len=16)
+    decoder.decode(stubs.bind_roles(decoder, raising), jnp.asarray(prompts),
+                   jnp.asarray(lengths), KEY)
 
 
 def test_bad_decoder_names_and_options_name_the_allowed_range():
@@ -276,7 +286,11 @@ def check_result(name, out, batch, length, steps, eos_ids, executed):
     expected = int(np.argmax(is_eos)) + 1 if is_eos.any() else length
     assert n == expected
     assert (row[n:] == PAD).all() and (row[:n] != PAD).all()
-  if name in SEQUENTIAL:
+  if name in DRAFT_VERIFY:  # 1 to gamma + 1 tokens per round
+    np.testing.assert_array_equal(committed.sum(0), lengths)
+    gamma = out.stats["accept_counts"].shape[1] - 1
+    assert ((committed >= 0) & (committed <= gamma + 1)).all()
+  elif name in SEQUENTIAL:
     prefix = np.arange(length)[:, None] < lengths[None, :]
     np.testing.assert_array_equal(committed, prefix.astype(np.int32))
     assert nfe == (lengths.max() if name == "ar_early_exit" else length)
@@ -292,7 +306,8 @@ def check_result(name, out, batch, length, steps, eos_ids, executed):
 def run_counted(decoder, prompts, prompt_lengths):
   """decoder.decode on STUB; returns (result, the calls STUB executed)."""
   first = len(STUB.executed)
-  out = decoder.decode(bind(STUB, None), prompts, prompt_lengths, KEY)
+  out = decoder.decode(stubs.bind_roles(decoder, STUB), prompts,
+                       prompt_lengths, KEY)
   jax.effects_barrier()
   return out, STUB.executed[first:]
 
@@ -309,7 +324,9 @@ def test_decode_result_is_consistent(name):
     check_result(name, out, batch, length, length, eos_ids, executed)
     np.testing.assert_array_equal(out.tokens[0], [EOS] + [PAD] * (length - 1))
   with pytest.raises(ValueError, match="max_len"):
-    build(name, 6).decode(bind(STUB, None), PROMPTS, PROMPT_LENGTHS, KEY)
+    decoder = build(name, 6)
+    decoder.decode(stubs.bind_roles(decoder, STUB), PROMPTS, PROMPT_LENGTHS,
+                   KEY)
 
 
 @pytest.mark.parametrize("name, options", [
