@@ -59,10 +59,7 @@ def corpus_bleu(hypotheses: Sequence[str],
   Raises:
     ValueError: the two lists differ in length or are empty.
   """
-  _check_aligned(hypotheses, references)
-  metric = BLEU()
-  score = metric.corpus_score(list(hypotheses), [list(references)])
-  return CorpusScore(score.score, str(metric.get_signature()))
+  return _corpus_score(BLEU(), hypotheses, references)
 
 
 def corpus_chrf(hypotheses: Sequence[str],
@@ -72,8 +69,11 @@ def corpus_chrf(hypotheses: Sequence[str],
   Raises:
     ValueError: the two lists differ in length or are empty.
   """
+  return _corpus_score(CHRF(), hypotheses, references)
+
+
+def _corpus_score(metric, hypotheses, references) -> CorpusScore:
   _check_aligned(hypotheses, references)
-  metric = CHRF()
   score = metric.corpus_score(list(hypotheses), [list(references)])
   return CorpusScore(score.score, str(metric.get_signature()))
 
