@@ -30,7 +30,7 @@ import pytest
 import stubs
 from lm_decoding.data.tokenizer import Tokenizer
 from lm_decoding.decoding import base, make_decoder, registered, sampling
-from lm_decoding.decoding.iterative import ScheduledDecoder
+from lm_decoding.decoding.iterative import IterativeDecoder, ScheduledDecoder
 from lm_decoding.training import train as train_lib
 from lm_decoding.training.checkpoints import CheckpointError, Checkpoints
 
@@ -78,7 +78,8 @@ def has_field(name, field):
 
 
 ALL = registered()
-PARALLEL = tuple(n for n in ALL if has_field(n, "mask_id"))
+PARALLEL = tuple(n for n in ALL
+                 if issubclass(base.decoder_class(n), IterativeDecoder))
 
 DECODER_ROWS = [
     *[pytest.param(lambda n=n: decode(n, prompts=((5, V),)), ValueError,
