@@ -358,6 +358,8 @@ def test_skeleton_with_threshold_zero_is_the_mdlm_sample():
     ("skeleton_polish", dict(threshold=1.5), r"threshold=1.5 must be .*\[0, 1\]"),
     ("skeleton_polish", dict(threshold=True), r"threshold=True must be"),
     ("skeleton_polish", dict(mask_id=0), "mask_id=0 must be"),
+    ("speculative", dict(prompt_attention="bidirectional"),
+     "prompt_attention='bidirectional' must be 'causal'"),
 ])
 def test_bad_options_raise_at_construction(name, options, match):
   with pytest.raises(ValueError, match=match):
@@ -371,6 +373,10 @@ def test_draft_and_target_of_different_vocabularies_raise_before_compiling():
     with pytest.raises(ValueError, match=r"V=17 must equal the target's V=16"):
       make_decoder(name, output_length=8).decode(
           models(raising, other), RAGGED, RAGGED_LENGTHS, KEY)
+  for name in ("diffusion_draft", "skeleton_polish"):
+    with pytest.raises(ValueError, match=r"mask_id must be token ids in \[0, V=16\)"):
+      make_decoder(name, output_length=8, mask_id=16).decode(
+          models(raising, raising), RAGGED, RAGGED_LENGTHS, KEY)
   with pytest.raises(ValueError, match=r"must be <= the draft model's max_len"):
     make_decoder("speculative", output_length=8, gamma=8).decode(
         models(stubs.RaisingLogitsFn(max_len=64),

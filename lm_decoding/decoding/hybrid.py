@@ -181,9 +181,7 @@ class SkeletonPolishDecoder(DraftVerifyDecoder):
     if self.draft_steps is not None and not is_count(self.draft_steps):
       raise ValueError(f"draft_steps={self.draft_steps!r} must be an integer "
                        ">= 1 or None (= output_length)")
-    if (isinstance(self.threshold, bool)
-        or not isinstance(self.threshold, (int, float))
-        or not 0 <= self.threshold <= 1):
+    if not base.is_number(self.threshold) or not 0 <= self.threshold <= 1:
       raise ValueError(f"threshold={self.threshold!r} must be a number in "
                        "[0, 1]")
     _check_mask_id(self)

@@ -56,13 +56,13 @@ gamma + 1 tokens per round; the draft's calls as each subclass states.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any, ClassVar, Mapping
 
 import flax.struct
 import jax
 import jax.numpy as jnp
 
+from lm_decoding import debug
 from lm_decoding.decoding import base, sampling
 from lm_decoding.decoding.autoregressive import SequenceConfig, check_prompts
 from lm_decoding.decoding.base import DecodeResult, Model, is_count, register
@@ -147,6 +147,9 @@ class DraftVerifyDecoder(SequenceConfig):
       raise ValueError(f"gamma={self.gamma!r} must be an integer >= 1")
     if not isinstance(self.sampling, sampling.SamplingConfig):
       raise ValueError(f"sampling={self.sampling!r} must be a SamplingConfig")
+    if self.prompt_attention != "causal":
+      raise ValueError(f"prompt_attention={self.prompt_attention!r} must be "
+                       "'causal': draft-and-verify decoders prefill causally")
 
   # --- what a subclass provides ---------------------------------------------
 
@@ -223,6 +226,8 @@ class DraftVerifyDecoder(SequenceConfig):
     base.check_token_ids("prompts", prompts, models["target"])
     base.check_token_ids("eos_ids and pad_id", self.eos_ids + (self.pad_id,),
                          models["target"])
+    if hasattr(self, "mask_id"):
+      base.check_token_ids("mask_id", self.mask_id, models["target"])
     return length, prompts, prompt_lengths
 
   def decode(self, models: Mapping[str, Model], prompts: jax.Array,
@@ -368,7 +373,7 @@ def finish(decoder: DraftVerifyDecoder, state: Round) -> DecodeResult:
                      rounds=rounds_B, accept_counts=state.accept_counts)
 
 
-@functools.partial(jax.jit, static_argnames=("decoder", "cache_length"))
+@debug.jit(static_argnames=("decoder", "cache_length"))
 def _decode(decoder, cache_length, models, prompts, prompt_lengths, keys_B):
   keys_Bx2 = jax.vmap(jax.random.split)(keys_B)
   state = start(decoder, cache_length, models, prompts.astype(jnp.int32),
