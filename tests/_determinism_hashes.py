@@ -36,11 +36,15 @@ def build(name: str) -> base.Decoder:
   return make_decoder(name, **options)
 
 
+# One stub for every call: a stub is a static jit argument hashed by
+# identity, so a new one would recompile every decode.
+STUB = stubs.TableLogitsFn.random(7, 12, 16, masked_ids=(PAD,))
+
+
 def tokens(name: str, seed: int) -> np.ndarray:
   """int32[B, T] tokens of decoder `name` with key(seed) on a random stub."""
-  stub = stubs.TableLogitsFn.random(7, 12, 16, masked_ids=(PAD,))
   decoder = build(name)
-  out = decoder.decode(stubs.bind_roles(decoder, stub), PROMPTS,
+  out = decoder.decode(stubs.bind_roles(decoder, STUB), PROMPTS,
                        PROMPT_LENGTHS, jax.random.key(seed))
   return np.asarray(out.tokens)
 

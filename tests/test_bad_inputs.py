@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
-import importlib.util
 import pathlib
 import re
 import subprocess
@@ -27,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import _loading
 import stubs
 from lm_decoding.data.tokenizer import Tokenizer
 from lm_decoding.decoding import base, make_decoder, registered, sampling
@@ -41,13 +41,10 @@ T = 4
 
 
 def _load(name, path):
-  spec = importlib.util.spec_from_file_location(name, path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return _loading.load(name, path)
 
 
-JOB = _load("compare_decoding_bad_inputs",
+JOB = _load("compare_decoding",
             ROOT / "experiments" / "compare_decoding.py")
 TINY = ROOT / "configs" / "tiny.py"
 
@@ -335,7 +332,7 @@ TRAIN_ROWS = [
               train__weight_decay=-0.1),
     train_row(r"train.grad_clip_norm=0.0 must be a number in \(0.0, inf\)",
               train__grad_clip_norm=0.0),
-    train_row(r"train.objective='gpt'; allowed: \('ar', 'mdlm', 'bd3lm'\)",
+    train_row(r"train.objective='gpt'; allowed: \('ar', 'mdlm', 'bd3lm', 'translation_ar', 'cmlm', 'ctc'\)",
               train__objective="gpt"),
     train_row(r"train.block_length=5 must be an integer in \[1, 256\] "
               r"dividing data.seq_len=256", train__objective="bd3lm",

@@ -3,7 +3,6 @@
 import contextlib
 import csv
 import io
-import importlib.util
 import os
 import pathlib
 import re
@@ -14,6 +13,7 @@ import jax
 import numpy as np
 import pytest
 
+import _loading
 from lm_decoding.data import corpus
 from lm_decoding.data.tokenizer import Tokenizer
 from lm_decoding.decoding import base
@@ -28,10 +28,7 @@ MEMBERS = ("ar", "mdlm", "evaluator")
 
 
 def _load(name, path):
-  spec = importlib.util.spec_from_file_location(name, path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return _loading.load(name, path)
 
 
 @pytest.fixture(scope="module")

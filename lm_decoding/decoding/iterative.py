@@ -760,7 +760,6 @@ class IterativeDecoder:
                        "the whole sequence as one block; use "
                        "block_length=None")
     base.check_models(self, models)
-    self._check_special_ids(models)
     tokens = _int_matrix("tokens", tokens, "int[B, L]")
     if valid is None:
       valid = jnp.ones(tokens.shape, bool)
@@ -772,6 +771,7 @@ class IterativeDecoder:
     if tokens.shape[1] > max_len:
       raise ValueError(f"tokens length L={tokens.shape[1]} must be <= "
                        f"logits_fn.max_len={max_len}")
+    self._check_special_ids(models)  # may trace the model for V: last
     return _infill(self, models, tokens, jnp.asarray(fill_mask, bool),
                    jnp.asarray(valid, bool),
                    base.row_keys(key, tokens.shape[0]), trace)

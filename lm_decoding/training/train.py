@@ -131,11 +131,13 @@ def model_config(config: ml_collections.ConfigDict) -> TransformerConfig:
   if objective not in OBJECTIVES:
     raise ValueError(
         f"train.objective={objective!r}; allowed: {OBJECTIVES}")
-  if sequence_length(config) > config.model.max_len:
+  length = sequence_length(config)
+  if length > config.model.max_len:
+    what = (f"data.seq_len={length}" if objective not in TRANSLATION_OBJECTIVES
+            else f"the {objective} training sequence length {length} (from "
+                 "data.max_source_tokens, data.max_target_tokens)")
     raise ValueError(
-        f"the training sequences have {sequence_length(config)} positions "
-        f"(data.seq_len, or for translation see `sequence_length`); "
-        f"model.max_len={config.model.max_len} is smaller")
+        f"{what} must be <= model.max_len={config.model.max_len}")
   model = config.model.to_dict()
   if objective == "cmlm":  # the length head: one class per target length
     model["length_classes"] = config.data.max_target_tokens
