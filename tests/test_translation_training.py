@@ -38,7 +38,7 @@ def test_model_config_per_objective():
 def test_max_len_too_small_for_the_ctc_frames():
   config = _config("ctc")
   config.model.max_len = 9
-  with pytest.raises(ValueError, match="10 positions"):
+  with pytest.raises(ValueError, match="ctc training sequence length 10 .* must be <= model.max_len=9"):
     train.model_config(config)
 
 
