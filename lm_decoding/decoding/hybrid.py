@@ -67,7 +67,7 @@ from lm_decoding.special_tokens import MASK_ID
 ORDERS = ("left_to_right", "confidence")
 
 
-def _check_mask_id(decoder):
+def _check_draft_options(decoder):
   if decoder.sampling.repetition_penalty != 1:
     raise ValueError(f"sampling.repetition_penalty="
                      f"{decoder.sampling.repetition_penalty} must be 1: the "
@@ -103,7 +103,7 @@ class DiffusionDraftDecoder(DraftVerifyDecoder):
                        f"in [1, gamma={self.gamma}]")
     if self.order not in ORDERS:
       raise ValueError(f"order={self.order!r}; allowed: {ORDERS}")
-    _check_mask_id(self)
+    _check_draft_options(self)
 
   def _commits(self, step, masked_BxG, confidence_BxG):
     """bool[B, G]: the draft positions committed at `step`."""
@@ -184,7 +184,7 @@ class SkeletonPolishDecoder(DraftVerifyDecoder):
     if not base.is_number(self.threshold) or not 0 <= self.threshold <= 1:
       raise ValueError(f"threshold={self.threshold!r} must be a number in "
                        "[0, 1]")
-    _check_mask_id(self)
+    _check_draft_options(self)
 
   def skeleton_decoder(self) -> MDLMDecoder:
     """The MDLM sampler that drafts the skeleton."""
