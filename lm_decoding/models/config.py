@@ -11,6 +11,8 @@ NORMS = ("rmsnorm", "layernorm")
 POSITIONALS = ("rope", "learned")
 MLP_ACTIVATIONS = ("swiglu", "gelu")
 DTYPES = ("float32", "bfloat16", "float16")
+QUANTIZATIONS = ("none", "int8_weights")
+KV_CACHE_DTYPES = ("compute", "int8")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +45,16 @@ class TransformerConfig:
       2019) predicting a target length in 1..C from mean-pooled source
       hidden states (`transformer.length_logits`); 0 (default): no head,
       and the parameters are those of a model without it.
+    quantization: 'none' (default), or 'int8_weights': weight-only int8
+      with a float32 scale per output channel for every matmul kernel and a
+      scale per row for the token embedding (which is also the tied LM
+      head); norms, learned positions and the length head stay float. Make
+      such parameters from a float checkpoint with
+      `lm_decoding.models.quantization.quantize_params`. Inference only.
+    kv_cache_dtype: 'compute' (default: keys/values cached in the compute
+      dtype) or 'int8': int8 keys/values with a float32 absmax scale per
+      (row, slot, KV head) (see `lm_decoding.models.kv_cache`). Calls
+      without a cache are unaffected.
   """
 
   vocab_size: int = 4096
@@ -62,6 +74,8 @@ class TransformerConfig:
   param_dtype: str = "float32"
   rope_base: float = 10000.0
   length_classes: int = 0
+  quantization: str = "none"
+  kv_cache_dtype: str = "compute"
 
   def __post_init__(self):
     for name, value, allowed in (
@@ -71,6 +85,8 @@ class TransformerConfig:
         ("mlp_activation", self.mlp_activation, MLP_ACTIVATIONS),
         ("dtype", self.dtype, DTYPES),
         ("param_dtype", self.param_dtype, DTYPES),
+        ("quantization", self.quantization, QUANTIZATIONS),
+        ("kv_cache_dtype", self.kv_cache_dtype, KV_CACHE_DTYPES),
     ):
       if value not in allowed:
         raise ValueError(f"{name}={value!r}; allowed: {allowed}")

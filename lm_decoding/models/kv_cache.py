@@ -4,7 +4,13 @@ The cache is passed into and returned from `Transformer.apply` (no mutable
 collections), so it can be the carry of `lax.scan`, sharded and donated.
 
 Layout, for a batch of B rows and a cache of S slots:
-  k[l], v[l]: [B, S, Hkv, Dh] for layer l, in the model's compute dtype.
+  k[l], v[l]: [B, S, Hkv, Dh] for layer l, in the model's compute dtype; with
+              `config.kv_cache_dtype == 'int8'` an `Int8KV` instead: int8
+              values [B, S, Hkv, Dh] and a float32 absmax scale [B, S, Hkv]
+              per (row, slot, KV head) (`lm_decoding.models.int8`), written
+              by `write_rows` (which quantises) and read by the attention,
+              which folds the scales into the scores (keys) and the
+              probabilities (values) instead of dequantising the cache.
   index:      int32[B], per-row write index: slots [0, index[b]) hold row b's
               tokens, in order; the next call writes at index[b].
 
@@ -24,21 +30,47 @@ Operations decoders need, all per row and pure:
   `rollback(length)` forgets slots >= length (speculative rejection: a row
                      keeps only its accepted tokens); stale slots are never
                      attended because masks only reach slots < index + L;
-  `reorder(rows)`    gathers rows (beam search follows each beam's parent).
+  `reorder(rows)`    gathers rows (beam search follows each beam's parent);
+                     int8 scales are gathered with their values.
 
 The arrays carry their own logical axes, `LOGICAL_AXES` = ('cache_batch',
 'cache_length', 'cache_kv_heads', 'cache_head_dim'), distinct from the
 parameters' 'heads', so a mesh can shard the cache by batch and KV heads
-independently of the weights (as MaxText does).
+independently of the weights (as MaxText does); int8 scales carry the first
+three (`SCALE_LOGICAL_AXES`).
 """
 
 from __future__ import annotations
+
+import math
 
 import flax.struct
 import jax
 import jax.numpy as jnp
 
+from lm_decoding.models import int8
 from lm_decoding.models.config import TransformerConfig
+
+
+@flax.struct.dataclass
+class Int8KV:
+  """One layer's int8 keys (or values): x[b, s, h, :] ~ values * scale[b, s, h].
+
+  Attributes:
+    values: int8[B, S, Hkv, Dh].
+    scale: float32[B, S, Hkv], absmax / 127 of each cached head vector.
+  """
+
+  values: jax.Array
+  scale: jax.Array
+
+  @property
+  def shape(self) -> tuple[int, ...]:
+    return self.values.shape
+
+  def dequantize(self, dtype=jnp.float32) -> jax.Array:
+    """[B, S, Hkv, Dh] values * scale in `dtype`."""
+    return int8.dequantize(self.values, self.scale, -1, dtype)
 
 
 @flax.struct.dataclass
@@ -46,17 +78,18 @@ class KVCache:
   """Per-layer keys and values plus a per-row write index.
 
   Attributes:
-    k: tuple of num_layers arrays [B, S, Hkv, Dh].
-    v: tuple of num_layers arrays [B, S, Hkv, Dh].
+    k: tuple of num_layers arrays [B, S, Hkv, Dh] (or `Int8KV`s).
+    v: tuple of num_layers arrays [B, S, Hkv, Dh] (or `Int8KV`s).
     index: int32[B], number of slots already written in each row.
   """
 
-  k: tuple[jax.Array, ...]
-  v: tuple[jax.Array, ...]
+  k: tuple[jax.Array | Int8KV, ...]
+  v: tuple[jax.Array | Int8KV, ...]
   index: jax.Array
 
   LOGICAL_AXES = ("cache_batch", "cache_length", "cache_kv_heads",
                   "cache_head_dim")
+  SCALE_LOGICAL_AXES = LOGICAL_AXES[:3]
 
   @property
   def length(self) -> int:
@@ -76,7 +109,11 @@ class KVCache:
       raise ValueError(
           f"cache length={length} must be in [1, max_len={config.max_len}]")
     shape = (batch_size, length, config.num_kv_heads, config.head_dim)
-    zeros = lambda: jnp.zeros(shape, config.compute_dtype)
+    if config.kv_cache_dtype == "int8":
+      zeros = lambda: Int8KV(values=jnp.zeros(shape, jnp.int8),
+                             scale=jnp.zeros(shape[:3], jnp.float32))
+    else:
+      zeros = lambda: jnp.zeros(shape, config.compute_dtype)
     return cls(k=tuple(zeros() for _ in range(config.num_layers)),
                v=tuple(zeros() for _ in range(config.num_layers)),
                index=jnp.zeros((batch_size,), jnp.int32))
@@ -100,25 +137,39 @@ class KVCache:
     return self.at(jnp.minimum(self.index, jnp.asarray(length_B, jnp.int32)))
 
   def reorder(self, rows_B: jax.Array) -> "KVCache":
-    """Row b of the result is row rows[b] of this cache (keys, values, index).
+    """Row b of the result is row rows[b] of this cache (keys, values and
+    int8 scales, index).
 
     Args:
       rows_B: int32[B'] source rows (B' may differ from B).
     """
-    take = lambda a: jnp.take(a, rows_B, axis=0)
-    return KVCache(k=tuple(map(take, self.k)), v=tuple(map(take, self.v)),
-                   index=take(self.index))
+    return jax.tree.map(lambda a: jnp.take(a, rows_B, axis=0), self)
 
   def bytes_per_slot(self) -> int:
-    """Bytes of keys and values one token occupies across all layers."""
-    return sum(a.shape[2] * a.shape[3] * a.dtype.itemsize
-               for a in self.k + self.v)
+    """Bytes of keys and values (and int8 scales) one token occupies across
+    all layers."""
+    return sum(math.prod(a.shape[2:]) * a.dtype.itemsize
+               for a in jax.tree.leaves((self.k, self.v)))
 
 
-def write_rows(buffer_BxSxHxD: jax.Array, new_BxLxHxD: jax.Array,
-               index_B: jax.Array) -> jax.Array:
-  """Writes `new[b]` into `buffer[b]` at slot `index[b]`, per row."""
+def _write(buffer_BxSx: jax.Array, new_BxLx: jax.Array,
+           index_B: jax.Array) -> jax.Array:
   def one(buf, new, i):
-    return jax.lax.dynamic_update_slice(buf, new, (i, 0, 0))
-  return jax.vmap(one)(buffer_BxSxHxD, new_BxLxHxD.astype(buffer_BxSxHxD.dtype),
+    return jax.lax.dynamic_update_slice(
+        buf, new, (i,) + (0,) * (buf.ndim - 1))
+  return jax.vmap(one)(buffer_BxSx, new_BxLx.astype(buffer_BxSx.dtype),
                        index_B)
+
+
+def write_rows(buffer_BxSxHxD: jax.Array | Int8KV, new_BxLxHxD: jax.Array,
+               index_B: jax.Array) -> jax.Array | Int8KV:
+  """Writes `new[b]` into `buffer[b]` at slot `index[b]`, per row.
+
+  An `Int8KV` buffer receives `new` quantised per head vector
+  (`int8.quantize` over Dh) and its scales.
+  """
+  if isinstance(buffer_BxSxHxD, Int8KV):
+    q_BxLxHxD, scale_BxLxH = int8.quantize(new_BxLxHxD, -1)
+    return Int8KV(values=_write(buffer_BxSxHxD.values, q_BxLxHxD, index_B),
+                  scale=_write(buffer_BxSxHxD.scale, scale_BxLxH, index_B))
+  return _write(buffer_BxSxHxD, new_BxLxHxD, index_B)

@@ -17,9 +17,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from lm_decoding.models import int8
 from lm_decoding.models import masks
 from lm_decoding.models.config import TransformerConfig
-from lm_decoding.models.kv_cache import KVCache, write_rows
+from lm_decoding.models.kv_cache import Int8KV, KVCache, write_rows
 from lm_decoding.models.output import ModelOutput
 
 _NEG = -1e30  # finite mask value for float32 attention scores
@@ -27,6 +28,23 @@ _NEG = -1e30  # finite mask value for float32 attention scores
 
 def _init(init_fn, *axes):
   return nn.with_logical_partitioning(init_fn, axes)
+
+
+def _dense(cfg: TransformerConfig, features, axes, name, axis=-1):
+  """A bias-free `nn.DenseGeneral` with logical `axes`, or its weight-only
+  int8 twin (`int8.Int8Dense`) when cfg.quantization == 'int8_weights'."""
+  if cfg.quantization == "int8_weights":
+    return int8.Int8Dense(features, axis=axis, kernel_axes=axes,
+                          dtype=cfg.compute_dtype, name=name)
+  return nn.DenseGeneral(
+      features, axis=axis, use_bias=False, dtype=cfg.compute_dtype,
+      param_dtype=cfg.weight_dtype, name=name,
+      kernel_init=_init(nn.initializers.lecun_normal(), *axes))
+
+
+def _per_key(scale_BxSxK: jax.Array) -> jax.Array:
+  """int8 cache scales [B, S, Hkv] broadcast against scores [B, Hkv, G, L, S]."""
+  return jnp.transpose(scale_BxSxK, (0, 2, 1))[:, :, None, None, :]
 
 
 class Norm(nn.Module):
@@ -68,6 +86,10 @@ class Attention(nn.Module):
   """Multi-head / grouped-query / multi-query self-attention.
 
   Query head h reads key/value head h // (num_heads // num_kv_heads).
+  With an int8 cache (`Int8KV`), keys and values are read as int8 and their
+  per-(row, slot, KV head) scales are folded in: into the scores (q . k_q *
+  k_scale[s]) and into the probabilities (sum_s p[s] * v_scale[s] * v_q[s]),
+  which equals attending over the dequantised cache without writing it.
   """
 
   config: TransformerConfig
@@ -76,10 +98,7 @@ class Attention(nn.Module):
   def __call__(self, x_BxLxD, positions_BxL, mask_BxLxS, k_cache, v_cache,
                index_B):
     cfg = self.config
-    dense = lambda feats, axes, name: nn.DenseGeneral(
-        feats, use_bias=False, dtype=cfg.compute_dtype,
-        param_dtype=cfg.weight_dtype, name=name,
-        kernel_init=_init(nn.initializers.lecun_normal(), *axes))
+    dense = lambda feats, axes, name: _dense(cfg, feats, axes, name)
     q = dense((cfg.num_heads, cfg.head_dim), ("embed", "heads", "kv"), "query")(x_BxLxD)
     k = dense((cfg.num_kv_heads, cfg.head_dim), ("embed", "heads", "kv"), "key")(x_BxLxD)
     v = dense((cfg.num_kv_heads, cfg.head_dim), ("embed", "heads", "kv"), "value")(x_BxLxD)
@@ -90,21 +109,27 @@ class Attention(nn.Module):
       k_cache = write_rows(k_cache, k, index_B)
       v_cache = write_rows(v_cache, v, index_B)
       k, v = k_cache, v_cache
+    k_scale = v_scale = None
+    if isinstance(k, Int8KV):
+      k, k_scale, v, v_scale = k.values, k.scale, v.values, v.scale
     b, l = q.shape[:2]
     groups = cfg.num_heads // cfg.num_kv_heads
     q_BxLxKxGxD = q.reshape(b, l, cfg.num_kv_heads, groups, cfg.head_dim)
-    scores = jnp.einsum("blkgd,bskd->bkgls", q_BxLxKxGxD, k,
+    scores = jnp.einsum("blkgd,bskd->bkgls", q_BxLxKxGxD,
+                        k.astype(cfg.compute_dtype),
                         preferred_element_type=jnp.float32)
+    if k_scale is not None:
+      scores = scores * _per_key(k_scale)
     scores = scores * (cfg.head_dim ** -0.5)
     scores = jnp.where(mask_BxLxS[:, None, None], scores, _NEG)
-    probs = jax.nn.softmax(scores, axis=-1).astype(cfg.compute_dtype)
-    out = jnp.einsum("bkgls,bskd->blkgd", probs, v)
+    probs = jax.nn.softmax(scores, axis=-1)
+    if v_scale is not None:
+      probs = probs * _per_key(v_scale)
+    probs = probs.astype(cfg.compute_dtype)
+    out = jnp.einsum("bkgls,bskd->blkgd", probs, v.astype(cfg.compute_dtype))
     out_BxLxHxD = out.reshape(b, l, cfg.num_heads, cfg.head_dim)
-    y = nn.DenseGeneral(
-        cfg.d_model, axis=(-2, -1), use_bias=False, dtype=cfg.compute_dtype,
-        param_dtype=cfg.weight_dtype, name="out",
-        kernel_init=_init(nn.initializers.lecun_normal(), "heads", "kv", "embed"),
-    )(out_BxLxHxD)
+    y = _dense(cfg, cfg.d_model, ("heads", "kv", "embed"), "out",
+               axis=(-2, -1))(out_BxLxHxD)
     return y, k_cache, v_cache
 
 
@@ -116,10 +141,7 @@ class Mlp(nn.Module):
   @nn.compact
   def __call__(self, x_BxLxD):
     cfg = self.config
-    dense = lambda feats, axes, name: nn.Dense(
-        feats, use_bias=False, dtype=cfg.compute_dtype,
-        param_dtype=cfg.weight_dtype, name=name,
-        kernel_init=_init(nn.initializers.lecun_normal(), *axes))
+    dense = lambda feats, axes, name: _dense(cfg, feats, axes, name)
     h = dense(cfg.mlp_dim, ("embed", "mlp"), "wi")(x_BxLxD)
     if cfg.mlp_activation == "swiglu":
       h = nn.silu(dense(cfg.mlp_dim, ("embed", "mlp"), "wi_gate")(x_BxLxD)) * h
@@ -202,11 +224,19 @@ class Transformer(nn.Module):
     if attention_mask.shape != (b, l, s):
       raise ValueError(f"attention_mask has shape {attention_mask.shape}; "
                        f"expected [B, L, S] = {(b, l, s)}")
-    embedding = self.param(
-        "embedding",
-        _init(nn.initializers.normal(cfg.d_model ** -0.5), "vocab", "embed"),
-        (cfg.vocab_size, cfg.d_model), cfg.weight_dtype)
-    x = jnp.take(embedding, tokens_BxL, axis=0).astype(cfg.compute_dtype)
+    embedding_init = nn.initializers.normal(cfg.d_model ** -0.5)
+    if cfg.quantization == "int8_weights":  # one scale per row (token)
+      embedding, embedding_scale = int8.int8_param(
+          self, "embedding", (cfg.vocab_size, cfg.d_model), ("vocab", "embed"),
+          (1,), embedding_init)
+      x = int8.dequantize(jnp.take(embedding, tokens_BxL, axis=0),
+                          jnp.take(embedding_scale, tokens_BxL, axis=0), -1,
+                          cfg.compute_dtype)
+    else:
+      embedding = self.param(
+          "embedding", _init(embedding_init, "vocab", "embed"),
+          (cfg.vocab_size, cfg.d_model), cfg.weight_dtype)
+      x = jnp.take(embedding, tokens_BxL, axis=0).astype(cfg.compute_dtype)
     if cfg.tie_embeddings:
       x = x * jnp.asarray(cfg.d_model ** 0.5, cfg.compute_dtype)
     if cfg.positional == "learned":
@@ -231,13 +261,11 @@ class Transformer(nn.Module):
     if cfg.tie_embeddings:
       logits = jnp.einsum("bld,vd->blv", x, embedding.astype(cfg.compute_dtype),
                           preferred_element_type=jnp.float32)
+      if cfg.quantization == "int8_weights":
+        logits = logits * embedding_scale
       logits = logits * (cfg.d_model ** -0.5)
     else:
-      logits = nn.Dense(
-          cfg.vocab_size, use_bias=False, dtype=cfg.compute_dtype,
-          param_dtype=cfg.weight_dtype, name="lm_head",
-          kernel_init=_init(nn.initializers.lecun_normal(), "embed", "vocab"),
-      )(x)
+      logits = _dense(cfg, cfg.vocab_size, ("embed", "vocab"), "lm_head")(x)
     logits = logits.astype(jnp.float32)
     if cache is not None:
       cache = cache.replace(k=tuple(new_k), v=tuple(new_v),

@@ -1,0 +1,73 @@
+"""Converts a float checkpoint into the weight-only int8 layout.
+
+The shipped float32 models decode with `quantization='int8_weights'` without
+retraining: `quantize_params` quantises each parameter the int8 model stores
+as int8 (`lm_decoding.models.int8`, symmetric absmax), keeping the rest.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from lm_decoding.models import int8
+from lm_decoding.models.config import TransformerConfig
+from lm_decoding.models.transformer import abstract_params
+
+
+def _layout(config: TransformerConfig):
+  return nn.meta.unbox(abstract_params(config))
+
+
+def _convert(float_tree: dict, int8_tree: dict) -> dict:
+  out = {}
+  for name, target in int8_tree.items():
+    if isinstance(target, dict):
+      out[name] = _convert(float_tree[name], target)
+    elif name.endswith("_scale") and name[:-len("_scale")] in int8_tree:
+      continue  # made with its int8 values below
+    elif target.dtype == jnp.int8:
+      scale = int8_tree[f"{name}_scale"]
+      # A kernel keeps its trailing output axes, the embedding its rows.
+      axes = (tuple(range(target.ndim - scale.ndim)) if name == "kernel"
+              else tuple(range(scale.ndim, target.ndim)))
+      out[name], out[f"{name}_scale"] = int8.quantize(float_tree[name], axes)
+    else:
+      out[name] = float_tree[name]
+  return out
+
+
+def quantize_params(params: Any, config: TransformerConfig) -> Any:
+  """The int8-weights parameters of a float checkpoint.
+
+  Every matmul kernel becomes int8 'kernel' plus float32 'kernel_scale' (one
+  scale per output channel), the token embedding int8 'embedding' plus
+  float32 'embedding_scale' (one per row); norms, learned positions and the
+  length head are kept as they are.
+
+  Args:
+    params: unboxed float parameters of `config` with quantization 'none'
+      (e.g. a shipped checkpoint).
+    config: the model's config; its `quantization` is ignored.
+  Returns:
+    Parameters of `config.replace(quantization='int8_weights')`.
+  Raises:
+    ValueError: `params` is not the float parameter tree of `config` (names
+      the first parameter whose path, shape or dtype differs).
+  """
+  expected = _layout(config.replace(quantization="none"))
+  got = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params)
+  flat_expected = dict(jax.tree_util.tree_leaves_with_path(expected))
+  flat_got = dict(jax.tree_util.tree_leaves_with_path(got))
+  for path in sorted(flat_expected.keys() | flat_got.keys(), key=str):
+    want, have = flat_expected.get(path), flat_got.get(path)
+    if (want is None or have is None or want.shape != have.shape
+        or want.dtype != have.dtype):
+      show = lambda x: "absent" if x is None else f"{x.dtype}{list(x.shape)}"
+      raise ValueError(
+          f"params{jax.tree_util.keystr(path)} is {show(have)}; the float "
+          f"parameters of this config have {show(want)}")
+  return _convert(params, _layout(config.replace(quantization="int8_weights")))
