@@ -118,12 +118,14 @@ def shard_params(params, config: TransformerConfig, mesh: Mesh,
 
 
 def shard_cache(cache, mesh: Mesh, rules=DEFAULT_RULES):
-  """Places a `KVCache` on `mesh`: keys/values by KV_CACHE_AXES, index by
-  'cache_batch'."""
+  """Places a `KVCache` on `mesh`: keys/values by KV_CACHE_AXES, int8 scales
+  [B, S, Hkv] by KVCache.SCALE_LOGICAL_AXES, index by 'cache_batch'."""
   kv = logical_sharding(mesh, KV_CACHE_AXES, rules)
+  scale = logical_sharding(mesh, KVCache.SCALE_LOGICAL_AXES, rules)
+  put = lambda a: jax.device_put(a, kv if a.ndim == 4 else scale)
   index = logical_sharding(mesh, ("cache_batch",), rules)
-  return cache.replace(k=jax.device_put(cache.k, kv),
-                       v=jax.device_put(cache.v, kv),
+  return cache.replace(k=jax.tree.map(put, cache.k),
+                       v=jax.tree.map(put, cache.v),
                        index=jax.device_put(cache.index, index))
 
 
