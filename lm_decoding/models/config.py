@@ -43,6 +43,16 @@ class TransformerConfig:
       2019) predicting a target length in 1..C from mean-pooled source
       hidden states (`transformer.length_logits`); 0 (default): no head,
       and the parameters are those of a model without it.
+    norm_eps: epsilon added to the mean square (RMSNorm) or variance
+      (LayerNorm) of every norm; 1e-6 by default, 1e-5 for GPT-2, the HF
+      config's `rms_norm_eps` for LLaMA-style checkpoints.
+    use_bias: if True every attention projection (query, key, value, out) and
+      MLP dense layer has a bias, as GPT-2's; False (default): none, and the
+      parameters are those of a model without them.
+    scale_embeddings: with tie_embeddings, True (default) multiplies the input
+      embeddings by sqrt(d_model) and the logits by d_model**-0.5 (so a
+      unit-variance table serves both ends); False applies neither, as GPT-2
+      and tied LLaMA-style checkpoints do. Unused when untied.
   """
 
   vocab_size: int = 4096
@@ -62,6 +72,9 @@ class TransformerConfig:
   param_dtype: str = "float32"
   rope_base: float = 10000.0
   length_classes: int = 0
+  norm_eps: float = 1e-6
+  use_bias: bool = False
+  scale_embeddings: bool = True
 
   def __post_init__(self):
     for name, value, allowed in (
@@ -81,6 +94,8 @@ class TransformerConfig:
     if self.length_classes < 0:
       raise ValueError(f"length_classes={self.length_classes} must be >= 0 "
                        f"(0: no length head)")
+    if not self.norm_eps > 0:
+      raise ValueError(f"norm_eps={self.norm_eps} must be > 0")
     if self.num_heads % self.num_kv_heads:
       raise ValueError(
           f"num_heads={self.num_heads} must be a multiple of "

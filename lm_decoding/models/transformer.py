@@ -30,10 +30,12 @@ def _init(init_fn, *axes):
 
 
 class Norm(nn.Module):
-  """RMSNorm (Zhang & Sennrich 2019) or LayerNorm over the last axis."""
+  """RMSNorm (Zhang & Sennrich 2019) or LayerNorm over the last axis.
+
+  The epsilon is `config.norm_eps`.
+  """
 
   config: TransformerConfig
-  eps: float = 1e-6
 
   @nn.compact
   def __call__(self, x_BxLxD):
@@ -47,7 +49,7 @@ class Norm(nn.Module):
                         (cfg.d_model,), cfg.weight_dtype)
     else:
       bias = 0.0
-    x = x * jax.lax.rsqrt((x * x).mean(-1, keepdims=True) + self.eps)
+    x = x * jax.lax.rsqrt((x * x).mean(-1, keepdims=True) + cfg.norm_eps)
     return (x * scale + bias).astype(cfg.compute_dtype)
 
 
@@ -77,9 +79,10 @@ class Attention(nn.Module):
                index_B):
     cfg = self.config
     dense = lambda feats, axes, name: nn.DenseGeneral(
-        feats, use_bias=False, dtype=cfg.compute_dtype,
+        feats, use_bias=cfg.use_bias, dtype=cfg.compute_dtype,
         param_dtype=cfg.weight_dtype, name=name,
-        kernel_init=_init(nn.initializers.lecun_normal(), *axes))
+        kernel_init=_init(nn.initializers.lecun_normal(), *axes),
+        bias_init=_init(nn.initializers.zeros, *axes[1:]))
     q = dense((cfg.num_heads, cfg.head_dim), ("embed", "heads", "kv"), "query")(x_BxLxD)
     k = dense((cfg.num_kv_heads, cfg.head_dim), ("embed", "heads", "kv"), "key")(x_BxLxD)
     v = dense((cfg.num_kv_heads, cfg.head_dim), ("embed", "heads", "kv"), "value")(x_BxLxD)
@@ -101,15 +104,20 @@ class Attention(nn.Module):
     out = jnp.einsum("bkgls,bskd->blkgd", probs, v)
     out_BxLxHxD = out.reshape(b, l, cfg.num_heads, cfg.head_dim)
     y = nn.DenseGeneral(
-        cfg.d_model, axis=(-2, -1), use_bias=False, dtype=cfg.compute_dtype,
-        param_dtype=cfg.weight_dtype, name="out",
+        cfg.d_model, axis=(-2, -1), use_bias=cfg.use_bias,
+        dtype=cfg.compute_dtype, param_dtype=cfg.weight_dtype, name="out",
         kernel_init=_init(nn.initializers.lecun_normal(), "heads", "kv", "embed"),
+        bias_init=_init(nn.initializers.zeros, "embed"),
     )(out_BxLxHxD)
     return y, k_cache, v_cache
 
 
 class Mlp(nn.Module):
-  """SwiGLU or GELU feed-forward block."""
+  """SwiGLU or GELU feed-forward block.
+
+  'gelu' is the tanh approximation (`nn.gelu`'s default; GPT-2's
+  'gelu_new'), not the exact erf GELU.
+  """
 
   config: TransformerConfig
 
@@ -117,14 +125,15 @@ class Mlp(nn.Module):
   def __call__(self, x_BxLxD):
     cfg = self.config
     dense = lambda feats, axes, name: nn.Dense(
-        feats, use_bias=False, dtype=cfg.compute_dtype,
+        feats, use_bias=cfg.use_bias, dtype=cfg.compute_dtype,
         param_dtype=cfg.weight_dtype, name=name,
-        kernel_init=_init(nn.initializers.lecun_normal(), *axes))
+        kernel_init=_init(nn.initializers.lecun_normal(), *axes),
+        bias_init=_init(nn.initializers.zeros, axes[1]))
     h = dense(cfg.mlp_dim, ("embed", "mlp"), "wi")(x_BxLxD)
     if cfg.mlp_activation == "swiglu":
       h = nn.silu(dense(cfg.mlp_dim, ("embed", "mlp"), "wi_gate")(x_BxLxD)) * h
     else:
-      h = nn.gelu(h)
+      h = nn.gelu(h, approximate=True)
     return dense(cfg.d_model, ("mlp", "embed"), "wo")(h)
 
 
@@ -207,7 +216,8 @@ class Transformer(nn.Module):
         _init(nn.initializers.normal(cfg.d_model ** -0.5), "vocab", "embed"),
         (cfg.vocab_size, cfg.d_model), cfg.weight_dtype)
     x = jnp.take(embedding, tokens_BxL, axis=0).astype(cfg.compute_dtype)
-    if cfg.tie_embeddings:
+    scaled = cfg.tie_embeddings and cfg.scale_embeddings
+    if scaled:
       x = x * jnp.asarray(cfg.d_model ** 0.5, cfg.compute_dtype)
     if cfg.positional == "learned":
       pos_embedding = self.param(
@@ -231,7 +241,8 @@ class Transformer(nn.Module):
     if cfg.tie_embeddings:
       logits = jnp.einsum("bld,vd->blv", x, embedding.astype(cfg.compute_dtype),
                           preferred_element_type=jnp.float32)
-      logits = logits * (cfg.d_model ** -0.5)
+      if scaled:
+        logits = logits * (cfg.d_model ** -0.5)
     else:
       logits = nn.Dense(
           cfg.vocab_size, use_bias=False, dtype=cfg.compute_dtype,
