@@ -193,13 +193,14 @@ def params_from_state_dict(layout: Layout, source: Any,
       source; a config the layout does not cover (e.g. a length head).
   """
   _check_covers(layout, config)
-  state = {}
+  state, found_as = {}, {}
   for name, value in read_state_dict(source).items():
     if layout.ignored and re.search(layout.ignored, name):
       continue
     state[layout.canonical(name)] = value
+    found_as[layout.canonical(name)] = name
   known = {t.name for t in layout.tensors} | set(layout.tied)
-  unexpected = sorted(set(state) - known)
+  unexpected = sorted(found_as[n] for n in set(state) - known)
   if unexpected:
     raise ValueError(f"unexpected tensors {unexpected} (not in the "
                      f"{layout.family} layout of this config)")
