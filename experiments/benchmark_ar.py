@@ -139,10 +139,12 @@ def _timed(fn):
   return time.perf_counter() - start
 
 
-def _interleaved(ours, theirs, runs: int) -> dict:
-  """Warm-up once each, then `runs` pairs A, B; medians and pair ratios."""
-  ours()
-  theirs()
+def _interleaved(ours, theirs, runs: int, warmup: bool = True) -> dict:
+  """Warm-up once each (unless done), then `runs` pairs A, B; medians and
+  the median of the per-pair ratios."""
+  if warmup:
+    ours()
+    theirs()
   a, b = [], []
   for _ in range(runs):
     a.append(_timed(ours))
@@ -178,9 +180,9 @@ def _decode_row(model, config, params, batch, new_tokens, prompt_length,
                             min_new_tokens=new_tokens, pad_token_id=0,
                             eos_token_id=None)
 
-  same = bool(np.array_equal(np.asarray(ours()),
+  same = bool(np.array_equal(np.asarray(ours()),  # also the warm-up
                              theirs()[:, prompt_length:].numpy()))
-  times = _interleaved(ours, theirs, runs)
+  times = _interleaved(ours, theirs, runs, warmup=False)
   p_bytes = cost.param_bytes(params)
   kv_per_token = logits_fn.init_cache(1, 1).bytes_per_slot() * batch
   bytes_s = cost.ar_decode_roofline_s(p_bytes, kv_per_token, prompt_length,
@@ -326,6 +328,19 @@ def main(argv):
   max_len = prompt_length + max(new_tokens)
   family = FAMILIES[_FAMILY.value]
   rows = []
+  out = {
+      "command": " ".join(["python"] + [shlex.quote(a) for a in sys.argv]),
+      "family": _FAMILY.value, "prompt_length": prompt_length, "runs": runs,
+      "machine": {
+          "cpus": os.cpu_count(), "platform": platform.platform(),
+          "threads": _THREADS.value, "torch": torch.__version__,
+          "transformers": transformers.__version__, "jax": jax.__version__,
+          "xla_flags": os.environ.get("XLA_FLAGS", ""),
+          "bandwidth_GBps": bandwidth / 1e9,
+          "bandwidth_array_MiB": bandwidth_bytes >> 20,
+          "peak_GFLOPs": peak / 1e9, "matmul_n": matmul_n,
+          "load_average_start": load_start},
+      "rows": rows}
   for name in sizes:
     model = _hf_model(_FAMILY.value, SIZES[name], max_len)
     config = family.config_from_hf(model.config)
@@ -340,24 +355,19 @@ def main(argv):
         print(json.dumps({k: v for k, v in rows[-1].items()
                           if not k.endswith("_s") or "roofline" in k}),
               flush=True)
+        _write(out)
       if _FORWARD.value:
         row = _forward_row(model, config, params, batch, max_len, runs, peak)
         rows.append({"size": name, "params": n_params, **row})
         print(json.dumps({k: v for k, v in rows[-1].items()
                           if not k.endswith("_s")}), flush=True)
-  out = {
-      "command": " ".join(["python"] + [shlex.quote(a) for a in sys.argv]),
-      "family": _FAMILY.value, "prompt_length": prompt_length, "runs": runs,
-      "machine": {
-          "cpus": os.cpu_count(), "platform": platform.platform(),
-          "threads": _THREADS.value, "torch": torch.__version__,
-          "transformers": transformers.__version__, "jax": jax.__version__,
-          "xla_flags": os.environ.get("XLA_FLAGS", ""),
-          "bandwidth_GBps": bandwidth / 1e9,
-          "bandwidth_array_MiB": bandwidth_bytes >> 20,
-          "peak_GFLOPs": peak / 1e9, "matmul_n": matmul_n, "load_average_start": load_start,
-          "load_average_end": os.getloadavg()[0]},
-      "rows": rows}
+        _write(out)
+
+
+def _write(out: dict) -> None:
+  """Writes every output for the rows so far (a cut-short run keeps them)."""
+  rows = out["rows"]
+  out["machine"]["load_average_end"] = os.getloadavg()[0]
   os.makedirs(_WORKDIR.value, exist_ok=True)
   with open(os.path.join(_WORKDIR.value, "results.json"), "w") as f:
     json.dump(out, f, indent=1)

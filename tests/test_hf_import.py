@@ -208,3 +208,14 @@ def test_bidirectional_llama_denoises(hf_models):
   causal = make_logits_fn(hf_llama.config_from_hf(model.config))(
       params, jnp.asarray(noisy), jnp.asarray(positions)).logits
   assert np.abs(np.asarray(causal) - want).max() > 1e-2  # the mask matters
+
+
+def test_library_does_not_import_torch():
+  import subprocess
+  import sys
+  code = ("import sys, lm_decoding.checkpoints; "
+          "assert 'torch' not in sys.modules and "
+          "'transformers' not in sys.modules, 'peer imported'")
+  proc = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                        text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-2000:]
