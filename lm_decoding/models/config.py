@@ -55,6 +55,16 @@ class TransformerConfig:
       dtype) or 'int8': int8 keys/values with a float32 absmax scale per
       (row, slot, KV head) (see `lm_decoding.models.kv_cache`). Calls
       without a cache are unaffected.
+    norm_eps: epsilon added to the mean square (RMSNorm) or variance
+      (LayerNorm) of every norm; 1e-6 by default, 1e-5 for GPT-2, the HF
+      config's `rms_norm_eps` for LLaMA-style checkpoints.
+    use_bias: if True every attention projection (query, key, value, out) and
+      MLP dense layer has a bias, as GPT-2's; False (default): none, and the
+      parameters are those of a model without them.
+    scale_embeddings: with tie_embeddings, True (default) multiplies the input
+      embeddings by sqrt(d_model) and the logits by d_model**-0.5 (so a
+      unit-variance table serves both ends); False applies neither, as GPT-2
+      and tied LLaMA-style checkpoints do. Unused when untied.
   """
 
   vocab_size: int = 4096
@@ -76,6 +86,9 @@ class TransformerConfig:
   length_classes: int = 0
   quantization: str = "none"
   kv_cache_dtype: str = "compute"
+  norm_eps: float = 1e-6
+  use_bias: bool = False
+  scale_embeddings: bool = True
 
   def __post_init__(self):
     for name, value, allowed in (
@@ -97,6 +110,8 @@ class TransformerConfig:
     if self.length_classes < 0:
       raise ValueError(f"length_classes={self.length_classes} must be >= 0 "
                        f"(0: no length head)")
+    if not self.norm_eps > 0:
+      raise ValueError(f"norm_eps={self.norm_eps} must be > 0")
     if self.num_heads % self.num_kv_heads:
       raise ValueError(
           f"num_heads={self.num_heads} must be a multiple of "

@@ -102,21 +102,26 @@ def int8_param(module: nn.Module, name: str, shape: tuple[int, ...],
 
 
 class Int8Dense(nn.Module):
-  """Bias-free weight-only int8 `nn.DenseGeneral`: (x @ q) * scale.
+  """Weight-only int8 `nn.DenseGeneral`: (x @ q) * scale (+ bias).
 
   Parameters: 'kernel' int8[*in, *features] and 'kernel_scale'
-  float32[*features], one scale per output channel (see module doc).
+  float32[*features], one scale per output channel (see module doc); with
+  `use_bias`, a float32 'bias'[*features] kept unquantised.
 
   Attributes:
     features: output shape (an int or a tuple).
     axis: the input axes contracted (trailing), as `nn.DenseGeneral`.
     kernel_axes: logical axes of the kernel, inputs then features.
+    use_bias: add a float bias over the features.
+    bias_axes: logical axes of the bias (the kernel's feature axes).
     dtype: compute dtype of the matmul and the result.
   """
 
   features: int | tuple[int, ...]
   axis: int | tuple[int, ...] = -1
   kernel_axes: tuple[str | None, ...] = ()
+  use_bias: bool = False
+  bias_axes: tuple[str | None, ...] = ()
   dtype: Any = jnp.float32
 
   @nn.compact
@@ -133,4 +138,8 @@ class Int8Dense(nn.Module):
         nn.initializers.lecun_normal(in_axis=inputs, out_axis=outputs))
     y = jax.lax.dot_general(x.astype(self.dtype), kernel.astype(self.dtype),
                             ((axis, inputs), ((), ())))
-    return (y * scale).astype(self.dtype)
+    y = y * scale
+    if self.use_bias:
+      y = y + self.param("bias", nn.with_logical_partitioning(
+          nn.initializers.zeros, self.bias_axes), features, jnp.float32)
+    return y.astype(self.dtype)

@@ -30,16 +30,23 @@ def _init(init_fn, *axes):
   return nn.with_logical_partitioning(init_fn, axes)
 
 
-def _dense(cfg: TransformerConfig, features, axes, name, axis=-1):
-  """A bias-free `nn.DenseGeneral` with logical `axes`, or its weight-only
-  int8 twin (`int8.Int8Dense`) when cfg.quantization == 'int8_weights'."""
+def _dense(cfg: TransformerConfig, features, axes, name, axis=-1,
+           use_bias=None):
+  """An `nn.DenseGeneral` with logical kernel `axes` (inputs then features),
+  or its weight-only int8 twin (`int8.Int8Dense`) when cfg.quantization ==
+  'int8_weights'. A bias (float, over the feature axes) when `use_bias`,
+  which defaults to cfg.use_bias."""
+  use_bias = cfg.use_bias if use_bias is None else use_bias
+  bias_axes = axes[1 if isinstance(axis, int) else len(axis):]
   if cfg.quantization == "int8_weights":
     return int8.Int8Dense(features, axis=axis, kernel_axes=axes,
+                          use_bias=use_bias, bias_axes=bias_axes,
                           dtype=cfg.compute_dtype, name=name)
   return nn.DenseGeneral(
-      features, axis=axis, use_bias=False, dtype=cfg.compute_dtype,
+      features, axis=axis, use_bias=use_bias, dtype=cfg.compute_dtype,
       param_dtype=cfg.weight_dtype, name=name,
-      kernel_init=_init(nn.initializers.lecun_normal(), *axes))
+      kernel_init=_init(nn.initializers.lecun_normal(), *axes),
+      bias_init=_init(nn.initializers.zeros, *bias_axes))
 
 
 def _per_key(scale_BxSxK: jax.Array) -> jax.Array:
@@ -48,10 +55,12 @@ def _per_key(scale_BxSxK: jax.Array) -> jax.Array:
 
 
 class Norm(nn.Module):
-  """RMSNorm (Zhang & Sennrich 2019) or LayerNorm over the last axis."""
+  """RMSNorm (Zhang & Sennrich 2019) or LayerNorm over the last axis.
+
+  The epsilon is `config.norm_eps`.
+  """
 
   config: TransformerConfig
-  eps: float = 1e-6
 
   @nn.compact
   def __call__(self, x_BxLxD):
@@ -65,7 +74,7 @@ class Norm(nn.Module):
                         (cfg.d_model,), cfg.weight_dtype)
     else:
       bias = 0.0
-    x = x * jax.lax.rsqrt((x * x).mean(-1, keepdims=True) + self.eps)
+    x = x * jax.lax.rsqrt((x * x).mean(-1, keepdims=True) + cfg.norm_eps)
     return (x * scale + bias).astype(cfg.compute_dtype)
 
 
@@ -134,7 +143,11 @@ class Attention(nn.Module):
 
 
 class Mlp(nn.Module):
-  """SwiGLU or GELU feed-forward block."""
+  """SwiGLU or GELU feed-forward block.
+
+  'gelu' is the tanh approximation (`nn.gelu`'s default; GPT-2's
+  'gelu_new'), not the exact erf GELU.
+  """
 
   config: TransformerConfig
 
@@ -146,7 +159,7 @@ class Mlp(nn.Module):
     if cfg.mlp_activation == "swiglu":
       h = nn.silu(dense(cfg.mlp_dim, ("embed", "mlp"), "wi_gate")(x_BxLxD)) * h
     else:
-      h = nn.gelu(h)
+      h = nn.gelu(h, approximate=True)
     return dense(cfg.d_model, ("mlp", "embed"), "wo")(h)
 
 
@@ -237,7 +250,8 @@ class Transformer(nn.Module):
           "embedding", _init(embedding_init, "vocab", "embed"),
           (cfg.vocab_size, cfg.d_model), cfg.weight_dtype)
       x = jnp.take(embedding, tokens_BxL, axis=0).astype(cfg.compute_dtype)
-    if cfg.tie_embeddings:
+    scaled = cfg.tie_embeddings and cfg.scale_embeddings
+    if scaled:
       x = x * jnp.asarray(cfg.d_model ** 0.5, cfg.compute_dtype)
     if cfg.positional == "learned":
       pos_embedding = self.param(
@@ -263,9 +277,11 @@ class Transformer(nn.Module):
                           preferred_element_type=jnp.float32)
       if cfg.quantization == "int8_weights":
         logits = logits * embedding_scale
-      logits = logits * (cfg.d_model ** -0.5)
+      if scaled:
+        logits = logits * (cfg.d_model ** -0.5)
     else:
-      logits = _dense(cfg, cfg.vocab_size, ("embed", "vocab"), "lm_head")(x)
+      logits = _dense(cfg, cfg.vocab_size, ("embed", "vocab"), "lm_head",
+                      use_bias=False)(x)
     logits = logits.astype(jnp.float32)
     if cache is not None:
       cache = cache.replace(k=tuple(new_k), v=tuple(new_v),

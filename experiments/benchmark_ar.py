@@ -1,0 +1,387 @@
+r"""Our cached AR decoder against `transformers` `generate` on the same weights.
+
+  python experiments/benchmark_ar.py --workdir=experiments/results/benchmark_ar \
+      --sizes=9m,36m,110m --batches=1,8 --new_tokens=128 --runs=3
+
+A randomly initialised Hugging Face model (GPT-2 or LLaMA family, `--family`)
+is imported with `lm_decoding.checkpoints`, so both libraries run identical
+weights in float32. For each (size, batch, new tokens):
+  decode   ours: the registered 'ar' decoder (KV cache, `lax.scan`, greedy,
+           fixed length, no EOS), compiled ahead of time (compile time
+           reported apart); HF: `model.generate(use_cache=True,
+           do_sample=False, min_new_tokens=T, max_new_tokens=T)`.
+  forward  one full-sequence forward over [B, P + T] tokens (what one
+           denoising step of a parallel decoder costs), both libraries.
+Calls alternate A, B, A, B in one process after one warm-up call each; the
+tables give medians of `--runs` calls and the median of the per-pair ratios
+(robust to the machine's load drifting between pairs). torch runs
+`--threads` threads; XLA's CPU client uses every core of the machine, so set
+`--threads` to the core count (the 2-core machine this was written on).
+
+Bounds, measured in the same process:
+  bandwidth  a jitted sum over a 1 GiB float32 array (`cost.measure_bandwidth`)
+  peak       a jitted float32 jnp.dot of two 2048 x 2048 matrices
+  decode roofline per step = max(bytes / bandwidth, FLOPs / peak), bytes =
+           parameter bytes + the live KV cache of the batch (prompt + tokens
+           so far), FLOPs = 2 B (matmul parameters) + 4 B (context) H Dh
+           per layer; summed over the T steps.
+  forward  % of peak = FLOPs / time / peak, FLOPs = 2 B L (matmul parameters)
+           + 4 B L^2 H Dh per layer.
+
+Writes results.csv, results.json, results.md (with the command) and
+tokens_per_s.png under --workdir. `--smoke` runs a tiny model for seconds
+(used by the test).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import os
+import platform
+import shlex
+import sys
+import time
+
+from absl import app
+from absl import flags
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from lm_decoding.checkpoints import hf_gpt2, hf_llama
+from lm_decoding.decoding import base
+from lm_decoding.decoding.sampling import SamplingConfig
+from lm_decoding.evaluation import cost
+from lm_decoding.models import count_params, make_logits_fn
+
+
+@dataclasses.dataclass(frozen=True)
+class Size:
+  """One model shape (the same numbers serve both families)."""
+
+  d_model: int
+  num_layers: int
+  num_heads: int
+  vocab_size: int
+
+
+SIZES = {
+    "tiny": Size(64, 2, 4, 97),
+    "9m": Size(256, 6, 4, 16384),     # ~9M parameters, fits the 32 MiB LLC
+    "36m": Size(512, 10, 8, 16384),   # ~40M: 150 MiB in f32
+    "110m": Size(768, 12, 12, 32000),  # ~110M: 420 MiB in f32
+}
+FAMILIES = {"gpt2": hf_gpt2, "llama": hf_llama}
+
+_WORKDIR = flags.DEFINE_string(
+    "workdir", "experiments/results/benchmark_ar", "Output directory.")
+_FAMILY = flags.DEFINE_enum("family", "gpt2", list(FAMILIES),
+                            "HF architecture to initialise and import.")
+_SIZES = flags.DEFINE_list("sizes", ["9m", "36m", "110m"],
+                           f"Model sizes, of {list(SIZES)}.")
+_BATCHES = flags.DEFINE_list("batches", ["1", "8", "32"], "Batch sizes.")
+_NEW_TOKENS = flags.DEFINE_list("new_tokens", ["128", "512"],
+                                "Output lengths T.")
+_PROMPT = flags.DEFINE_integer("prompt_length", 16, "Prompt tokens P.")
+_RUNS = flags.DEFINE_integer("runs", 3, "Timed calls per system (>= 1).")
+_THREADS = flags.DEFINE_integer("threads", 2, "torch threads.")
+_FORWARD = flags.DEFINE_bool("forward", True,
+                             "Also time the full-sequence forward.")
+_SMOKE = flags.DEFINE_bool(
+    "smoke", False, "Tiny model, batch 2, 6 tokens, one run, a 64 MiB "
+    "bandwidth array and a 256^2 matmul: seconds, for the test.")
+
+
+def _hf_model(family: str, size: Size, max_len: int):
+  import torch  # the [peer] extra
+  import transformers
+  torch.manual_seed(0)
+  if family == "gpt2":
+    config = transformers.GPT2Config(
+        n_layer=size.num_layers, n_embd=size.d_model, n_head=size.num_heads,
+        vocab_size=size.vocab_size, n_positions=max_len)
+    return transformers.GPT2LMHeadModel(config).eval()
+  config = transformers.LlamaConfig(
+      vocab_size=size.vocab_size, hidden_size=size.d_model,
+      intermediate_size=4 * size.d_model, num_hidden_layers=size.num_layers,
+      num_attention_heads=size.num_heads,
+      num_key_value_heads=max(1, size.num_heads // 2),
+      max_position_embeddings=max_len)
+  return transformers.LlamaForCausalLM(config).eval()
+
+
+def matmul_peak_flops(n: int = 2048, runs: int = 5) -> float:
+  """Measured float32 matmul throughput, FLOP/s: a jitted n x n jnp.dot."""
+  a = jnp.ones((n, n), jnp.float32)
+  return 2 * n ** 3 / cost.time_fn(jnp.dot, a, a, runs=runs).median_s
+
+
+def matmul_params(config) -> int:
+  """Parameters read by matmuls per token: the blocks' kernels + LM head."""
+  d, h, hkv, dh, m = (config.d_model, config.num_heads, config.num_kv_heads,
+                      config.head_dim, config.mlp_dim)
+  mlp = (3 if config.mlp_activation == "swiglu" else 2) * d * m
+  per_layer = d * (h + 2 * hkv) * dh + h * dh * d + mlp
+  return config.num_layers * per_layer + d * config.vocab_size
+
+
+def attention_flops(config, queries: float, keys: float) -> float:
+  """FLOPs of QK^T and PV for `queries` x `keys` pairs, all layers."""
+  return 4 * queries * keys * config.num_heads * config.head_dim * (
+      config.num_layers)
+
+
+def _timed(fn):
+  start = time.perf_counter()
+  fn()
+  return time.perf_counter() - start
+
+
+def _interleaved(ours, theirs, runs: int, warmup: bool = True) -> dict:
+  """Warm-up once each (unless done), then `runs` pairs A, B; medians and
+  the median of the per-pair ratios."""
+  if warmup:
+    ours()
+    theirs()
+  a, b = [], []
+  for _ in range(runs):
+    a.append(_timed(ours))
+    b.append(_timed(theirs))
+  return {"ours_s": a, "hf_s": b, "ours_median_s": float(np.median(a)),
+          "hf_median_s": float(np.median(b)),
+          "speedup_median": float(np.median(np.array(b) / np.array(a)))}
+
+
+def _decode_row(model, config, params, batch, new_tokens, prompt_length,
+                runs, bandwidth, peak):
+  import torch
+  rng = np.random.RandomState(batch * 1000 + new_tokens)
+  prompts = rng.randint(5, config.vocab_size, (batch, prompt_length))
+  lengths = jnp.full((batch,), prompt_length, jnp.int32)
+  decoder = base.make_decoder("ar", output_length=new_tokens, eos_ids=(),
+                              sampling=SamplingConfig(temperature=0.0))
+  logits_fn = make_logits_fn(config)
+  jitted = jax.jit(lambda p, x, n: decoder.decode(
+      base.bind(logits_fn, p), x, n, None).tokens)
+  start = time.perf_counter()
+  compiled = jitted.lower(params, jnp.asarray(prompts), lengths).compile()
+  compile_s = time.perf_counter() - start
+  x = jnp.asarray(prompts)
+  ours = lambda: jax.block_until_ready(compiled(params, x, lengths))
+  ids = torch.tensor(prompts)
+  mask = torch.ones_like(ids)
+
+  def theirs():
+    with torch.no_grad():
+      return model.generate(ids, attention_mask=mask, do_sample=False,
+                            use_cache=True, max_new_tokens=new_tokens,
+                            min_new_tokens=new_tokens, pad_token_id=0,
+                            eos_token_id=None)
+
+  same = bool(np.array_equal(np.asarray(ours()),  # also the warm-up
+                             theirs()[:, prompt_length:].numpy()))
+  times = _interleaved(ours, theirs, runs, warmup=False)
+  p_bytes = cost.param_bytes(params)
+  kv_per_token = logits_fn.init_cache(1, 1).bytes_per_slot() * batch
+  bytes_s = cost.ar_decode_roofline_s(p_bytes, kv_per_token, prompt_length,
+                                      new_tokens, bandwidth)
+  context = prompt_length + (new_tokens - 1) / 2  # mean keys per step
+  flops = new_tokens * (2 * batch * matmul_params(config)
+                        + attention_flops(config, batch, context))
+  bound_s = max(bytes_s, flops / peak)
+  tokens = batch * new_tokens
+  return {
+      "kind": "decode", "batch": batch, "new_tokens": new_tokens,
+      "same_tokens": same, "compile_s": compile_s,
+      "ours_tok_s": tokens / times["ours_median_s"],
+      "hf_tok_s": tokens / times["hf_median_s"],
+      "speedup": times["speedup_median"],
+      "bytes_roofline_s": bytes_s, "flops_roofline_s": flops / peak,
+      "ours_x_roofline": times["ours_median_s"] / bound_s,
+      "hf_x_roofline": times["hf_median_s"] / bound_s,
+      "ours_ms_per_step": times["ours_median_s"] / new_tokens * 1e3,
+      "hf_ms_per_step": times["hf_median_s"] / new_tokens * 1e3,
+      **times}
+
+
+def _forward_row(model, config, params, batch, length, runs, peak):
+  import torch
+  tokens = np.random.RandomState(length).randint(5, config.vocab_size,
+                                                 (batch, length))
+  positions = np.broadcast_to(np.arange(length), tokens.shape)
+  logits_fn = make_logits_fn(config)
+  jitted = jax.jit(lambda p, t, q: logits_fn(p, t, q).logits)
+  args = (params, jnp.asarray(tokens), jnp.asarray(positions))
+  start = time.perf_counter()
+  compiled = jitted.lower(*args).compile()
+  compile_s = time.perf_counter() - start
+  ids = torch.tensor(tokens)
+
+  def theirs():
+    with torch.no_grad():
+      return model(ids, use_cache=False).logits
+
+  times = _interleaved(lambda: jax.block_until_ready(compiled(*args)),
+                       theirs, runs)
+  flops = (2 * batch * length * matmul_params(config)
+           + attention_flops(config, batch * length, length))
+  return {"kind": "forward", "batch": batch, "length": length,
+          "compile_s": compile_s, "flops": flops,
+          "ours_ms": times["ours_median_s"] * 1e3,
+          "hf_ms": times["hf_median_s"] * 1e3,
+          "speedup": times["speedup_median"],
+          "ours_pct_peak": 100 * flops / times["ours_median_s"] / peak,
+          "hf_pct_peak": 100 * flops / times["hf_median_s"] / peak, **times}
+
+
+def _markdown(out: dict, rows: list[dict]) -> str:
+  m = out["machine"]
+  lines = [
+      "# Cached AR decoding: lm_decoding vs transformers (same weights)", "",
+      f"Command: `{out['command']}`", "",
+      f"Family {out['family']}, float32, prompt {out['prompt_length']} "
+      f"tokens, greedy, fixed length (no EOS), medians of {out['runs']} "
+      f"interleaved calls after one warm-up each; speedup = median of the "
+      f"per-pair ratios hf/ours. torch {m['torch']} with {m['threads']} "
+      f"threads, transformers {m['transformers']}, jax {m['jax']}; "
+      f"{m['cpus']} CPUs. Measured bandwidth {m['bandwidth_GBps']:.1f} GB/s "
+      f"(sum over {m['bandwidth_array_MiB']} MiB), matmul peak "
+      f"{m['peak_GFLOPs']:.1f} GFLOP/s (jnp.dot {m['matmul_n']}^2 f32). Other "
+      f"jobs were "
+      f"running on the machine (load average at start "
+      f"{m['load_average_start']}, at end {m['load_average_end']}): "
+      f"absolute figures are noisy, the per-pair ratios less so.", "",
+      "## Decode", "",
+      "| size | params | batch | T | ours tok/s | HF tok/s | speedup | "
+      "ours x roofline | HF x roofline | roofline (bytes, FLOPs) ms/step | "
+      "ours compile s | same tokens |",
+      "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+  for r in rows:
+    if r["kind"] == "decode":
+      lines.append(
+          f"| {r['size']} | {r['params'] / 1e6:.1f}M | {r['batch']} | "
+          f"{r['new_tokens']} | {r['ours_tok_s']:.0f} | {r['hf_tok_s']:.0f} | "
+          f"{r['speedup']:.2f} | {r['ours_x_roofline']:.2f} | "
+          f"{r['hf_x_roofline']:.2f} | "
+          f"{r['bytes_roofline_s'] / r['new_tokens'] * 1e3:.2f}, "
+          f"{r['flops_roofline_s'] / r['new_tokens'] * 1e3:.2f} | "
+          f"{r['compile_s']:.1f} | {r['same_tokens']} |")
+  lines += ["", "## Full-sequence forward (one denoising step)", "",
+            "| size | batch | L | ours ms | HF ms | speedup | ours % peak | "
+            "HF % peak |", "|---|---|---|---|---|---|---|---|"]
+  for r in rows:
+    if r["kind"] == "forward":
+      lines.append(
+          f"| {r['size']} | {r['batch']} | {r['length']} | {r['ours_ms']:.1f} "
+          f"| {r['hf_ms']:.1f} | {r['speedup']:.2f} | "
+          f"{r['ours_pct_peak']:.0f} | {r['hf_pct_peak']:.0f} |")
+  return "\n".join(lines) + "\n"
+
+
+def _plot(rows: list[dict], path: str) -> None:
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  decode = [r for r in rows if r["kind"] == "decode"]
+  labels = [f"{r['size']}\nB{r['batch']} T{r['new_tokens']}" for r in decode]
+  x = np.arange(len(decode))
+  fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(decode)), 4))
+  ax.bar(x - 0.2, [r["ours_tok_s"] for r in decode], 0.4,
+         label="lm_decoding 'ar'")
+  ax.bar(x + 0.2, [r["hf_tok_s"] for r in decode], 0.4,
+         label="transformers generate")
+  ax.set_xticks(x, labels, fontsize=7)
+  ax.set_yscale("log")
+  ax.set_ylabel("tokens/s (median)")
+  ax.set_title("Greedy cached decoding, same weights, float32, CPU")
+  ax.legend()
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
+def main(argv):
+  del argv
+  import torch
+  import transformers
+  smoke = _SMOKE.value
+  sizes = ["tiny"] if smoke else _SIZES.value
+  batches = [2] if smoke else [int(b) for b in _BATCHES.value]
+  new_tokens = [6] if smoke else [int(t) for t in _NEW_TOKENS.value]
+  runs = 1 if smoke else _RUNS.value
+  prompt_length = 4 if smoke else _PROMPT.value
+  unknown = set(sizes) - set(SIZES)
+  if unknown:
+    raise ValueError(f"--sizes {sorted(unknown)} unknown; allowed: "
+                     f"{list(SIZES)}")
+  if runs < 1 or prompt_length < 1 or min(batches) < 1 or min(new_tokens) < 1:
+    raise ValueError("--runs, --prompt_length, --batches and --new_tokens "
+                     "must be >= 1")
+  torch.set_num_threads(_THREADS.value)
+  load_start = os.getloadavg()[0]
+  bandwidth_bytes = (1 << 26) if smoke else (1 << 30)
+  bandwidth = cost.measure_bandwidth(bandwidth_bytes)
+  matmul_n = 256 if smoke else 2048
+  peak = matmul_peak_flops(matmul_n)
+  max_len = prompt_length + max(new_tokens)
+  family = FAMILIES[_FAMILY.value]
+  rows = []
+  out = {
+      "command": " ".join(["python"] + [shlex.quote(a) for a in sys.argv]),
+      "family": _FAMILY.value, "prompt_length": prompt_length, "runs": runs,
+      "machine": {
+          "cpus": os.cpu_count(), "platform": platform.platform(),
+          "threads": _THREADS.value, "torch": torch.__version__,
+          "transformers": transformers.__version__, "jax": jax.__version__,
+          "xla_flags": os.environ.get("XLA_FLAGS", ""),
+          "bandwidth_GBps": bandwidth / 1e9,
+          "bandwidth_array_MiB": bandwidth_bytes >> 20,
+          "peak_GFLOPs": peak / 1e9, "matmul_n": matmul_n,
+          "load_average_start": load_start},
+      "rows": rows}
+  for name in sizes:
+    model = _hf_model(_FAMILY.value, SIZES[name], max_len)
+    config = family.config_from_hf(model.config)
+    params = jax.tree.map(jnp.asarray,
+                          family.params_from_hf(model.state_dict(), config))
+    n_params = count_params(params)
+    for batch in batches:
+      for t in new_tokens:
+        row = _decode_row(model, config, params, batch, t, prompt_length,
+                          runs, bandwidth, peak)
+        rows.append({"size": name, "params": n_params, **row})
+        print(json.dumps({k: v for k, v in rows[-1].items()
+                          if not k.endswith("_s") or "roofline" in k}),
+              flush=True)
+        _write(out)
+      if _FORWARD.value:
+        row = _forward_row(model, config, params, batch, max_len, runs, peak)
+        rows.append({"size": name, "params": n_params, **row})
+        print(json.dumps({k: v for k, v in rows[-1].items()
+                          if not k.endswith("_s")}), flush=True)
+        _write(out)
+
+
+def _write(out: dict) -> None:
+  """Writes every output for the rows so far (a cut-short run keeps them)."""
+  rows = out["rows"]
+  out["machine"]["load_average_end"] = os.getloadavg()[0]
+  os.makedirs(_WORKDIR.value, exist_ok=True)
+  with open(os.path.join(_WORKDIR.value, "results.json"), "w") as f:
+    json.dump(out, f, indent=1)
+  fields = sorted({k for r in rows for k in r
+                   if not isinstance(r[k], list)})
+  with open(os.path.join(_WORKDIR.value, "results.csv"), "w",
+            newline="") as f:
+    writer = csv.DictWriter(f, fields, extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+  with open(os.path.join(_WORKDIR.value, "results.md"), "w") as f:
+    f.write(_markdown(out, rows))
+  _plot(rows, os.path.join(_WORKDIR.value, "tokens_per_s.png"))
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,127 @@
+"""GPT-2 (Radford et al. 2019) checkpoints in the Hugging Face layout.
+
+`GPT2LMHeadModel` maps onto a `TransformerConfig` with LayerNorm (eps from
+`layer_norm_epsilon`), learned absolute positions, the tanh GELU ('gelu_new'),
+biases on every dense layer, and a tied, unscaled LM head:
+
+  transformer.wte.weight [V, D]            embedding (also lm_head.weight)
+  transformer.wpe.weight [max_len, D]      pos_embedding
+  transformer.h.{i}.ln_1.{weight,bias}     block_i/attention_norm/{scale,bias}
+  transformer.h.{i}.attn.c_attn.{weight,bias} [D, 3D], [3D]
+                                           query, key, value kernels/biases
+                                           (Conv1D [in, out]: split in three)
+  transformer.h.{i}.attn.c_proj.*          block_i/attention/out
+  transformer.h.{i}.ln_2.*                 block_i/mlp_norm
+  transformer.h.{i}.mlp.c_fc.*, c_proj.*   block_i/mlp/wi, wo
+  transformer.ln_f.*                       final_norm
+
+Keys without the 'transformer.' prefix (the hub's `gpt2` safetensors,
+`GPT2Model`) are accepted; the causal-mask buffers `h.{i}.attn.bias` and
+`h.{i}.attn.masked_bias` older files carry are skipped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lm_decoding.checkpoints import layout as layout_lib
+from lm_decoding.models.config import TransformerConfig
+
+_GELU_TANH = ("gelu_new", "gelu_pytorch_tanh")
+
+
+def config_from_hf(hf_config: Any, **overrides) -> TransformerConfig:
+  """The `TransformerConfig` of a `transformers.GPT2Config` (or its dict).
+
+  Args:
+    hf_config: a GPT2Config or its `to_dict()`.
+    **overrides: TransformerConfig fields to change (e.g. dtype, max_len).
+  Raises:
+    ValueError: an option our model does not represent (an activation other
+      than the tanh GELU, attention scaled by layer index or unscaled).
+  """
+  hf = layout_lib.hf_fields(hf_config)
+  if hf.get("activation_function", "gelu_new") not in _GELU_TANH:
+    raise ValueError(f"activation_function={hf['activation_function']!r}; "
+                     f"supported: {_GELU_TANH} (the tanh GELU)")
+  if hf.get("scale_attn_by_inverse_layer_idx", False):
+    raise ValueError("scale_attn_by_inverse_layer_idx=True is not supported")
+  if not hf.get("scale_attn_weights", True):
+    raise ValueError("scale_attn_weights=False is not supported")
+  d_model, heads = hf["n_embd"], hf["n_head"]
+  fields = dict(
+      vocab_size=hf["vocab_size"], d_model=d_model,
+      num_layers=hf["n_layer"], num_heads=heads, num_kv_heads=heads,
+      head_dim=d_model // heads, mlp_dim=hf.get("n_inner") or 4 * d_model,
+      max_len=hf["n_positions"], norm="layernorm", positional="learned",
+      mlp_activation="gelu",
+      tie_embeddings=hf.get("tie_word_embeddings", True),
+      scale_embeddings=False, use_bias=True,
+      norm_eps=hf.get("layer_norm_epsilon", 1e-5))
+  return TransformerConfig(**{**fields, **overrides})
+
+
+def _canonical(name: str) -> str:
+  if name == "lm_head.weight" or name.startswith("transformer."):
+    return name
+  return "transformer." + name
+
+
+def layout(config: TransformerConfig) -> layout_lib.Layout:
+  """The GPT-2 tensors of `config` (see the module docstring)."""
+  T = layout_lib.Tensor
+  d, h, dh, m = (config.d_model, config.num_heads, config.head_dim,
+                 config.mlp_dim)
+  norm = lambda hf, ours: [
+      T(f"{hf}.weight", ((ours + ("scale",), (d,)),)),
+      T(f"{hf}.bias", ((ours + ("bias",), (d,)),))]
+  tensors = [T("transformer.wte.weight", ((("embedding",), (config.vocab_size, d)),), 1),
+             T("transformer.wpe.weight", ((("pos_embedding",), (config.max_len, d)),), 1)]
+  for i in range(config.num_layers):
+    hf, ours = f"transformer.h.{i}", (f"block_{i}",)
+    attn = ours + ("attention",)
+    qkv = ("query", "key", "value")
+    tensors += norm(f"{hf}.ln_1", ours + ("attention_norm",)) + [
+        T(f"{hf}.attn.c_attn.weight",
+          tuple((attn + (n, "kernel"), (d, h, dh)) for n in qkv), 1),
+        T(f"{hf}.attn.c_attn.bias",
+          tuple((attn + (n, "bias"), (h, dh)) for n in qkv)),
+        T(f"{hf}.attn.c_proj.weight", ((attn + ("out", "kernel"), (h, dh, d)),), 2),
+        T(f"{hf}.attn.c_proj.bias", ((attn + ("out", "bias"), (d,)),)),
+    ] + norm(f"{hf}.ln_2", ours + ("mlp_norm",)) + [
+        T(f"{hf}.mlp.c_fc.weight", ((ours + ("mlp", "wi", "kernel"), (d, m)),), 1),
+        T(f"{hf}.mlp.c_fc.bias", ((ours + ("mlp", "wi", "bias"), (m,)),)),
+        T(f"{hf}.mlp.c_proj.weight", ((ours + ("mlp", "wo", "kernel"), (m, d)),), 1),
+        T(f"{hf}.mlp.c_proj.bias", ((ours + ("mlp", "wo", "bias"), (d,)),)),
+    ]
+  tensors += norm("transformer.ln_f", ("final_norm",))
+  tied = {}
+  if config.tie_embeddings:
+    tied = {"lm_head.weight": "transformer.wte.weight"}
+  else:
+    tensors.append(T("lm_head.weight",
+                     ((("lm_head", "kernel"), (d, config.vocab_size)),), 1,
+                     transpose=True))
+  return layout_lib.Layout("GPT-2", tuple(tensors), tied, _canonical,
+                           ignored=r"(^|\.)h\.\d+\.attn\.(masked_)?bias$")
+
+
+def params_from_hf(source: Any, config: TransformerConfig) -> dict:
+  """Our parameters from a GPT-2 checkpoint.
+
+  Args:
+    source: a `.safetensors` path (or several), or a state dict of numpy
+      arrays / torch tensors (`GPT2LMHeadModel.state_dict()`).
+    config: from `config_from_hf` (possibly with overrides).
+  Returns:
+    The parameter tree of `Transformer(config)`, numpy, config.param_dtype.
+  Raises:
+    ValueError: see `layout.params_from_state_dict` (a missing, misshapen or
+      unexpected tensor, named with its expected shape).
+  """
+  return layout_lib.params_from_state_dict(layout(config), source, config)
+
+
+def params_to_hf(params: Any, config: TransformerConfig) -> dict:
+  """The `GPT2LMHeadModel` state dict (numpy arrays) of our parameters."""
+  return layout_lib.state_dict_from_params(layout(config), params, config)
