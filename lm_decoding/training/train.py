@@ -44,8 +44,9 @@ from lm_decoding.data import parallel_text
 from lm_decoding.data import pipeline
 from lm_decoding.data.tokenizer import MIN_VOCAB_SIZE
 from lm_decoding.decoding.base import is_count, is_number
-from lm_decoding.models import TransformerConfig, count_params, init_params
-from lm_decoding.models import make_logits_fn
+from lm_decoding.models import TransformerConfig, abstract_params
+from lm_decoding.models import count_params, init_params, make_logits_fn
+from lm_decoding.parallel import sharding
 from lm_decoding.training import objectives
 from lm_decoding.training import translation_objectives
 from lm_decoding.training.checkpoints import CheckpointError, Checkpoints
@@ -251,12 +252,46 @@ def abstract_state(model_cfg: TransformerConfig, optimizer) -> TrainState:
       lambda: init_state(model_cfg, optimizer, jax.random.key(0)))
 
 
+def state_shardings(model_cfg: TransformerConfig, optimizer, mesh,
+                    rules=sharding.DEFAULT_RULES) -> TrainState:
+  """NamedShardings of a TrainState on `mesh`.
+
+  The optimizer state is built abstractly from the boxed parameters, so
+  AdamW's moments keep each parameter's logical axes (flax's
+  `get_partition_spec` reads them); scalars (step, counts) are replicated.
+  KV heads the mesh cannot split are replicated (`rules_for_model`).
+
+  Raises:
+    ValueError: as `sharding.param_shardings` (a dimension the mesh cannot
+      split, a logical axis without a rule).
+  """
+  rules = sharding.rules_for_model(model_cfg, mesh, rules)
+  sharding.param_shardings(model_cfg, mesh, rules)  # names, divisibility
+  abstract = jax.eval_shape(
+      lambda p: TrainState(step=jnp.zeros((), jnp.int32), params=p,
+                           opt_state=optimizer.init(p)),
+      abstract_params(model_cfg))
+  return nn.logical_to_mesh_sharding(nn.get_partition_spec(abstract), mesh,
+                                     rules)
+
+
 def make_train_step(model_cfg: TransformerConfig, objective: str, optimizer,
-                    block_length: int | None = None, **options):
+                    block_length: int | None = None, mesh=None,
+                    rules=sharding.DEFAULT_RULES, batch_shape=None,
+                    **options):
   """(state, tokens int32[B, L], key) -> (state, metrics), jitted, donating state.
 
   `block_length` is BD3-LM's (`train.block_length`); other objectives ignore it.
   `options` are the translation objective's (`objective_options`).
+  With a `mesh` (`lm_decoding.parallel.sharding`), the step is jitted with
+  explicit shardings: the state by `state_shardings` (place it there with
+  `jax.device_put(state, state_shardings(...))`), the tokens int32
+  `batch_shape` ([B, L]; B must divide over the batch mesh axes) by 'batch',
+  key and metrics replicated. Without one (the default) nothing changes.
+
+  Raises:
+    ValueError: a mesh without batch_shape, or as `state_shardings` and
+      `sharding.batch_sharding`.
   """
   loss_fn = functools.partial(_LOSSES[objective], **options)
   if objective == "bd3lm":
@@ -271,7 +306,17 @@ def make_train_step(model_cfg: TransformerConfig, objective: str, optimizer,
     metrics = dict(metrics, loss=loss, grad_norm=optax.tree.norm(grads))
     return TrainState(state.step + 1, params, opt_state), metrics
 
-  return jax.jit(step, donate_argnums=0)
+  if mesh is None:
+    return jax.jit(step, donate_argnums=0)
+  if batch_shape is None:
+    raise ValueError("make_train_step: a mesh needs batch_shape=(B, L), the "
+                     "shape of the token batches")
+  state = state_shardings(model_cfg, optimizer, mesh, rules)
+  replicated = sharding.replicated(mesh)
+  return jax.jit(step, donate_argnums=0,
+                 in_shardings=(state, sharding.batch_sharding(
+                     mesh, batch_shape, rules), replicated),
+                 out_shardings=(state, replicated))
 
 
 def make_eval_fn(model_cfg: TransformerConfig, objective: str,
