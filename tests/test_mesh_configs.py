@@ -142,8 +142,9 @@ def test_query_heads_the_tensor_axis_cannot_split_are_an_error():
   cfg = TransformerConfig(vocab_size=64, d_model=32, num_heads=6,
                           num_kv_heads=2, head_dim=4, mlp_dim=64)
   mesh = AbstractMesh((1, 1, 4), sharding.MESH_AXES)
-  with pytest.raises(ValueError, match=r"parameter \[.*'attention'.*\] of shape "
-                     r".*: dimension \d \(6\) does not divide over mesh axes \{'tensor': 4\}"):
+  with pytest.raises(ValueError, match=(
+      r"parameter \[.*'attention'.*\] of shape .*: dimension \d \(6\) does "
+      r"not divide over mesh axes \{'tensor': 4\}")):
     sharding.param_shardings(cfg, mesh, sharding.rules_for_model(cfg, mesh))
 
 

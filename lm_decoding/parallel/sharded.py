@@ -71,9 +71,7 @@ class ShardedLogitsFn:
   def constrain_cache(self, cache: KVCache) -> KVCache:
     """`cache` with keys/values constrained to `KVCache.LOGICAL_AXES` and
     the write index to 'cache_batch'."""
-    kv = sharding.logical_sharding(self.mesh, KVCache.LOGICAL_AXES,
-                                   self.rules)
-    index = sharding.logical_sharding(self.mesh, ("cache_batch",), self.rules)
+    kv, index = sharding.cache_shardings(self.mesh, self.rules)
     constrain = lambda a: jax.lax.with_sharding_constraint(a, kv)
     return cache.replace(
         k=tuple(map(constrain, cache.k)), v=tuple(map(constrain, cache.v)),

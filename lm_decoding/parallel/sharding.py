@@ -4,10 +4,15 @@ Parameters carry logical axis names ('batch', 'length', 'embed', 'heads',
 'kv_heads', 'kv', 'mlp', 'vocab') and KV caches their own ('cache_batch',
 'cache_length', 'cache_kv_heads', 'cache_head_dim'); a rule table maps them to
 mesh axes ('data', 'fsdp', 'tensor'). A name missing from the rules is an
-error, not a silently replicated dimension. The same code runs on one CPU
-device, on 8 fake CPU devices
+error, not a silently replicated dimension, and a sharded dimension its
+mesh axes do not divide is an error naming it (`check_divisible`), except KV
+heads: `rules_for_model` replicates them when the tensor axis is wider than
+a GQA/MQA model's KV heads. The mesh and the rules come from a config's
+`mesh` section (`mesh_from_config`, `rules_from_config`). The same code runs
+on one CPU device, on 8 fake CPU devices
 (`XLA_FLAGS=--xla_force_host_platform_device_count=8`) and on pods: only the
-mesh shape changes.
+mesh shape changes. Running decoders and the train step sharded:
+`lm_decoding.parallel.sharded`.
 """
 
 from __future__ import annotations
@@ -279,14 +284,12 @@ def shard_params(params, config: TransformerConfig, mesh: Mesh,
   return jax.device_put(params, param_shardings(config, mesh, rules))
 
 
-def shard_cache(cache, mesh: Mesh, rules=DEFAULT_RULES):
-  """Places a `KVCache` on `mesh`: keys/values by KV_CACHE_AXES, index by
-  'cache_batch'."""
-  kv = logical_sharding(mesh, KV_CACHE_AXES, rules)
-  index = logical_sharding(mesh, ("cache_batch",), rules)
-  return cache.replace(k=jax.device_put(cache.k, kv),
-                       v=jax.device_put(cache.v, kv),
-                       index=jax.device_put(cache.index, index))
+def cache_shardings(mesh: Mesh, rules=DEFAULT_RULES
+                    ) -> tuple[NamedSharding, NamedSharding]:
+  """(keys/values by KV_CACHE_AXES, write index by 'cache_batch') of a
+  `KVCache` on `mesh`."""
+  return (logical_sharding(mesh, KV_CACHE_AXES, rules),
+          logical_sharding(mesh, ("cache_batch",), rules))
 
 
 def shard_batch(array: np.ndarray | jax.Array, mesh: Mesh,

@@ -432,6 +432,10 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   under `data_dir` (default `workdir`), where models trained on the same data
   share it. See the module docstring for what a crash loses.
 
+  With a `config.mesh` other than the one-device default, the state is
+  sharded by `state_shardings` and every step runs sharded
+  (`make_train_step(mesh=...)`); batches are split by 'batch'.
+
   With `progress`, shows a bar with the latest loss and tokens/s (its
   description says 'eval' or 'save' while validating or checkpointing), says
   so when it resumes, and prints the final validation perplexity (MDLM: its
@@ -441,8 +445,9 @@ def train(config: ml_collections.ConfigDict, workdir: str,
     A summary: parameter count, steps, final validation loss and perplexity
     (AR: perplexity; MDLM: perplexity bound), train tokens/s, wall seconds.
   Raises:
-    ValueError: any error of `check_config` (raised before the workdir is
-      created), bad data, a workdir that is a file or not writable (all
+    ValueError: any error of `check_config` or of the mesh (a bad
+      `config.mesh`, a batch size or parameter it cannot split; raised
+      before the workdir is created), bad data, a workdir that is a file or not writable (all
       before anything is compiled).
     CheckpointError: an existing checkpoint that does not fit `config`.
     CheckpointWriteError: a checkpoint could not be written (full disk,
@@ -452,6 +457,12 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   start_time = time.time()
   model_cfg = check_config(config)
   train_cfg = config.train
+  mesh = sharding.mesh_or_none(config.get("mesh"))
+  rules = sharding.rules_from_config(config.get("mesh"))
+  if mesh is not None:  # raises before the workdir is touched
+    sharding.batch_sharding(mesh, (train_cfg.batch_size,), rules)
+    shardings = state_shardings(model_cfg, make_optimizer(train_cfg), mesh,
+                                rules)
   objective, num_steps = train_cfg.objective, train_cfg.num_steps
   _check_workdir(workdir)
   corpus, train_packed, valid_packed = training_data(config,
@@ -482,6 +493,8 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   block_length = train_cfg.get("block_length")  # bd3lm only
   options = objective_options(config)
   train_step = make_train_step(model_cfg, objective, optimizer, block_length,
+                               mesh=mesh, rules=rules,
+                               batch_shape=(train_cfg.batch_size, seq_len),
                                **options)
   eval_fn = make_eval_fn(model_cfg, objective, train_cfg.mdlm_eval_timesteps,
                          block_length, **options)
@@ -508,6 +521,8 @@ def train(config: ml_collections.ConfigDict, workdir: str,
       if progress:
         print(f"{desc}: resuming from step {int(state.step)} of "
               f"{checkpoints.directory}")
+    if mesh is not None:
+      state = jax.device_put(state, shardings)
     first = int(state.step)
     batches = pipeline.batches(train_packed, train_cfg.batch_size, config.seed,
                                start_step=first)
