@@ -92,10 +92,16 @@ class ShardedLogitsFn:
     return self.logits_fn.length_logits(params, hidden_BxLxD, source_BxL)
 
 
-def _config(model: base.Model) -> TransformerConfig:
+def _unwrapped(model: base.Model):
+  """The model's Transformer logits_fn (unwrapped if already sharded)."""
   logits_fn = model.logits_fn
   if isinstance(logits_fn, ShardedLogitsFn):
-    logits_fn = logits_fn.logits_fn
+    return logits_fn.logits_fn
+  return logits_fn
+
+
+def _config(model: base.Model) -> TransformerConfig:
+  logits_fn = _unwrapped(model)
   config = getattr(logits_fn, "config", None)
   if not isinstance(config, TransformerConfig):
     raise ValueError(
@@ -119,10 +125,7 @@ def model_shardings(models: Mapping[str, base.Model], mesh: Mesh,
   for role, model in models.items():
     config = _config(model)
     fitted = sharding.rules_for_model(config, mesh, rules)
-    inner = model.logits_fn
-    if isinstance(inner, ShardedLogitsFn):
-      inner = inner.logits_fn
-    out[role] = base.Model(ShardedLogitsFn(inner, mesh, fitted),
+    out[role] = base.Model(ShardedLogitsFn(_unwrapped(model), mesh, fitted),
                            sharding.param_shardings(config, mesh, fitted))
   return out
 

@@ -239,10 +239,15 @@ def param_shardings(config: TransformerConfig, mesh: Mesh,
                     rules=DEFAULT_RULES):
   """NamedShardings for the (unboxed) parameter tree of `config`.
 
+  `rules` are fitted to the model first (`rules_for_model`: KV heads the
+  tensor axis cannot split are replicated).
+
   Raises:
-    ValueError: a parameter's logical axis has no rule; the message names
-      the parameter, the axis and the known logical axes.
+    ValueError: a parameter's logical axis has no rule (the message names
+      the parameter, the axis and the known logical axes), or a sharded
+      dimension its mesh axes do not divide (`check_divisible`).
   """
+  rules = rules_for_model(config, mesh, rules)
   boxed = abstract_params(config)
   specs = nn.get_partition_spec(boxed)
   is_spec = lambda x: isinstance(x, PartitionSpec)
@@ -251,7 +256,7 @@ def param_shardings(config: TransformerConfig, mesh: Mesh,
     check_known_axes(tuple(spec), rules,
                      what=f"parameter {jax.tree_util.keystr(path)}")
   shardings = nn.logical_to_mesh_sharding(specs, mesh, rules)
-  check_divisible(nn.meta.unbox(boxed), shardings, "parameter")
+  check_divisible(nn.meta.unbox(boxed), shardings, "parameter ")
   return shardings
 
 
@@ -261,7 +266,8 @@ def check_divisible(shapes, shardings, what: str) -> None:
   Args:
     shapes: a tree of arrays or ShapeDtypeStructs.
     shardings: the matching tree of NamedShardings.
-    what: how the message names a leaf (e.g. 'parameter').
+    what: the message's name of the tree (e.g. 'parameter ', followed by
+      a leaf's path).
   Raises:
     ValueError: naming the leaf's path, the dimension, its size and the mesh
       axes with their sizes.
@@ -273,7 +279,7 @@ def check_divisible(shapes, shardings, what: str) -> None:
         sizes = {a: sharding.mesh.shape[a] for a in
                  ((axes,) if isinstance(axes, str) else axes)}
         raise ValueError(
-            f"{what} {jax.tree_util.keystr(path)} of shape {leaf.shape}: "
+            f"{what}{jax.tree_util.keystr(path)} of shape {leaf.shape}: "
             f"dimension {dim} ({size}) does not divide over mesh axes "
             f"{sizes}; change the mesh shape or the rules")
 
