@@ -7,10 +7,22 @@ Usage:
 
 import ml_collections
 
+from lm_decoding.parallel import sharding
+
 
 def get_config() -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
   config.seed = 0
+
+  # Device mesh (lm_decoding.parallel.sharding.mesh_from_config). (1, 1, 1) is
+  # one device, the unsharded path; -1 (or 0) in one axis takes the devices
+  # left over, e.g. --config.mesh.shape="(-1, 1, 1)" is data parallel on all.
+  config.mesh = ml_collections.ConfigDict()
+  config.mesh.shape = (1, 1, 1)    # (data, fsdp, tensor) within a slice
+  config.mesh.num_slices = 1       # > 1: hybrid ICI/DCN mesh over slices
+  config.mesh.dcn_shape = (1, 1, 1)  # (data, fsdp, tensor) across slices, product num_slices
+  config.mesh.preset = ""          # the preset the shape came from (larger configs)
+  config.mesh.rules = sharding.DEFAULT_RULES  # logical axis -> mesh axes
 
   config.data = ml_collections.ConfigDict()
   config.data.path = ""            # '' = bundled Austen corpus; else a UTF-8 file (.gz too) or folder

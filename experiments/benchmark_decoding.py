@@ -11,6 +11,14 @@ r"""Micro-benchmarks of the decoding hot paths (figures printed and saved).
    sequence length, and the break-even step count K* against (1).
 
 Random parameters of the configured shape: cost does not depend on weights.
+
+With a mesh (`--config.mesh.shape="(1, 1, -1)"`, say; the default (1, 1, 1)
+is one device, unchanged), parameters and prompts are placed by the
+config's rules, every program runs under `jax.jit` with explicit shardings
+(`lm_decoding.parallel.sharded`), and rows add the device count, weight
+GB/s per device (each step or pass reads every weight once) and model
+GFLOP/s per device (2 FLOPs per parameter per token position); the bytes
+roofline then assumes the measured bandwidth on every device.
 """
 
 import json
@@ -26,7 +34,8 @@ from ml_collections import config_flags
 from lm_decoding.decoding import bind, make_decoder
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.evaluation import cost
-from lm_decoding.models import init_params, make_logits_fn
+from lm_decoding.models import count_params, init_params, make_logits_fn
+from lm_decoding.parallel import sharded, sharding
 from lm_decoding.training import train
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -49,6 +58,27 @@ def _ar_fn(model_cfg, new_tokens):
       bind(logits_fn, params), *args))
 
 
+def _sharded_ar(model_cfg, new_tokens, params, batch, prompt_len, mesh,
+                rules):
+  """(jitted fn, args) of the AR decode on `mesh` with explicit shardings."""
+  decoder = make_decoder("ar", output_length=new_tokens, eos_ids=(),
+                         sampling=SamplingConfig(temperature=1.0))
+  args = (*sharded.place(bind(make_logits_fn(model_cfg), params),
+                         jnp.ones((batch, prompt_len), jnp.int32),
+                         jnp.full((batch,), prompt_len, jnp.int32),
+                         mesh, rules), jax.random.key(1))
+  return sharded.jit_decode(decoder, args, mesh, rules), args
+
+
+def _per_device(weight_reads, positions, seconds, p_bytes, n_params,
+                devices):
+  return {"devices": devices,
+          "weight_GBps_per_device":
+              weight_reads * p_bytes / seconds / devices / 1e9,
+          "GFLOPs_per_device":
+              2.0 * n_params * positions / seconds / devices / 1e9}
+
+
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
@@ -57,6 +87,10 @@ def main(argv):
   model_cfg = train.model_config(config)
   params = init_params(model_cfg, jax.random.key(0))
   logits_fn = make_logits_fn(model_cfg)
+  mesh = sharding.mesh_or_none(config.get("mesh"))
+  rules = sharding.rules_from_config(config.get("mesh"))
+  devices = 1 if mesh is None else mesh.size
+  n_params = count_params(params)
   bandwidth = cost.measure_bandwidth()
   p_bytes = cost.param_bytes(params)
   kv_per_token = logits_fn.init_cache(1, 1).bytes_per_slot()
@@ -64,27 +98,48 @@ def main(argv):
          "param_bytes": p_bytes, "kv_bytes_per_token": kv_per_token,
          "ar": [], "compile": [], "forward": []}
   t = _NEW_TOKENS.value
+  if mesh is not None:
+    out["mesh"] = dict(mesh.shape)
   for b in map(int, _BATCH_SIZES.value):
     prompts = jnp.ones((b, prompt_len), jnp.int32)
     lengths = jnp.full((b,), prompt_len, jnp.int32)
-    timing = cost.time_fn(_ar_fn(model_cfg, t), params, prompts, lengths,
-                          jax.random.key(1), runs=_RUNS.value)
+    if mesh is None:
+      timing = cost.time_fn(_ar_fn(model_cfg, t), params, prompts, lengths,
+                            jax.random.key(1), runs=_RUNS.value)
+    else:
+      fn, args = _sharded_ar(model_cfg, t, params, b, prompt_len, mesh, rules)
+      timing = cost.time_fn(fn, *args, runs=_RUNS.value)
     bound = cost.ar_decode_roofline_s(p_bytes, kv_per_token * b, prompt_len, t,
-                                      bandwidth)
+                                      bandwidth * devices)
     row = {"batch_size": b, "new_tokens": t,
            "ms_per_token": timing.median_s / t * 1e3,
            "roofline_ms_per_token": bound / t * 1e3,
            "x_roofline": timing.median_s / bound,
            "compile_s": timing.compile_s}
+    if mesh is not None:  # a prefill and T - 1 steps read the weights
+      row.update(_per_device(t, b * (prompt_len + t - 1), timing.median_s,
+                             p_bytes, n_params, devices))
     out["ar"].append(row)
     print(json.dumps(row))
-    forward = jax.jit(lambda p, x: logits_fn(p, x, jnp.broadcast_to(
-        jnp.arange(x.shape[1]), x.shape))[0])
+    forward = lambda p, x: logits_fn(p, x, jnp.broadcast_to(
+        jnp.arange(x.shape[1]), x.shape))[0]
     tokens = jnp.ones((b, prompt_len + t), jnp.int32)
-    fwd = cost.time_fn(forward, params, tokens, runs=_RUNS.value)
+    if mesh is None:
+      fwd = cost.time_fn(jax.jit(forward), params, tokens, runs=_RUNS.value)
+    else:
+      p_shardings = sharding.param_shardings(
+          model_cfg, mesh, sharding.rules_for_model(model_cfg, mesh, rules))
+      forward = jax.jit(forward, in_shardings=(
+          p_shardings, sharding.batch_sharding(mesh, tokens.shape, rules)))
+      fwd = cost.time_fn(forward, jax.device_put(params, p_shardings),
+                         sharding.shard_batch(tokens, mesh, rules),
+                         runs=_RUNS.value)
     row = {"batch_size": b, "length": prompt_len + t,
            "forward_ms": fwd.median_s * 1e3,
            "break_even_steps": timing.median_s / fwd.median_s}
+    if mesh is not None:
+      row.update(_per_device(1, b * (prompt_len + t), fwd.median_s, p_bytes,
+                             n_params, devices))
     out["forward"].append(row)
     print(json.dumps(row))
   for t in map(int, _COMPILE_LENGTHS.value):

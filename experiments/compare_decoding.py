@@ -1,7 +1,11 @@
 r"""The main job: sequential vs parallel decoding, cost and quality, measured.
 
   python experiments/compare_decoding.py --config=configs/tiny.py \
-      --workdir=/tmp/compare
+      --workdir=/tmp/compare [--config.mesh.shape="(-1, 1, 1)"]
+
+The default mesh (1, 1, 1) is one device, as always; another mesh shape
+(`config.mesh`) runs every decoder sharded (`lm_decoding.parallel.sharded`)
+and adds per-device weight bandwidth and FLOP/s columns to results.csv.
 
 Checks every option first (the decoders of `compare.decoders`, built at
 every output length, the sizes, the workdir), then prepares the corpus,
@@ -28,6 +32,7 @@ from ml_collections import config_flags
 
 from lm_decoding.data import pipeline
 from lm_decoding.evaluation import comparison, entries, report
+from lm_decoding.parallel import sharding
 from lm_decoding.training import pretrained
 from lm_decoding.training import train
 
@@ -82,6 +87,8 @@ def main(argv):
   cmp = config.compare
   try:
     planned, members = plan(config, workdir)
+    mesh = sharding.mesh_or_none(config.get("mesh"))
+    rules = sharding.rules_from_config(config.get("mesh"))
     corpus = pipeline.prepare(config.data.path, config.data.vocab_size,
                               workdir, data_format=config.data.format)
     print(corpus.describe())
@@ -99,13 +106,17 @@ def main(argv):
   decode_start = time.time()
   result = comparison.run(
       planned, models, models[entries.EVALUATOR], corpus.tokenizer,
-      prompts, references, cmp.batch_sizes, cmp.timed_runs, seed=config.seed)
+      prompts, references, cmp.batch_sizes, cmp.timed_runs, seed=config.seed,
+      mesh=mesh, rules=rules)
   decode_s = time.time() - decode_start
   header = "\n".join([
       "# Sequential vs parallel decoding",
       "",
       f"- device: {jax.devices()[0].device_kind} x{jax.device_count()} "
       f"({platform.processor() or platform.machine()}, {os.cpu_count()} cores)",
+      *([] if mesh is None else [
+          f"- mesh: {dict(mesh.shape)} ({mesh.size} devices); per-device "
+          "weight GB/s and GFLOP/s in results.csv"]),
       "- models (validation perplexity; a bound for diffusion objectives):",
       *[f"  - {line}" for line in lines],
       f"- prompts: {len(prompts)} held-out test documents, first "

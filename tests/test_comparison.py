@@ -19,6 +19,7 @@ from lm_decoding.data.tokenizer import Tokenizer
 from lm_decoding.decoding import base
 from lm_decoding.evaluation import comparison, entries, report
 from lm_decoding.models import TransformerConfig, init_params, make_logits_fn
+from lm_decoding.parallel import sharding
 from lm_decoding.special_tokens import EOS_ID
 from stubs import TableLogitsFn
 
@@ -339,6 +340,42 @@ def test_fixed_length_and_eos_modes_exactly(tokenizer):
   assert mdlm["real_tokens_per_s"] == pytest.approx(
       6 / (mdlm["ms_min"] / 1e3))
   assert early["all_eos"] == mdlm["empty"] == 0
+
+
+def test_mesh_option_decodes_the_same_and_adds_per_device_columns(tokenizer):
+  """The sharded path (`sharded.jit_decode`) on a one-device mesh: the same
+  rows as without a mesh, plus devices and per-device GB/s and GFLOP/s.
+  Equality on 8 devices: tests/test_sharded_execution.py."""
+  planned = entries.plan(entries.parse_entries(["AR | ar | model=ar"]),
+                         (4,), 1.0, MEMBERS)
+  models = {"ar": transformer("causal", 0, eos_boost=40.0)}
+  prompts = np.random.default_rng(0).integers(5, VOCAB, (2, 4)).astype(
+      np.int32)
+  args = (planned, models, transformer("causal", 2), tokenizer, prompts,
+          ["a single man", "a good wife"])
+  plain = comparison.run(*args, batch_sizes=(2,), runs=1, progress=False)
+  mesh = sharding.make_mesh(devices=jax.devices()[:1])
+  meshed = comparison.run(*args, batch_sizes=(2,), runs=1, progress=False,
+                          mesh=mesh)
+  same = ("nfe", "forward_tokens", "eos_tokens_per_row", "gen_ppl",
+          "entropy")
+  for a, b in zip(plain.rows, meshed.rows):
+    assert {k: a[k] for k in same} == {k: b[k] for k in same}
+    assert "devices" not in a and b["devices"] == 1
+    assert b["weight_GBps_per_device"] > 0 and b["GFLOPs_per_device"] > 0
+  assert plain.samples == meshed.samples
+
+
+def test_mesh_option_refuses_a_batch_it_cannot_split(tokenizer):
+  mesh = jax.sharding.AbstractMesh((2, 1, 1), sharding.MESH_AXES)
+  planned = entries.plan(entries.parse_entries(["AR | ar | model=ar"]), (4,),
+                         1.0, MEMBERS)
+  model = transformer("causal", 0)
+  with pytest.raises(ValueError, match=r"batch.*dimension 0 \(1\) does "
+                     r"not divide over mesh axes \{'data': 2, 'fsdp': 1\}"):
+    comparison.run(planned, {"ar": model}, model, tokenizer,
+                   np.full((2, 4), 7, np.int32), ["x", "y"],
+                   batch_sizes=(1, 2), runs=1, progress=False, mesh=mesh)
 
 
 # ---- crossover and K* from rows -----------------------------------------------

@@ -34,12 +34,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import tqdm
+from jax.sharding import Mesh
 
 from lm_decoding.data.tokenizer import Tokenizer
 from lm_decoding.decoding import base
 from lm_decoding.decoding import iterative
 from lm_decoding.evaluation import cost, quality
 from lm_decoding.evaluation.entries import Planned
+from lm_decoding.parallel import sharded, sharding
 
 SPREAD_FLAG = 0.10  # timing spread (IQR / median) above which a row is flagged
 SAMPLES_SHOWN = 2  # prompts whose continuations the report shows
@@ -67,9 +69,33 @@ class Comparison:
   merged: list[tuple[int, str, tuple[str, ...]]]
 
 
-def _jit_decode(decoder):
+def _jit_decode(decoder, args: tuple, mesh: Mesh | None, rules):
+  """The jitted decode of `args`; on a mesh with explicit shardings
+  (`sharded.jit_decode`)."""
+  if mesh is not None:
+    return sharded.jit_decode(decoder, args, mesh, rules)
   return jax.jit(lambda models, prompts, lengths, key: decoder.decode(
       models, prompts, lengths, key))
+
+
+def _per_device_columns(row: dict, models: Mapping[str, base.Model],
+                        roles, seconds: float, devices: int) -> dict:
+  """Weight bandwidth and model FLOP/s per device of a row.
+
+  Each forward call reads every weight of its model once (the bytes
+  roofline's assumption, `cost.roofline_s`) and does 2 FLOPs per parameter
+  per token position (attention scores excluded); both are summed over the
+  roles' calls and positions and divided by the time and the device count.
+  """
+  weight_bytes = flops = 0.0
+  for role, member in roles:
+    params = models[member].params
+    weight_bytes += row["calls"][role] * cost.param_bytes(params)
+    flops += 2.0 * row["forward_tokens"][role] * sum(
+        x.size for x in jax.tree.leaves(params))
+  return {"devices": devices,
+          "weight_GBps_per_device": weight_bytes / seconds / devices / 1e9,
+          "GFLOPs_per_device": flops / seconds / devices / 1e9}
 
 
 def _work(result: base.DecodeResult) -> tuple:
@@ -153,7 +179,8 @@ def _summary(row: dict) -> str:
 def run(planned: Sequence[Planned], models: Mapping[str, base.Model],
         evaluator: base.Model, tokenizer: Tokenizer, prompts: np.ndarray,
         references: Sequence[str], batch_sizes: Sequence[int], runs: int,
-        seed: int = 0, progress: bool = True) -> Comparison:
+        seed: int = 0, progress: bool = True, mesh: Mesh | None = None,
+        rules=sharding.DEFAULT_RULES) -> Comparison:
   """Decodes, times and scores every planned decoder at every batch size.
 
   Args:
@@ -169,10 +196,18 @@ def run(planned: Sequence[Planned], models: Mapping[str, base.Model],
     seed: the key of output length T is fold_in(key(seed), T).
     progress: one tqdm bar over all (decoder, T, B), weighted by expected
       cost, and a line per finished row.
+    mesh: None (default): one device, as always. A mesh
+      (`sharding.mesh_from_config`): the decoders' models are placed on it
+      and every decode runs under `sharded.jit_decode` (prompts split by
+      'batch'; the evaluator stays on one device), and each row gets the
+      columns `_per_device_columns` adds (devices, weight GB/s and GFLOP/s
+      per device).
+    rules: logical-axis rules for `mesh`.
   Returns:
     A `Comparison`.
   Raises:
-    ValueError: fewer prompts than the largest batch, runs < 1.
+    ValueError: fewer prompts than the largest batch, runs < 1; with a
+      mesh, a batch size the batch mesh axes do not divide.
   """
   quality_batch = max(batch_sizes)
   if len(prompts) < quality_batch:
@@ -180,6 +215,12 @@ def run(planned: Sequence[Planned], models: Mapping[str, base.Model],
                      f"{quality_batch}")
   if not base.is_count(runs):
     raise ValueError(f"runs={runs!r} must be an integer >= 1")
+  if mesh is not None:
+    for b in batch_sizes:
+      sharding.batch_sharding(mesh, (b,), rules)  # raises before compiling
+    used = {member for p in planned for _, member in p.roles}
+    models = dict(models, **sharded.place_models(
+        {m: models[m] for m in used}, mesh, rules))
   eos_ids = (tokenizer.eos_id,)
   prompt_len = prompts.shape[1]
   lengths = dict.fromkeys(p.output_length for p in planned)
@@ -199,12 +240,15 @@ def run(planned: Sequence[Planned], models: Mapping[str, base.Model],
     batch_models = {role: models[member] for role, member in p.roles}
     batch_prompts = jnp.asarray(prompts[:b], jnp.int32)
     prompt_lengths = jnp.full((b,), prompt_len, jnp.int32)
+    if mesh is not None:
+      batch_prompts = sharding.shard_batch(batch_prompts, mesh, rules)
+      prompt_lengths = sharding.shard_batch(prompt_lengths, mesh, rules)
     args = (batch_models, batch_prompts, prompt_lengths,
             jax.random.fold_in(jax.random.key(seed), t))
     timing, _, fixed = cost.measure(
-        _jit_decode(p.decoder), args, 0, runs)
+        _jit_decode(p.decoder, args, mesh, rules), args, 0, runs)
     fixed_tokens[p.decoder, p.roles, b] = fixed.tokens
-    eos_fn = _jit_decode(p.eos_decoder)
+    eos_fn = _jit_decode(p.eos_decoder, args, mesh, rules)
     if b == quality_batch:  # first: work runs the largest batch first
       eos = eos_fn(*args)
       eos_runs[i] = eos, _work(eos) == _work(fixed)
@@ -244,9 +288,13 @@ def run(planned: Sequence[Planned], models: Mapping[str, base.Model],
         error = p.decoder.denoise(*args, measure_error=True).max_logit_error
         reference = fixed_tokens.get((p.reference, p.roles, b))
         if reference is None:
-          reference = _jit_decode(p.reference)(*args).tokens
+          reference = _jit_decode(p.reference, args, mesh, rules)(
+              *args).tokens
         row.update(max_logit_error=float(error), agreement=float(
             jnp.mean(fixed.tokens == reference)))
+    if mesh is not None:
+      row.update(_per_device_columns(row, models, p.roles, timing.min_s,
+                                     mesh.size))
     rows.append(row)
     bar.update(weight)
     if progress:

@@ -5,8 +5,8 @@ attention_mask=None)` returns a `ModelOutput` (logits float32[B, L, V], cache,
 hidden). The same module serves as a causal LM, a bidirectional masked-
 diffusion denoiser, a block-causal BD3-LM or a prefix LM: the attention mask
 is an input (`lm_decoding.models.masks`), `config.attention` only its default.
-Parameters carry logical axis names ('vocab', 'embed', 'heads', 'kv', 'mlp')
-so sharding only adds rules (see `lm_decoding.parallel`).
+Parameters carry logical axis names ('vocab', 'embed', 'heads', 'kv_heads',
+'kv', 'mlp') so sharding only adds rules (see `lm_decoding.parallel`).
 """
 
 from __future__ import annotations
@@ -109,8 +109,10 @@ class Attention(nn.Module):
     cfg = self.config
     dense = lambda feats, axes, name: _dense(cfg, feats, axes, name)
     q = dense((cfg.num_heads, cfg.head_dim), ("embed", "heads", "kv"), "query")(x_BxLxD)
-    k = dense((cfg.num_kv_heads, cfg.head_dim), ("embed", "heads", "kv"), "key")(x_BxLxD)
-    v = dense((cfg.num_kv_heads, cfg.head_dim), ("embed", "heads", "kv"), "value")(x_BxLxD)
+    k = dense((cfg.num_kv_heads, cfg.head_dim), ("embed", "kv_heads", "kv"),
+              "key")(x_BxLxD)
+    v = dense((cfg.num_kv_heads, cfg.head_dim), ("embed", "kv_heads", "kv"),
+              "value")(x_BxLxD)
     if cfg.positional == "rope":
       q = rotary(q, positions_BxL, cfg.rope_base)
       k = rotary(k, positions_BxL, cfg.rope_base)

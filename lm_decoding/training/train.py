@@ -44,8 +44,9 @@ from lm_decoding.data import parallel_text
 from lm_decoding.data import pipeline
 from lm_decoding.data.tokenizer import MIN_VOCAB_SIZE
 from lm_decoding.decoding.base import is_count, is_number
-from lm_decoding.models import TransformerConfig, count_params, init_params
-from lm_decoding.models import make_logits_fn
+from lm_decoding.models import TransformerConfig, abstract_params
+from lm_decoding.models import count_params, init_params, make_logits_fn
+from lm_decoding.parallel import sharding
 from lm_decoding.training import objectives
 from lm_decoding.training import translation_objectives
 from lm_decoding.training.checkpoints import CheckpointError, Checkpoints
@@ -251,12 +252,46 @@ def abstract_state(model_cfg: TransformerConfig, optimizer) -> TrainState:
       lambda: init_state(model_cfg, optimizer, jax.random.key(0)))
 
 
+def state_shardings(model_cfg: TransformerConfig, optimizer, mesh,
+                    rules=sharding.DEFAULT_RULES) -> TrainState:
+  """NamedShardings of a TrainState on `mesh`.
+
+  The optimizer state is built abstractly from the boxed parameters, so
+  AdamW's moments keep each parameter's logical axes (flax's
+  `get_partition_spec` reads them); scalars (step, counts) are replicated.
+  KV heads the mesh cannot split are replicated (`rules_for_model`).
+
+  Raises:
+    ValueError: as `sharding.param_shardings` (a dimension the mesh cannot
+      split, a logical axis without a rule).
+  """
+  rules = sharding.rules_for_model(model_cfg, mesh, rules)
+  sharding.param_shardings(model_cfg, mesh, rules)  # names, divisibility
+  abstract = jax.eval_shape(
+      lambda p: TrainState(step=jnp.zeros((), jnp.int32), params=p,
+                           opt_state=optimizer.init(p)),
+      abstract_params(model_cfg))
+  return nn.logical_to_mesh_sharding(nn.get_partition_spec(abstract), mesh,
+                                     rules)
+
+
 def make_train_step(model_cfg: TransformerConfig, objective: str, optimizer,
-                    block_length: int | None = None, **options):
+                    block_length: int | None = None, mesh=None,
+                    rules=sharding.DEFAULT_RULES, batch_shape=None,
+                    **options):
   """(state, tokens int32[B, L], key) -> (state, metrics), jitted, donating state.
 
   `block_length` is BD3-LM's (`train.block_length`); other objectives ignore it.
   `options` are the translation objective's (`objective_options`).
+  With a `mesh` (`lm_decoding.parallel.sharding`), the step is jitted with
+  explicit shardings: the state by `state_shardings` (place it there with
+  `jax.device_put(state, state_shardings(...))`), the tokens int32
+  `batch_shape` ([B, L]; B must divide over the batch mesh axes) by 'batch',
+  key and metrics replicated. Without one (the default) nothing changes.
+
+  Raises:
+    ValueError: a mesh without batch_shape, or as `state_shardings` and
+      `sharding.batch_sharding`.
   """
   loss_fn = functools.partial(_LOSSES[objective], **options)
   if objective == "bd3lm":
@@ -271,7 +306,17 @@ def make_train_step(model_cfg: TransformerConfig, objective: str, optimizer,
     metrics = dict(metrics, loss=loss, grad_norm=optax.tree.norm(grads))
     return TrainState(state.step + 1, params, opt_state), metrics
 
-  return jax.jit(step, donate_argnums=0)
+  if mesh is None:
+    return jax.jit(step, donate_argnums=0)
+  if batch_shape is None:
+    raise ValueError("make_train_step: a mesh needs batch_shape=(B, L), the "
+                     "shape of the token batches")
+  state = state_shardings(model_cfg, optimizer, mesh, rules)
+  replicated = sharding.replicated(mesh)
+  return jax.jit(step, donate_argnums=0,
+                 in_shardings=(state, sharding.batch_sharding(
+                     mesh, batch_shape, rules), replicated),
+                 out_shardings=(state, replicated))
 
 
 def make_eval_fn(model_cfg: TransformerConfig, objective: str,
@@ -387,6 +432,10 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   under `data_dir` (default `workdir`), where models trained on the same data
   share it. See the module docstring for what a crash loses.
 
+  With a `config.mesh` other than the one-device default, the state is
+  sharded by `state_shardings` and every step runs sharded
+  (`make_train_step(mesh=...)`); batches are split by 'batch'.
+
   With `progress`, shows a bar with the latest loss and tokens/s (its
   description says 'eval' or 'save' while validating or checkpointing), says
   so when it resumes, and prints the final validation perplexity (MDLM: its
@@ -396,8 +445,9 @@ def train(config: ml_collections.ConfigDict, workdir: str,
     A summary: parameter count, steps, final validation loss and perplexity
     (AR: perplexity; MDLM: perplexity bound), train tokens/s, wall seconds.
   Raises:
-    ValueError: any error of `check_config` (raised before the workdir is
-      created), bad data, a workdir that is a file or not writable (all
+    ValueError: any error of `check_config` or of the mesh (a bad
+      `config.mesh`, a batch size or parameter it cannot split; raised
+      before the workdir is created), bad data, a workdir that is a file or not writable (all
       before anything is compiled).
     CheckpointError: an existing checkpoint that does not fit `config`.
     CheckpointWriteError: a checkpoint could not be written (full disk,
@@ -407,6 +457,12 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   start_time = time.time()
   model_cfg = check_config(config)
   train_cfg = config.train
+  mesh = sharding.mesh_or_none(config.get("mesh"))
+  rules = sharding.rules_from_config(config.get("mesh"))
+  if mesh is not None:  # raises before the workdir is touched
+    sharding.batch_sharding(mesh, (train_cfg.batch_size,), rules)
+    shardings = state_shardings(model_cfg, make_optimizer(train_cfg), mesh,
+                                rules)
   objective, num_steps = train_cfg.objective, train_cfg.num_steps
   _check_workdir(workdir)
   corpus, train_packed, valid_packed = training_data(config,
@@ -437,6 +493,8 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   block_length = train_cfg.get("block_length")  # bd3lm only
   options = objective_options(config)
   train_step = make_train_step(model_cfg, objective, optimizer, block_length,
+                               mesh=mesh, rules=rules,
+                               batch_shape=(train_cfg.batch_size, seq_len),
                                **options)
   eval_fn = make_eval_fn(model_cfg, objective, train_cfg.mdlm_eval_timesteps,
                          block_length, **options)
@@ -463,6 +521,8 @@ def train(config: ml_collections.ConfigDict, workdir: str,
       if progress:
         print(f"{desc}: resuming from step {int(state.step)} of "
               f"{checkpoints.directory}")
+    if mesh is not None:
+      state = jax.device_put(state, shardings)
     first = int(state.step)
     batches = pipeline.batches(train_packed, train_cfg.batch_size, config.seed,
                                start_step=first)
