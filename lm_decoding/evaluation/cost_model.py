@@ -386,3 +386,45 @@ def crossover_length(config: TransformerConfig, batch_size: int,
         < ar_decode_s(config, batch_size, prompt_length, t, profile)):
       return t
   return None
+
+
+def comparison_row_s(row: dict, configs: dict[str, TransformerConfig],
+                     prompt_length: int, profile: HardwareProfile
+                     ) -> float | None:
+  """Predicted seconds of one row of `comparison.run`, or None when the
+  row's calls are not all of a shape the model costs.
+
+  Per role (row["models"] is "role=member, ..."; row["calls"] and
+  row["forward_tokens"] count per role): calls that each cover B x (P + T)
+  positions are full passes (`step_s` each); a single causal role with T
+  calls over B x (P + T - 1) positions is a cached AR decode
+  (`ar_decode_s`). Other shapes (speculative verification, dual-cache
+  blocks) give None.
+
+  Args:
+    row: a row dict with "models", "batch_size", "output_length", "calls"
+      and "forward_tokens".
+    configs: the model config of each member named in row["models"].
+    prompt_length: P of the comparison, >= 1.
+    profile: the hardware.
+  Raises:
+    ValueError: a member missing from `configs` (the message names it).
+  """
+  b, t = row["batch_size"], row["output_length"]
+  length = prompt_length + t
+  roles = dict(part.split("=") for part in row["models"].split(", "))
+  total = 0.0
+  for role, member in roles.items():
+    if member not in configs:
+      raise ValueError(f"configs lacks member={member!r}; given "
+                       f"{sorted(configs)}")
+    config = configs[member]
+    calls, tokens = row["calls"][role], row["forward_tokens"][role]
+    if tokens == calls * b * length:
+      total += calls * step_s(config, b, length, length, profile)
+    elif (len(roles) == 1 and calls == t
+          and tokens == b * (prompt_length + t - 1)):
+      total += ar_decode_s(config, b, prompt_length, t, profile)
+    else:
+      return None
+  return total
