@@ -110,7 +110,7 @@ def model_curves(config: TransformerConfig, batch: int, prompt_len: int,
       parallel_step=router.predicted_curve(
           "parallel step", "parallel", 1.0, lengths, denoiser, batch,
           prompt_len, profile, steps=1),
-      source=f"cost model, profile {profile.name} ({profile.source})")
+      source=f"cost model, profile {profile.name}, B={batch}")
 
 
 def measured_curves(path: str, batch: int, ar_label: str,
@@ -136,7 +136,7 @@ def measured_curves(path: str, batch: int, ar_label: str,
 
   return Curves(ar=curve(ar_label, False),
                 parallel_step=curve(parallel_label, True),
-                source=f"measured, {path}")
+                source=f"measured, {os.path.basename(path)}, B={batch}")
 
 
 def crossover_length(curves: Curves, steps: int, max_length: int):
@@ -233,7 +233,7 @@ def _plot(curves: Curves, steps: int, length: int, limit_ms: float,
   if limit_ms > 0:
     ax.axhline(limit_ms, color="red", lw=0.8, label=f"limit {limit_ms:g} ms")
   ax.set(xlabel="output length T (tokens)", ylabel="latency per request, ms",
-         title=curves.source[:80])
+         title=curves.source)
   ax.grid(True, alpha=0.3)
   ax.legend(fontsize=8)
   fig.tight_layout()
@@ -273,7 +273,8 @@ def main(argv):
   steps = choice.steps or min(_STEPS.value, length)
   t_star = crossover_length(curves, steps, _MAX_LENGTH.value)
   print(f"recommendation: {choice}")
-  print(f"latencies: {curves.source}")
+  print(f"latencies: {curves.source}"
+        + ("" if _RESULTS.value else f" ({profile.source})"))
   for reason in choice.reasons:
     print(f"  - {reason}")
   print(f"crossover: K={steps} parallel steps beat AR from T* = "

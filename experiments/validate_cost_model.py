@@ -12,15 +12,19 @@ random parameters (cost does not depend on the weights):
     `cost_model.denoise_step_s`.
 The two are timed interleaved (ar, mdlm, ar, mdlm, ...) after compiling both;
 the error is (predicted - measured) / measured on the fastest run (other jobs
-only ever add time), the median shown beside it. The profile is the measured
-CPU one (experiments/measure_cpu_profile.py; --profile_path), re-measured
-with --remeasure. Writes results.csv, report.md (with this command and the
+only ever add time), the median shown beside it. Two profiles predict each
+point: the saved CPU profile (run experiments/measure_cpu_profile.py first;
+--profile_path), and one whose peak FLOP/s and bandwidth are re-measured
+right after the point's timed runs (same methods, smaller: --point_matmul_size,
+--point_bandwidth_bytes), because the load of a shared machine drifts
+between minutes. Writes results.csv, report.md (with this command and the
 predicted crossovers K* and T* for H100, H200 and TPU v5e) and
 predicted_vs_measured.png under --workdir. --smoke: a tiny model, B 1,
 one run: checks the pipeline in seconds.
 """
 
 import csv
+import dataclasses
 import os
 import sys
 import time
@@ -75,6 +79,11 @@ _RUNS = flags.DEFINE_integer("runs", 3, "Timed rounds (ar, mdlm) per point.")
 _PROFILE_PATH = flags.DEFINE_string("profile_path",
                                     cost_model.CPU_PROFILE_PATH,
                                     "The measured CPU profile (JSON).")
+_POINT_MATMUL = flags.DEFINE_integer(
+    "point_matmul_size", 1024, "Matmul size of the per-point peak FLOP/s.")
+_POINT_BYTES = flags.DEFINE_integer(
+    "point_bandwidth_bytes", 1 << 28, "Bytes summed for the per-point "
+    "bandwidth (well above the 32 MiB L3 cache).")
 _SMOKE = flags.DEFINE_bool("smoke", False,
                            "Tiny model, B 1, T 8, one run.")
 _CROSSOVER_T = 256  # output length of the predicted K*
@@ -114,7 +123,22 @@ def _interleaved(calls: dict, runs: int) -> dict:
                           tuple(t)), outs[n]) for n, t in times.items()}
 
 
-def _measure_point(size, batch, profile):
+def _point_profile(saved):
+  """`saved` with peak FLOP/s and bandwidth measured now."""
+  return dataclasses.replace(
+      saved, name="cpu (now)",
+      peak_flops=cost.measure_peak_flops(_POINT_MATMUL.value, runs=3),
+      bandwidth=cost.measure_bandwidth(_POINT_BYTES.value, runs=3))
+
+
+def _predict(causal, bidirectional, batch, profile):
+  p, t = _PROMPT_LEN.value, _OUTPUT_LENGTH.value
+  return {"ar": cost_model.ar_decode_s(causal, batch, p, t, profile),
+          "denoise_step": cost_model.denoise_step_s(bidirectional, batch, p,
+                                                    t, profile)}
+
+
+def _measure_point(size, batch, saved):
   p, t = _PROMPT_LEN.value, _OUTPUT_LENGTH.value
   causal, bidirectional = (_config(size, "causal"),
                            _config(size, "bidirectional"))
@@ -127,22 +151,33 @@ def _measure_point(size, batch, profile):
       "denoise_step": (_decode_fn("mdlm", bidirectional, steps=_STEPS.value,
                                   reuse_logits=False, early_stop=False),
                        args)}, _RUNS.value)
-  predicted = {
-      "ar": cost_model.ar_decode_s(causal, batch, p, t, profile),
-      "denoise_step": cost_model.denoise_step_s(bidirectional, batch, p, t,
-                                                profile)}
+  profile = _point_profile(saved)
+  predicted = _predict(causal, bidirectional, batch, profile)
+  predicted_saved = _predict(causal, bidirectional, batch, saved)
+  # The roofline term that dominates a cached AR step / a full pass.
+  step_shape = {"ar": (1, p + t), "denoise_step": (p + t, p + t)}
   rows = []
   for kind, (timing, result) in measured.items():
+    flops = cost_model.forward_flops(causal, batch, *step_shape[kind])
+    moved = cost_model.forward_bytes(causal, batch, *step_shape[kind])
+    bound = ("FLOPs" if flops / profile.peak_flops
+             > moved / profile.bandwidth else "bytes")
     per_call = 1 if kind == "ar" else int(result.nfe)
     ms_min = timing.min_s / per_call * 1e3
     row = dict(
         size=size, params=cost_model.param_count(causal),
         param_mb=cost_model.param_bytes(causal) / 2 ** 20, batch_size=batch,
-        prompt_len=p, output_length=t, kind=kind, nfe=int(result.nfe),
-        predicted_ms=predicted[kind] * 1e3, measured_min_ms=ms_min,
+        prompt_len=p, output_length=t, kind=kind, bound=bound,
+        nfe=int(result.nfe),
+        point_gflops=profile.peak_flops / 1e9,
+        point_gbps=profile.bandwidth / 1e9,
+        predicted_ms=predicted[kind] * 1e3,
+        predicted_saved_ms=predicted_saved[kind] * 1e3,
+        measured_min_ms=ms_min,
         measured_median_ms=timing.median_s / per_call * 1e3,
         compile_s=timing.compile_s)
     row["error"] = (row["predicted_ms"] - ms_min) / ms_min
+    row["error_saved"] = (row["predicted_saved_ms"] - ms_min) / ms_min
     rows.append(row)
     print(", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                     for k, v in row.items()), flush=True)
@@ -198,11 +233,12 @@ def crossover_lines(prompt_len: int) -> list[str]:
 
 def _report(rows, profile, load, path):
   errors = sorted(abs(r["error"]) for r in rows)
+  saved_errors = sorted(abs(r["error_saved"]) for r in rows)
   lines = [
       "# Cost model against measured CPU decodes", "",
       "Command:", "", "```",
       "python " + " ".join(sys.argv), "```", "",
-      f"Profile: peak {profile.peak_flops / 1e9:.1f} GFLOP/s, bandwidth "
+      f"Saved profile: peak {profile.peak_flops / 1e9:.1f} GFLOP/s, bandwidth "
       f"{profile.bandwidth / 1e9:.2f} GB/s, overhead "
       f"{profile.step_overhead_s * 1e6:.2f} us/step ({profile.source}).", "",
       f"The machine was shared with other jobs (load average {load[0]:.1f} "
@@ -211,17 +247,32 @@ def _report(rows, profile, load, path):
       f"P = {_PROMPT_LEN.value}, T = {_OUTPUT_LENGTH.value}; ar: a whole "
       "decode (prefill + T - 1 cached steps); denoise_step: one full pass "
       f"over P + T positions (an MDLM decode of {_STEPS.value} steps / NFE). "
-      "error = (predicted - measured min) / measured min.", "",
-      "| size | params | MB | B | kind | predicted ms | measured min ms | "
-      "measured median ms | error |", "|---|---|---|---|---|---|---|---|---|"]
+      "error = (predicted - measured min) / measured min. bound: the "
+      "roofline term that dominates one step (FLOPs / peak or bytes / "
+      "bandwidth). MB: parameter megabytes (MiB); the CPU's L3 cache holds "
+      "32 MiB, so the small and medium models are read from cache, not "
+      "from DRAM, and the bandwidth term (DRAM) overestimates their "
+      "bytes-bound steps. The measured decodes also sample (Gumbel noise "
+      "in `mode=\"high\"`, per position and vocabulary entry) and update "
+      "their state; the model counts the forward passes only.", "",
+      "| size | params | MB | B | kind | bound | GFLOP/s now | GB/s now | "
+      "predicted ms | measured min ms | measured median ms | error | "
+      "predicted ms (saved) | error (saved) |",
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
   for r in rows:
     lines.append(
         f"| {r['size']} | {r['params'] / 1e6:.2f}M | {r['param_mb']:.0f} | "
-        f"{r['batch_size']} | {r['kind']} | {r['predicted_ms']:.2f} | "
+        f"{r['batch_size']} | {r['kind']} | {r['bound']} | "
+        f"{r['point_gflops']:.1f} | {r['point_gbps']:.2f} | "
+        f"{r['predicted_ms']:.2f} | "
         f"{r['measured_min_ms']:.2f} | {r['measured_median_ms']:.2f} | "
-        f"{r['error']:+.0%} |")
+        f"{r['error']:+.0%} | {r['predicted_saved_ms']:.2f} | "
+        f"{r['error_saved']:+.0%} |")
   lines += ["", f"Median |error| {errors[len(errors) // 2]:.0%}, largest "
-            f"{errors[-1]:.0%} over {len(rows)} points.", "",
+            f"{errors[-1]:.0%} over {len(rows)} points with the profile "
+            "measured right after each point's runs; with the saved profile "
+            f"{saved_errors[len(saved_errors) // 2]:.0%} and "
+            f"{saved_errors[-1]:.0%}.", "",
             "Measured against predicted K* (AR decode / one denoising step) "
             "at these P and T:", "",
             "| size | B | K* measured | K* predicted |", "|---|---|---|---|"]
@@ -252,6 +303,8 @@ def main(argv):
   if _SMOKE.value:
     flags.FLAGS.sizes, flags.FLAGS.batch_sizes = ["tiny"], ["1"]
     flags.FLAGS.output_length, flags.FLAGS.runs = 8, 1
+    flags.FLAGS.point_matmul_size = 128
+    flags.FLAGS.point_bandwidth_bytes = 1 << 22
   for size in _SIZES.value:
     if size not in SIZES:
       raise app.UsageError(f"--sizes: {size!r}; allowed: {sorted(SIZES)}")
