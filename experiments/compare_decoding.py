@@ -31,7 +31,7 @@ import jax
 from ml_collections import config_flags
 
 from lm_decoding.data import pipeline
-from lm_decoding.evaluation import comparison, entries, report
+from lm_decoding.evaluation import comparison, cost_model, entries, report
 from lm_decoding.parallel import sharding
 from lm_decoding.training import pretrained
 from lm_decoding.training import train
@@ -43,6 +43,10 @@ _WORKDIR = flags.DEFINE_string("workdir", "/tmp/lm_decoding_compare",
                                "Output directory.")
 _RETRAIN = flags.DEFINE_bool(
     "retrain", False, "Train all models here even if shipped ones match.")
+_PROFILE = flags.DEFINE_string(
+    "profile", "", "A cost-model hardware profile (e.g. cpu, after "
+    "experiments/measure_cpu_profile.py): adds predicted ms beside the "
+    "measured ones; '' (default): none.")
 
 
 def check_workdir(workdir: str) -> None:
@@ -86,6 +90,8 @@ def main(argv):
   config, workdir = _CONFIG.value, _WORKDIR.value
   cmp = config.compare
   try:
+    profile = (cost_model.load_profile(_PROFILE.value) if _PROFILE.value
+               else None)
     planned, members = plan(config, workdir)
     mesh = sharding.mesh_or_none(config.get("mesh"))
     rules = sharding.rules_from_config(config.get("mesh"))
@@ -128,7 +134,17 @@ def main(argv):
       f"- decoding took {decode_s / 60:.1f} min of the job's "
       f"{(time.time() - start) / 60:.1f} min",
   ])
-  paths = report.write(result, header, cmp.baseline, workdir)
+  predict_ms = None
+  if profile is not None:
+    configs = {name: train.model_config(m) for name, m in members.items()}
+    header += (f"\n- predicted ms: the cost model on profile {profile.name} "
+               f"({profile.source})")
+
+    def predict_ms(row):
+      seconds = cost_model.comparison_row_s(row, configs, cmp.prompt_len,
+                                            profile)
+      return None if seconds is None else seconds * 1e3
+  paths = report.write(result, header, cmp.baseline, workdir, predict_ms)
   with open(os.path.join(workdir, "run.json"), "w") as f:
     json.dump({"models": lines, "wall_s": time.time() - start,
                "decode_s": decode_s, "config": config.to_dict()}, f,

@@ -17,7 +17,7 @@ import _loading
 from lm_decoding.data import corpus
 from lm_decoding.data.tokenizer import Tokenizer
 from lm_decoding.decoding import base
-from lm_decoding.evaluation import comparison, entries, report
+from lm_decoding.evaluation import comparison, cost_model, entries, report
 from lm_decoding.models import TransformerConfig, init_params, make_logits_fn
 from lm_decoding.parallel import sharding
 from lm_decoding.special_tokens import EOS_ID
@@ -312,6 +312,33 @@ def test_report_defines_every_column(measured, tmp_path):
   assert "## Crossover" in text and "| MDLM K=8 |" in text
   assert "row 'MDLM K=8' stands for 'MDLM K=8', 'MDLM K=T'" in text
   assert "**Prompt 1:**" in text and "- *AR cached*:" in text
+
+
+def test_report_predicted_columns_from_the_cost_model(measured, tmp_path):
+  _, result, _ = measured
+  configs = {m: transformer(a, 0).logits_fn.config
+             for m, a in (("ar", "causal"), ("mdlm", "bidirectional"))}
+  profile = cost_model.HardwareProfile("unit", 1e9, 1e9, 1e-4, "test")
+
+  def predict_ms(row):
+    seconds = cost_model.comparison_row_s(row, configs, 4, profile)
+    return None if seconds is None else seconds * 1e3
+
+  paths = report.write(result, "# test", "AR cached", str(tmp_path),
+                       predict_ms)
+  with open(paths["csv"]) as f:
+    table = {(r["decoder"], r["batch_size"]): r for r in csv.DictReader(f)}
+  for b in (1, 2):  # P = 4 (the prompts' width), T = 8
+    assert float(table["AR cached", str(b)]["predicted_ms"]) == pytest.approx(
+        1e3 * cost_model.ar_decode_s(configs["ar"], b, 4, T, profile))
+    mdlm = table["MDLM K=8", str(b)]
+    assert float(mdlm["predicted_ms"]) == pytest.approx(
+        1e3 * int(mdlm["nfe"]) * cost_model.denoise_step_s(
+            configs["mdlm"], b, 4, T, profile))
+    if CACHED:  # dual-cache block calls: not costed
+      assert table["thr dual", str(b)]["predicted_ms"] == ""
+  text = open(paths["report"]).read()
+  assert "| pred ms | meas/pred |" in text and "- **pred ms**:" in text
 
 
 def test_fixed_length_and_eos_modes_exactly(tokenizer):

@@ -84,6 +84,17 @@ def test_cost_analysis_list_form_and_missing_memory():
                                 peak_memory_bytes=None, temp_bytes=None)
 
 
+def test_measure_peak_flops_and_step_overhead_positive():
+  assert 0 < cost.measure_peak_flops(size=64, runs=2) < math.inf
+  assert 0 < cost.measure_step_overhead(steps=10, runs=2) < math.inf
+  with pytest.raises(ValueError, match="size=0"):
+    cost.measure_peak_flops(size=0)
+  with pytest.raises(ValueError, match="steps=0"):
+    cost.measure_step_overhead(steps=0)
+  with pytest.raises(ValueError, match="runs=0"):
+    cost.measure_step_overhead(steps=1, runs=0)
+
+
 def test_measure_bandwidth_positive():
   bandwidth = cost.measure_bandwidth(num_bytes=1 << 20, runs=2)
   assert math.isfinite(bandwidth) and bandwidth > 0

@@ -6,8 +6,9 @@ import pytest
 
 import stubs
 from lm_decoding.decoding.base import Model
-from lm_decoding.evaluation import router
+from lm_decoding.evaluation import cost_model, router
 from lm_decoding.evaluation.router import CostCurve, RouterConfig
+from lm_decoding.models import TransformerConfig
 
 # Synthetic curves (ms at T = 32, 128): AR linear, parallel flat and worse,
 # speculative lossless and a little faster than AR.
@@ -122,3 +123,32 @@ def test_prompt_entropy_checks_lengths():
   with pytest.raises(ValueError, match="prompt_lengths"):
     router.prompt_entropy(Model(fn, None), np.zeros((1, 3), np.int32),
                           np.array([4], np.int32))
+
+
+def test_predicted_curves_come_from_the_cost_model():
+  config = TransformerConfig(vocab_size=10, d_model=4, num_layers=1,
+                             num_heads=2, num_kv_heads=1, head_dim=2,
+                             mlp_dim=6, max_len=16)
+  unit = cost_model.HardwareProfile("unit", 1000.0, 100.0, 0.5, "test")
+  ar = router.predicted_curve("ar", "ar", 50.0, (1, 2, 3), config, 1, 2,
+                              unit)
+  assert ar.latency_ms == pytest.approx(
+      [1e3 * cost_model.ar_decode_s(config, 1, 2, t, unit) for t in (1, 2, 3)])
+  # 8.66 s, 17.24 s and 26.14 s (tests/test_cost_model.py works them out).
+  assert ar.latency_ms == pytest.approx((8660.0, 17240.0, 26140.0))
+  par = router.predicted_curve("mdlm", "parallel", 80.0, (2, 3), config, 1, 2,
+                               unit, steps=2)
+  assert par.latency_ms == pytest.approx((2 * 9620.0, 2 * 10180.0))
+  # T = 3 within 25 s: only the parallel decoder fits.
+  assert router.route((ar, par), 3, 25000.0, EASY) == "mdlm"
+  with pytest.raises(ValueError, match="speculative"):
+    router.predicted_curve("s", "speculative", 1.0, (1, 2), config, 1, 2,
+                           unit)
+  with pytest.raises(ValueError, match="steps=None"):
+    router.predicted_curve("p", "parallel", 1.0, (1, 2), config, 1, 2, unit)
+
+
+def test_measured_curves_win_over_predicted_ones():
+  predicted_ar = CostCurve("ar", "ar", (32, 128), (1.0, 2.0), 100.0)
+  curves = router.with_predictions((AR, SPEC), (predicted_ar, MDLM))
+  assert curves == (AR, SPEC, MDLM)

@@ -2,8 +2,8 @@
 
 from lm_decoding.evaluation.cost import (
     CostAnalysis, DecodeCost, Timing, ar_decode_roofline_s, cost_analysis,
-    decode_cost, decode_record, measure_bandwidth, param_bytes, roofline_ratio,
-    roofline_s, time_fn)
+    decode_cost, decode_record, measure_bandwidth, measure_peak_flops,
+    measure_step_overhead, param_bytes, roofline_ratio, roofline_s, time_fn)
 from lm_decoding.evaluation.quality import (
     ENGLISH_STOPWORDS, GenPPL, content_words, distinct_n, gen_ppl,
     omission_rate, perplexity, repetition_rate, unigram_entropy)
@@ -11,6 +11,7 @@ from lm_decoding.evaluation.quality import (
 __all__ = [
     "CostAnalysis", "DecodeCost", "Timing", "ar_decode_roofline_s",
     "cost_analysis", "decode_cost", "decode_record", "measure_bandwidth",
+    "measure_peak_flops", "measure_step_overhead",
     "param_bytes", "roofline_ratio", "roofline_s", "time_fn",
     "ENGLISH_STOPWORDS", "GenPPL", "content_words", "distinct_n", "gen_ppl",
     "omission_rate", "perplexity", "repetition_rate", "unigram_entropy",

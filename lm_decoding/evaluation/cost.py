@@ -15,6 +15,7 @@ decoders.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -173,6 +174,44 @@ def measure_bandwidth(num_bytes: int = 1 << 28, runs: int = 5) -> float:
     raise ValueError(f"num_bytes={num_bytes} must be >= 4")
   x = jnp.ones((num_bytes // 4,), jnp.float32)
   return x.nbytes / time_fn(jnp.sum, x, runs=runs).median_s
+
+
+def measure_peak_flops(size: int = 2048, runs: int = 5) -> float:
+  """Measured float32 matmul throughput of the default device, FLOP/s.
+
+  Times jnp.dot of two size x size float32 matrices (median of `runs`):
+  2 size^3 FLOPs over the time. About 100 GFLOP/s on an idle 2-core CPU.
+
+  Raises:
+    ValueError: if size < 1 or runs < 1.
+  """
+  if size < 1:
+    raise ValueError(f"size={size} must be >= 1")
+  a = jnp.ones((size, size), jnp.float32)
+  return 2 * size ** 3 / time_fn(jnp.dot, a, a, runs=runs).median_s
+
+
+def _tiny_scan(x_8x8, steps):
+  def body(carry_8x8, _):  # a dot and an elementwise op: two kernels a trip
+    return jnp.tanh(carry_8x8 @ x_8x8), None
+  return jax.lax.scan(body, x_8x8, None, length=steps)[0]
+
+
+def measure_step_overhead(steps: int = 10000, runs: int = 5) -> float:
+  """Measured fixed cost of one trip of a jitted `lax.scan`, seconds.
+
+  Times a scan of `steps` trips whose body is tiny (an 8 x 8 matmul and a
+  tanh), so the time is loop control and kernel dispatch: the median over
+  `runs`, divided by `steps`.
+
+  Raises:
+    ValueError: if steps < 1 or runs < 1.
+  """
+  if steps < 1:
+    raise ValueError(f"steps={steps} must be >= 1")
+  fn = functools.partial(_tiny_scan, steps=steps)
+  x = jnp.full((8, 8), 0.1, jnp.float32)
+  return time_fn(fn, x, runs=runs).median_s / steps
 
 
 def param_bytes(params: Any) -> int:

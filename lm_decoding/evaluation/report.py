@@ -17,7 +17,7 @@ from __future__ import annotations
 import csv
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import matplotlib
 
@@ -61,6 +61,13 @@ COST_COLUMNS = (
     ("ms_per_token", "ms/token", 2, "ms min / T"),
     ("compile_s", "compile s", 2, "XLA compile time of the call, s (paid "
      "once per shape, not in the times above)"),
+)
+PREDICTED_COLUMNS = (
+    ("predicted_ms", "pred ms", 1, "the cost model's latency of this row's "
+     "forward calls (`cost_model.comparison_row_s`: roofline per call plus "
+     "a fixed overhead, on the profile named in the header); '—' for call "
+     "shapes it does not cost (speculative verification, cached blocks)"),
+    ("measured_over_predicted", "meas/pred", 2, "ms min / pred ms"),
 )
 EOS_COLUMNS = (
     ("decoder", "decoder", 0, "as above"),
@@ -324,15 +331,38 @@ def _samples(comparison: Comparison) -> list[str]:
   return lines
 
 
+def _with_predictions(rows, predict_ms):
+  out = []
+  for r in rows:
+    ms = predict_ms(r)
+    out.append(dict(r, predicted_ms=ms, measured_over_predicted=(
+        None if ms is None else r["ms_min"] / ms)))
+  return out
+
+
 def write(comparison: Comparison, header: str, baseline: str,
-          workdir: str) -> dict[str, str]:
+          workdir: str,
+          predict_ms: Callable[[dict], float | None] | None = None
+          ) -> dict[str, str]:
   """Writes results.csv, report.md, latency.png and quality.png.
 
+  Args:
+    comparison: the measured comparison.
+    header: Markdown put above the tables.
+    baseline: the label the crossover compares against.
+    workdir: the output folder.
+    predict_ms: a row's predicted ms (or None), e.g. from
+      `cost_model.comparison_row_s`; when given, the cost table and the CSV
+      get `PREDICTED_COLUMNS`.
   Returns:
     {kind: path} of the written files.
   """
   rows = sorted(comparison.rows,
                 key=lambda r: (r["output_length"], r["batch_size"]))
+  cost_columns = COST_COLUMNS
+  if predict_ms is not None:
+    rows = _with_predictions(rows, predict_ms)
+    cost_columns = COST_COLUMNS + PREDICTED_COLUMNS
   os.makedirs(workdir, exist_ok=True)
   paths = {k: os.path.join(workdir, f) for k, f in (
       ("csv", "results.csv"), ("report", "report.md"),
@@ -346,7 +376,7 @@ def write(comparison: Comparison, header: str, baseline: str,
            "## Cost, fixed length", "",
            "Every decoder emits exactly T tokens (EOS ignored), so every row "
            "decodes the same amount of text.", "",
-           markdown_table(rows, COST_COLUMNS), "", definitions(COST_COLUMNS),
+           markdown_table(rows, cost_columns), "", definitions(cost_columns),
            ""]
   if noisy:
     lines += [f"Noisy rows (spread above {SPREAD_FLAG:.0%}): "

@@ -24,6 +24,11 @@ measured cost curves:
 
 The difficulty signal is the AR target's mean next-token entropy over the
 prompt (`prompt_entropy`, one forward pass), in nats.
+
+Where a decoder was not measured on the hardware at hand, `predicted_curve`
+builds its curve from the analytic cost model (`cost_model`) and
+`with_predictions` adds such curves for the decoders missing from the
+measured ones.
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ import numpy as np
 from lm_decoding.decoding import base
 from lm_decoding.decoding.autoregressive import check_prompts
 from lm_decoding.decoding.base import is_number
+from lm_decoding.evaluation import cost_model
+from lm_decoding.models.config import TransformerConfig
 
 KINDS = ("ar", "parallel", "speculative")
 
@@ -123,6 +130,56 @@ class RouterConfig:
       value = getattr(self, name)
       if not (is_number(value) and 1 <= value < math.inf):
         raise ValueError(f"{name}={value!r} must be in [1, inf)")
+
+
+def predicted_curve(name: str, kind: str, gen_ppl: float,
+                    lengths: Sequence[int], config: TransformerConfig,
+                    batch_size: int, prompt_length: int,
+                    profile: cost_model.HardwareProfile,
+                    steps: int | None = None,
+                    block_length: int | None = None) -> CostCurve:
+  """A `CostCurve` from the cost model instead of measurements.
+
+  "ar": `cost_model.ar_decode_s`; "parallel": `cost_model.parallel_decode_s`
+  with `steps` (and `block_length`) at each length. Speculative decoding's
+  latency depends on its acceptance rate, which the cost model does not
+  predict: measure it.
+
+  Args:
+    name, kind, gen_ppl: as `CostCurve` (gen_ppl: an expected quality, e.g.
+      measured on another machine: quality does not depend on hardware).
+    lengths: output lengths T to predict at (as `CostCurve.lengths`).
+    config: the model (the denoiser's, for "parallel").
+    batch_size: B, >= 1.
+    prompt_length: P, >= 1.
+    profile: the hardware.
+    steps: K, required for "parallel" (>= 1), else None.
+    block_length: see `cost_model.parallel_decode_s`; "parallel" only.
+  Raises:
+    ValueError: kind "speculative" or not in `KINDS`; steps given for "ar"
+      or missing for "parallel"; as the cost model's functions and
+      `CostCurve`.
+  """
+  if kind == "ar" and steps is None and block_length is None:
+    seconds = [cost_model.ar_decode_s(config, batch_size, prompt_length, t,
+                                      profile) for t in lengths]
+  elif kind == "parallel" and steps is not None:
+    seconds = [cost_model.parallel_decode_s(config, batch_size, prompt_length,
+                                            t, steps, profile, block_length)
+               for t in lengths]
+  else:
+    raise ValueError(f"kind={kind!r} with steps={steps!r}: the cost model "
+                     "predicts 'ar' (no steps) and 'parallel' (steps >= 1)")
+  return CostCurve(name, kind, tuple(lengths),
+                   tuple(s * 1e3 for s in seconds), gen_ppl)
+
+
+def with_predictions(measured: Sequence[CostCurve],
+                     predicted: Sequence[CostCurve]) -> tuple[CostCurve, ...]:
+  """The measured curves plus each predicted curve whose name was not
+  measured (a measurement wins over a prediction)."""
+  names = {c.name for c in measured}
+  return tuple(measured) + tuple(c for c in predicted if c.name not in names)
 
 
 def predicted(curve: CostCurve, output_length: int, difficulty: float,

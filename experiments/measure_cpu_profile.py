@@ -1,0 +1,71 @@
+r"""Measures this machine's `HardwareProfile` for the cost model.
+
+  python experiments/measure_cpu_profile.py
+
+Writes experiments/results/cpu_profile.json (`cost_model.load_profile("cpu")`
+reads it):
+  peak_flops: float32 matmul, jnp.dot of two 2048 x 2048 matrices
+    (`cost.measure_peak_flops`);
+  bandwidth: a jitted sum over a 1 GiB float32 array (`cost.measure_bandwidth`);
+  step_overhead_s: a jitted `lax.scan` of --scan_steps tiny trips
+    (`cost.measure_step_overhead`).
+Medians of --runs timed calls; other jobs share this machine, so the figures
+move by +-15% from run to run.
+"""
+
+import datetime
+import json
+import os
+import platform
+
+from absl import app
+from absl import flags
+import jax
+
+from lm_decoding.evaluation import cost
+from lm_decoding.evaluation import cost_model
+
+_OUT = flags.DEFINE_string("out", cost_model.CPU_PROFILE_PATH,
+                           "Where to write the profile (JSON).")
+_MATMUL = flags.DEFINE_integer("matmul_size", 2048, "Square matmul size.")
+_BYTES = flags.DEFINE_integer("bandwidth_bytes", 1 << 30,
+                              "Bytes summed for the bandwidth.")
+_SCAN_STEPS = flags.DEFINE_integer("scan_steps", 10000,
+                                   "Trips of the overhead scan.")
+_RUNS = flags.DEFINE_integer("runs", 5, "Timed runs per figure.")
+
+
+def measure(matmul_size: int, bandwidth_bytes: int, scan_steps: int,
+            runs: int) -> dict:
+  """The profile's fields (and the inputs that made them) as a dict."""
+  return {
+      "name": "cpu",
+      "peak_flops": cost.measure_peak_flops(matmul_size, runs),
+      "bandwidth": cost.measure_bandwidth(bandwidth_bytes, runs),
+      "step_overhead_s": cost.measure_step_overhead(scan_steps, runs),
+      "source": (f"measured by experiments/measure_cpu_profile.py on "
+                 f"{platform.node() or 'this machine'} "
+                 f"({os.cpu_count()} cores, {jax.devices()[0].device_kind}, "
+                 f"shared with other jobs), "
+                 f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d}"),
+      "matmul_size": matmul_size,
+      "bandwidth_bytes": bandwidth_bytes,
+      "scan_steps": scan_steps,
+      "runs": runs,
+  }
+
+
+def main(argv):
+  del argv
+  profile = measure(_MATMUL.value, _BYTES.value, _SCAN_STEPS.value, _RUNS.value)
+  cost_model.HardwareProfile(**{k: profile[k] for k in (
+      "name", "peak_flops", "bandwidth", "step_overhead_s", "source")})
+  os.makedirs(os.path.dirname(os.path.abspath(_OUT.value)), exist_ok=True)
+  with open(_OUT.value, "w") as f:
+    json.dump(profile, f, indent=2)
+  print(json.dumps(profile, indent=2))
+  print(f"wrote {_OUT.value}")
+
+
+if __name__ == "__main__":
+  app.run(main)

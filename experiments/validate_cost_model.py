@@ -1,0 +1,330 @@
+r"""The cost model's predictions against measured CPU decodes.
+
+  python experiments/validate_cost_model.py \
+      --workdir=experiments/results/cost_model
+
+For each model size (--sizes) and batch size (--batch_sizes) it times, on
+random parameters (cost does not depend on the weights):
+  ar: the registered "ar" decoder (KV cache, `lax.scan`), P prompt and T
+    new tokens, against `cost_model.ar_decode_s`;
+  denoise step: the registered "mdlm" decoder with --steps full passes (no
+    logit reuse, no early stop) over P + T positions, time / NFE, against
+    `cost_model.denoise_step_s`.
+The two are timed interleaved (ar, mdlm, ar, mdlm, ...) after compiling both;
+the error is (predicted - measured) / measured on the fastest run (other jobs
+only ever add time), the median shown beside it. Two profiles predict each
+point: the saved CPU profile (run experiments/measure_cpu_profile.py first;
+--profile_path), and one whose peak FLOP/s and bandwidth are re-measured
+right after the point's timed runs (same methods, smaller: --point_matmul_size,
+--point_bandwidth_bytes), because the load of a shared machine drifts
+between minutes. Writes results.csv, report.md (with this command and the
+predicted crossovers K* and T* for H100, H200 and TPU v5e) and
+predicted_vs_measured.png under --workdir. --smoke: a tiny model, B 1,
+one run: checks the pipeline in seconds.
+"""
+
+import csv
+import dataclasses
+import os
+import sys
+import time
+
+from absl import app
+from absl import flags
+import jax
+import jax.numpy as jnp
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from lm_decoding.decoding import bind, make_decoder  # noqa: E402
+from lm_decoding.decoding.sampling import SamplingConfig  # noqa: E402
+from lm_decoding.evaluation import cost, cost_model  # noqa: E402
+from lm_decoding.models import TransformerConfig, init_params  # noqa: E402
+from lm_decoding.models import make_logits_fn  # noqa: E402
+
+# name -> model shape; "large" (29M parameters, 117 MB in float32) does not
+# fit the 32 MiB L3 cache, "small" and "medium" do.
+SIZES = {
+    "tiny": dict(vocab_size=64, d_model=32, num_layers=1, num_heads=2,
+                 num_kv_heads=2, head_dim=16, mlp_dim=64),
+    "small": dict(vocab_size=4096, d_model=128, num_layers=2, num_heads=4,
+                  num_kv_heads=4, head_dim=32, mlp_dim=512),
+    "medium": dict(vocab_size=8192, d_model=256, num_layers=4, num_heads=8,
+                   num_kv_heads=8, head_dim=32, mlp_dim=1024),
+    "large": dict(vocab_size=4096, d_model=512, num_layers=8, num_heads=8,
+                  num_kv_heads=8, head_dim=64, mlp_dim=1536),
+}
+# Models whose crossovers the report predicts on accelerators, in bfloat16.
+CROSSOVER_MODELS = {
+    "large": SIZES["large"],
+    "gpt2_small": dict(vocab_size=50257, d_model=768, num_layers=12,
+                       num_heads=12, num_kv_heads=12, head_dim=64,
+                       mlp_dim=3072, mlp_activation="gelu"),
+}
+CROSSOVER_PROFILES = ("h100_sxm", "h200", "tpu_v5e")
+
+_WORKDIR = flags.DEFINE_string("workdir", "experiments/results/cost_model",
+                               "Output directory.")
+_SIZES = flags.DEFINE_list("sizes", ["small", "medium", "large"],
+                           f"Model sizes, from {sorted(SIZES)}.")
+_BATCH_SIZES = flags.DEFINE_list("batch_sizes", ["1", "8", "32"],
+                                 "Batch sizes.")
+_PROMPT_LEN = flags.DEFINE_integer("prompt_len", 16, "Prompt tokens P.")
+_OUTPUT_LENGTH = flags.DEFINE_integer("output_length", 64,
+                                      "New tokens T.")
+_STEPS = flags.DEFINE_integer("steps", 2, "MDLM steps timed per decode.")
+_RUNS = flags.DEFINE_integer("runs", 3, "Timed rounds (ar, mdlm) per point.")
+_PROFILE_PATH = flags.DEFINE_string("profile_path",
+                                    cost_model.CPU_PROFILE_PATH,
+                                    "The measured CPU profile (JSON).")
+_POINT_MATMUL = flags.DEFINE_integer(
+    "point_matmul_size", 1024, "Matmul size of the per-point peak FLOP/s.")
+_POINT_BYTES = flags.DEFINE_integer(
+    "point_bandwidth_bytes", 1 << 28, "Bytes summed for the per-point "
+    "bandwidth (well above the 32 MiB L3 cache).")
+_SMOKE = flags.DEFINE_bool("smoke", False,
+                           "Tiny model, B 1, T 8, one run.")
+_CROSSOVER_T = 256  # output length of the predicted K*
+_CROSSOVER_K = 32  # steps of the predicted T*
+_CROSSOVER_MAX_T = 8192
+
+
+def _config(size: str, attention: str) -> TransformerConfig:
+  if size not in SIZES:
+    raise ValueError(f"size={size!r}; allowed: {sorted(SIZES)}")
+  return TransformerConfig(max_len=_PROMPT_LEN.value + _OUTPUT_LENGTH.value,
+                           attention=attention, **SIZES[size])
+
+
+def _decode_fn(name, config, **options):
+  decoder = make_decoder(name, output_length=_OUTPUT_LENGTH.value,
+                         eos_ids=(), sampling=SamplingConfig(temperature=1.0),
+                         **options)
+  logits_fn = make_logits_fn(config)
+  return jax.jit(lambda params, *args: decoder.decode(
+      bind(logits_fn, params), *args))
+
+
+def _interleaved(calls: dict, runs: int) -> dict:
+  """{name: (Timing, last output)}: each call compiled and warmed up once,
+  then timed in rounds, one run of every call per round."""
+  compiled, compile_s, times, outs = {}, {}, {n: [] for n in calls}, {}
+  for name, (fn, args) in calls.items():
+    timing, compiled[name], _ = cost.measure(fn, args, warmup=0, runs=1)
+    compile_s[name] = timing.compile_s
+  for _ in range(runs):
+    for name, (_, args) in calls.items():
+      start = time.perf_counter()
+      outs[name] = jax.block_until_ready(compiled[name](*args))
+      times[name].append(time.perf_counter() - start)
+  return {n: (cost.Timing(compile_s[n], float(sorted(t)[len(t) // 2]),
+                          tuple(t)), outs[n]) for n, t in times.items()}
+
+
+def _point_profile(saved):
+  """`saved` with peak FLOP/s and bandwidth measured now."""
+  return dataclasses.replace(
+      saved, name="cpu (now)",
+      peak_flops=cost.measure_peak_flops(_POINT_MATMUL.value, runs=3),
+      bandwidth=cost.measure_bandwidth(_POINT_BYTES.value, runs=3))
+
+
+def _predict(causal, bidirectional, batch, profile):
+  p, t = _PROMPT_LEN.value, _OUTPUT_LENGTH.value
+  return {"ar": cost_model.ar_decode_s(causal, batch, p, t, profile),
+          "denoise_step": cost_model.denoise_step_s(bidirectional, batch, p,
+                                                    t, profile)}
+
+
+def _measure_point(size, batch, saved):
+  p, t = _PROMPT_LEN.value, _OUTPUT_LENGTH.value
+  causal, bidirectional = (_config(size, "causal"),
+                           _config(size, "bidirectional"))
+  params = init_params(causal, jax.random.key(0))
+  prompts = jnp.full((batch, p), 5, jnp.int32)
+  lengths = jnp.full((batch,), p, jnp.int32)
+  args = (params, prompts, lengths, jax.random.key(1))
+  measured = _interleaved({
+      "ar": (_decode_fn("ar", causal), args),
+      "denoise_step": (_decode_fn("mdlm", bidirectional, steps=_STEPS.value,
+                                  reuse_logits=False, early_stop=False),
+                       args)}, _RUNS.value)
+  profile = _point_profile(saved)
+  predicted = _predict(causal, bidirectional, batch, profile)
+  predicted_saved = _predict(causal, bidirectional, batch, saved)
+  # The roofline term that dominates a cached AR step / a full pass.
+  step_shape = {"ar": (1, p + t), "denoise_step": (p + t, p + t)}
+  rows = []
+  for kind, (timing, result) in measured.items():
+    flops = cost_model.forward_flops(causal, batch, *step_shape[kind])
+    moved = cost_model.forward_bytes(causal, batch, *step_shape[kind])
+    bound = ("FLOPs" if flops / profile.peak_flops
+             > moved / profile.bandwidth else "bytes")
+    per_call = 1 if kind == "ar" else int(result.nfe)
+    ms_min = timing.min_s / per_call * 1e3
+    row = dict(
+        size=size, params=cost_model.param_count(causal),
+        param_mb=cost_model.param_bytes(causal) / 2 ** 20, batch_size=batch,
+        prompt_len=p, output_length=t, kind=kind, bound=bound,
+        nfe=int(result.nfe),
+        point_gflops=profile.peak_flops / 1e9,
+        point_gbps=profile.bandwidth / 1e9,
+        predicted_ms=predicted[kind] * 1e3,
+        predicted_saved_ms=predicted_saved[kind] * 1e3,
+        measured_min_ms=ms_min,
+        measured_median_ms=timing.median_s / per_call * 1e3,
+        compile_s=timing.compile_s)
+    row["error"] = (row["predicted_ms"] - ms_min) / ms_min
+    row["error_saved"] = (row["predicted_saved_ms"] - ms_min) / ms_min
+    rows.append(row)
+    print(", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                    for k, v in row.items()), flush=True)
+  return rows
+
+
+def _plot(rows, path):
+  fig, ax = plt.subplots(figsize=(6.5, 5.5))
+  markers = dict(zip(SIZES, "vos^"))
+  for kind, color in (("ar", "tab:blue"), ("denoise_step", "tab:orange")):
+    for size in dict.fromkeys(r["size"] for r in rows):
+      pts = [r for r in rows if r["kind"] == kind and r["size"] == size]
+      ax.scatter([r["measured_min_ms"] for r in pts],
+                 [r["predicted_ms"] for r in pts], c=color,
+                 marker=markers[size], s=[20 + 2 * r["batch_size"] for r in pts],
+                 label=f"{kind}, {size}")
+  values = [v for r in rows for v in (r["measured_min_ms"], r["predicted_ms"])]
+  lo, hi = min(values) / 1.5, max(values) * 1.5
+  ax.plot([lo, hi], [lo, hi], "k-", lw=0.8, label="predicted = measured")
+  ax.fill_between([lo, hi], [lo / 2, hi / 2], [lo * 2, hi * 2], color="gray",
+                  alpha=0.15, label="within 2x")
+  ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi),
+         xlabel="measured ms (min of runs)", ylabel="predicted ms (roofline)",
+         title="cost model on this CPU (marker size ~ batch)")
+  ax.grid(True, which="both", alpha=0.3)
+  ax.legend(fontsize=7)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
+def crossover_lines(prompt_len: int) -> list[str]:
+  """Markdown table of the predicted K* and T* on accelerators (bf16)."""
+  lines = [f"| model | params | hardware | B | K* at T={_CROSSOVER_T} | "
+           f"T* at K={_CROSSOVER_K} |", "|---|---|---|---|---|---|"]
+  for model, shape in CROSSOVER_MODELS.items():
+    config = TransformerConfig(
+        max_len=prompt_len + _CROSSOVER_MAX_T, attention="bidirectional",
+        dtype="bfloat16", param_dtype="bfloat16", **shape)
+    for name in CROSSOVER_PROFILES:
+      profile = cost_model.load_profile(name)
+      for batch in (1, 8, 32):
+        k = cost_model.crossover_steps(config, batch, prompt_len,
+                                       _CROSSOVER_T, profile)
+        t = cost_model.crossover_length(config, batch, prompt_len,
+                                        _CROSSOVER_K, profile,
+                                        _CROSSOVER_MAX_T)
+        lines.append(f"| {model} | {cost_model.param_count(config) / 1e6:.1f}"
+                     f"M | {name} | {batch} | {k:.0f} | "
+                     f"{'never' if t is None else t} |")
+  return lines
+
+
+def _report(rows, profile, load, path):
+  errors = sorted(abs(r["error"]) for r in rows)
+  saved_errors = sorted(abs(r["error_saved"]) for r in rows)
+  lines = [
+      "# Cost model against measured CPU decodes", "",
+      "Command:", "", "```",
+      "python " + " ".join(sys.argv), "```", "",
+      f"Saved profile: peak {profile.peak_flops / 1e9:.1f} GFLOP/s, bandwidth "
+      f"{profile.bandwidth / 1e9:.2f} GB/s, overhead "
+      f"{profile.step_overhead_s * 1e6:.2f} us/step ({profile.source}).", "",
+      f"The machine was shared with other jobs (load average {load[0]:.1f} "
+      f"at the start, {load[1]:.1f} at the end, on {os.cpu_count()} cores): "
+      "times move by 15% or more between runs, the profile too.", "",
+      f"P = {_PROMPT_LEN.value}, T = {_OUTPUT_LENGTH.value}; ar: a whole "
+      "decode (prefill + T - 1 cached steps); denoise_step: one full pass "
+      f"over P + T positions (an MDLM decode of {_STEPS.value} steps / NFE). "
+      "error = (predicted - measured min) / measured min. bound: the "
+      "roofline term that dominates one step (FLOPs / peak or bytes / "
+      "bandwidth). MB: parameter megabytes (MiB); the CPU's L3 cache holds "
+      "32 MiB, so the small and medium models are read from cache, not "
+      "from DRAM, and the bandwidth term (DRAM) overestimates their "
+      "bytes-bound steps. The measured decodes also sample (Gumbel noise "
+      "in `mode=\"high\"`, per position and vocabulary entry) and update "
+      "their state; the model counts the forward passes only.", "",
+      "| size | params | MB | B | kind | bound | GFLOP/s now | GB/s now | "
+      "predicted ms | measured min ms | measured median ms | error | "
+      "predicted ms (saved) | error (saved) |",
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+  for r in rows:
+    lines.append(
+        f"| {r['size']} | {r['params'] / 1e6:.2f}M | {r['param_mb']:.0f} | "
+        f"{r['batch_size']} | {r['kind']} | {r['bound']} | "
+        f"{r['point_gflops']:.1f} | {r['point_gbps']:.2f} | "
+        f"{r['predicted_ms']:.2f} | "
+        f"{r['measured_min_ms']:.2f} | {r['measured_median_ms']:.2f} | "
+        f"{r['error']:+.0%} | {r['predicted_saved_ms']:.2f} | "
+        f"{r['error_saved']:+.0%} |")
+  lines += ["", f"Median |error| {errors[len(errors) // 2]:.0%}, largest "
+            f"{errors[-1]:.0%} over {len(rows)} points with the profile "
+            "measured right after each point's runs; with the saved profile "
+            f"{saved_errors[len(saved_errors) // 2]:.0%} and "
+            f"{saved_errors[-1]:.0%}.", "",
+            "Measured against predicted K* (AR decode / one denoising step) "
+            "at these P and T:", "",
+            "| size | B | K* measured | K* predicted |", "|---|---|---|---|"]
+  for size in dict.fromkeys(r["size"] for r in rows):
+    for b in dict.fromkeys(r["batch_size"] for r in rows):
+      pair = {r["kind"]: r for r in rows
+              if r["size"] == size and r["batch_size"] == b}
+      if len(pair) == 2:
+        lines.append(
+            f"| {size} | {b} | "
+            f"{pair['ar']['measured_min_ms'] / pair['denoise_step']['measured_min_ms']:.1f}"
+            f" | {pair['ar']['predicted_ms'] / pair['denoise_step']['predicted_ms']:.1f} |")
+  lines += ["", "## Predicted crossovers on accelerators", "",
+            f"bfloat16 parameters and cache, P = {_PROMPT_LEN.value}; "
+            "published peak bf16 FLOP/s and HBM bandwidth, 20 us per step "
+            "assumed (`cost_model.PROFILES`). K*: a parallel decoder making "
+            f"fewer than K* full passes beats AR at T = {_CROSSOVER_T}. T*: "
+            f"the shortest output length at which {_CROSSOVER_K} full passes "
+            f"beat AR (searched up to {_CROSSOVER_MAX_T}).", ""]
+  lines += crossover_lines(_PROMPT_LEN.value)
+  lines += ["", "![predicted vs measured](predicted_vs_measured.png)", ""]
+  with open(path, "w") as f:
+    f.write("\n".join(lines))
+
+
+def main(argv):
+  del argv
+  if _SMOKE.value:
+    flags.FLAGS.sizes, flags.FLAGS.batch_sizes = ["tiny"], ["1"]
+    flags.FLAGS.output_length, flags.FLAGS.runs = 8, 1
+    flags.FLAGS.point_matmul_size = 128
+    flags.FLAGS.point_bandwidth_bytes = 1 << 22
+  for size in _SIZES.value:
+    if size not in SIZES:
+      raise app.UsageError(f"--sizes: {size!r}; allowed: {sorted(SIZES)}")
+  profile = cost_model.profile_from_json(_PROFILE_PATH.value)
+  load_start = os.getloadavg()[0]
+  rows = []
+  for size in _SIZES.value:
+    for batch in map(int, _BATCH_SIZES.value):
+      rows += _measure_point(size, batch, profile)
+  os.makedirs(_WORKDIR.value, exist_ok=True)
+  with open(os.path.join(_WORKDIR.value, "results.csv"), "w",
+            newline="") as f:
+    writer = csv.DictWriter(f, list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+  _plot(rows, os.path.join(_WORKDIR.value, "predicted_vs_measured.png"))
+  _report(rows, profile, (load_start, os.getloadavg()[0]),
+          os.path.join(_WORKDIR.value, "report.md"))
+  print(f"wrote {_WORKDIR.value}")
+
+
+if __name__ == "__main__":
+  app.run(main)
