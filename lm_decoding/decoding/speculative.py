@@ -344,23 +344,48 @@ def start(decoder: DraftVerifyDecoder, cache_length: int, models, prompts_BxP,
       round=jnp.int32(0), cost=cost)
 
 
+def round_keys(state: Round, keys_B) -> jax.Array:
+  """PRNG keys [B, 3] of this round: the draft's draws, the acceptance
+  uniforms, the target's draw (see the module docstring)."""
+  return jax.vmap(lambda k: jax.random.split(
+      jax.random.fold_in(k, state.round), 3))(keys_B)
+
+
 def verify_round(decoder: DraftVerifyDecoder, models, state: Round,
                  keys_B) -> Round:
   """One round: draft, one target call on gamma + 1 positions, accept,
-  commit, roll both caches back (see the module docstring)."""
-  gamma, batch = decoder.gamma, state.generated.shape[0]
-  round_keys = jax.vmap(lambda k: jax.random.split(
-      jax.random.fold_in(k, state.round), 3))(keys_B)
+  commit, roll both caches back (see the module docstring).
+
+  The three parts, `decoder.propose`, `score` and `settle`, are separate
+  functions so that each can be timed alone (experiments/speculative.py).
+  """
+  keys_Bx3 = round_keys(state, keys_B)
   draft_BxG, q_BxGxV, draft_state, cost = decoder.propose(
-      models, state, round_keys[:, 0])
+      models, state, keys_Bx3[:, 0])
   state = state.replace(draft=draft_state, cost=cost)
+  out, cost = score(models, state, draft_BxG)
+  return settle(decoder, state.replace(cost=cost), draft_BxG, q_BxGxV, out,
+                keys_Bx3)
+
+
+def score(models, state: Round, draft_BxG) -> tuple[Any, base.Cost]:
+  """(ModelOutput, cost): the target's one cached call on [x, draft] at
+  positions pos .. pos + gamma (logits float32[B, gamma + 1, V])."""
   pos_B = state.pos
-  rows_B = jnp.arange(batch)
-  x_B = state.sequence[rows_B, pos_B]
+  x_B = state.sequence[jnp.arange(pos_B.shape[0]), pos_B]
   fed_BxG1 = jnp.concatenate([x_B[:, None], draft_BxG], 1)
-  positions_BxG1 = pos_B[:, None] + jnp.arange(gamma + 1)[None, :]
-  out, cost = base.forward(models, "target", state.cost, fed_BxG1,
-                           positions_BxG1, cache=state.cache.at(pos_B))
+  positions_BxG1 = pos_B[:, None] + jnp.arange(fed_BxG1.shape[1])[None, :]
+  return base.forward(models, "target", state.cost, fed_BxG1, positions_BxG1,
+                      cache=state.cache.at(pos_B))
+
+
+def settle(decoder: DraftVerifyDecoder, state: Round, draft_BxG, q_BxGxV,
+           out, keys_Bx3) -> Round:
+  """The rest of a round after `score`: the acceptance test, the target's
+  token, the commit (cut at EOS and T), both caches rolled back, the
+  statistics and the draft's `advance`."""
+  gamma = decoder.gamma
+  pos_B = state.pos
   seen = (None if state.seen is None
           else _seen_before(state.seen, draft_BxG))
   p_BxG1xV = processed(decoder.sampling, out.logits, seen)
@@ -369,7 +394,7 @@ def verify_round(decoder: DraftVerifyDecoder, models, state: Round,
     q_BxGxV = jax.nn.one_hot(draft_BxG, vocab, dtype=jnp.float32)
   q_d_BxG = jnp.take_along_axis(q_BxGxV, draft_BxG[..., None], -1)[..., 0]
   uniform_BxG = jax.vmap(lambda k: jax.random.uniform(k, (gamma,)))(
-      round_keys[:, 1])
+      keys_Bx3[:, 1])
   ok_BxG = decoder.accepts(uniform_BxG, p_BxG1xV, q_d_BxG, draft_BxG,
                            out.logits)
   accepted_B = jax.vmap(leading_true)(ok_BxG)
@@ -381,7 +406,7 @@ def verify_round(decoder: DraftVerifyDecoder, models, state: Round,
     return sampling.categorical(key, jnp.log(dist))
 
   bonus_BxV = decoder.bonus(state, p_BxG1xV[:, -1], out.logits[:, -1])
-  token_B = jax.vmap(target_token)(round_keys[:, 2], p_BxG1xV, q_BxGxV,
+  token_B = jax.vmap(target_token)(keys_Bx3[:, 2], p_BxG1xV, q_BxGxV,
                                    accepted_B, bonus_BxV)
   index_G1 = jnp.arange(gamma + 1)
   new_BxG1 = jnp.where(index_G1[None] < accepted_B[:, None],
@@ -413,7 +438,7 @@ def verify_round(decoder: DraftVerifyDecoder, models, state: Round,
       done=state.done | ended_B | (generated >= decoder.output_length),
       seen=seen, cache=out.cache.rollback(new_pos_B),
       committed=state.committed.at[state.round].set(count_B),
-      accept_counts=accept_counts, round=state.round + 1, cost=cost)
+      accept_counts=accept_counts, round=state.round + 1)
   return state.replace(
       draft=decoder.advance(state, accepted_B, p_BxG1xV, new_pos_B))
 
