@@ -4,10 +4,11 @@ r"""Speculative decoding measured against its prediction, and the router.
       --out=experiments/results/speculative
 
 Part 1, speed-up vs prediction (Leviathan et al. 2023, eq. for the expected
-improvement factor): for target 'ar' with every shipped AR draft
-(`config.drafts`), and target 'evaluator' with draft 'ar'; gamma in
+improvement factor): for --targets, 'ar' with the shipped AR drafts
+(`config.drafts`, or --drafts) and 'evaluator' with draft 'ar'; gamma in
 --gammas; batch sizes --batch_sizes; output length --output_length (fixed
-length, no EOS); greedy and temperature 1. Per configuration:
+length, no EOS); --temperatures, by default temperature 1 and greedy
+(temperature 0), each in its own table. Per configuration:
   * alpha_i, the acceptance rate of draft position i, from the acceptance
     histogram (`stats["accept_counts"]`, rounds accepting exactly a tokens):
     alpha_i = sum_{a > i} / sum_{a >= i};
@@ -22,13 +23,20 @@ length, no EOS); greedy and temperature 1. Per configuration:
     the time of speculative decoding (per interleaved pair; median);
   * predicted speed-up (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1)),
     and measured / predicted;
-  * verify_cost, the time of a cached target call on gamma + 1 tokens over
-    one on 1 token (32 calls in one jit), and the refined prediction with
-    it in place of the 1 (the paper's memory-bound assumption).
-Extra rows at gamma 4 with target 'ar': "jacobi", "prompt_lookup" (no draft
-model: c = 0) and "diffusion_draft" (draft 'mdlm', one parallel step; c =
-one MDLM forward over the S = P + T + gamma - 1 positions it reads over the
-target's ms/token).
+  * the component model: each part of a round timed alone with the loop's
+    shapes (`component_systems`: the draft's proposal, the target's call on
+    gamma + 1 tokens, the acceptance / commit / roll-back), interleaved
+    with the decodes; the loop's rounds predicted from the measured
+    acceptance histogram (`predicted_rounds`: per-position acceptance, the
+    batch waiting for its slowest row); predicted time = prefill + rounds x
+    round time, i.e. time per token = E[round time] / E[tokens per round]
+    at B=1; model_error = predicted / measured speculative time - 1, which
+    is also measured / predicted speed-up - 1 (AR's time is the measured
+    one on both sides).
+Extra rows (--extras) at gamma 4 with target 'ar': "jacobi",
+"prompt_lookup" (no draft model: c = 0) and "diffusion_draft" (draft
+'mdlm', one parallel step; c = one MDLM forward over the S = P + T + gamma
+- 1 positions it reads over the target's ms/token).
 
 Timing: every system of a group (one target, batch size and temperature) is
 compiled first (compile time reported apart), then the systems are run in
@@ -44,7 +52,8 @@ short and long, each under a tight and a loose budget; policies "AR alone",
 compiling; the router's time includes its difficulty pass).
 
 Writes speculative.csv, speculative.md, speedup.png, alpha.png,
-router.csv (and the router's table in speculative.md) under --out.
+router.csv (and the router's table in speculative.md) under --out;
+--norouter skips part 2 and shows --out's router.csv as it is.
 """
 
 from __future__ import annotations
@@ -68,6 +77,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 
 from lm_decoding.data import pipeline
+from lm_decoding.decoding import base, speculative
 from lm_decoding.evaluation import cost, entries, quality, router
 from lm_decoding.training import pretrained
 
@@ -87,6 +97,19 @@ _TEMPS = flags.DEFINE_list("temperatures", ["1.0", "0.0"],
                            "Sampling temperatures (0 = greedy); the first "
                            "is the main table.")
 _RUNS = flags.DEFINE_integer("runs", 5, "Timed runs per system (>= 1).")
+_TARGETS = flags.DEFINE_list("targets", ["ar", "evaluator"],
+                             "Targets: 'ar' (drafts: config.drafts, and the "
+                             "extra rows) and/or 'evaluator' (draft 'ar').")
+_DRAFTS = flags.DEFINE_list("drafts", None, "Drafts of target 'ar' "
+                            "(default: every shipped one of config.drafts).")
+_EXTRAS = flags.DEFINE_bool("extras", True, "The jacobi, prompt_lookup and "
+                            "diffusion_draft rows (target 'ar', first batch "
+                            "size).")
+_ROUTER = flags.DEFINE_bool("router", True, "Run part 2 (the router); "
+                            "without it the markdown shows --out's "
+                            "router.csv from an earlier run, marked so.")
+_LOOP_STEPS = flags.DEFINE_integer("loop_steps", 16, "Calls of each round "
+                                   "part per timed component run.")
 _SHORT_T = flags.DEFINE_integer("short_length", 32, "Router: short T.")
 _REQUESTS = flags.DEFINE_integer("requests", 16, "Router: requests per "
                                  "budget (half short, half long).")
@@ -121,15 +144,14 @@ def fitted_alpha(tokens_per_round: float, gamma: int) -> float:
 
 
 def predicted_speedup(alpha: float, gamma: int, c: float,
-                      verify: float = 1.0, draft_calls: int | None = None
-                      ) -> float:
+                      draft_calls: int | None = None) -> float:
   """Leviathan et al. 2023: (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c +
   1)), with a round's cost written out: `draft_calls` (default gamma) draft
-  calls of relative cost c, and one verification call of relative cost
-  `verify` (1 in the paper's memory-bound regime, where scoring gamma + 1
-  positions costs one step)."""
+  calls of relative cost c and one verification call of relative cost 1
+  (the paper's memory-bound regime, where scoring gamma + 1 positions costs
+  one step)."""
   calls = gamma if draft_calls is None else draft_calls
-  return expected_tokens(alpha, gamma) / (calls * c + verify)
+  return expected_tokens(alpha, gamma) / (calls * c + 1)
 
 
 def compiled_system(fn, args):
@@ -168,9 +190,11 @@ def build(text: str, output_length: int, temperature: float):
 
 
 def group_systems(target, drafts, gammas, extras, models, prompts_BxP, t,
-                  temp, seed):
-  """Entry lines of one group: {name: (decoder, roles)} with 'AR <model>'
-  for the target and each draft, then the speculative configurations."""
+                  temp, seed, loop_steps):
+  """({name: (compiled, args)}, {name: compile seconds}) of one group: 'AR
+  <model>' for the target and each draft, the speculative configurations,
+  and for each of those its parts alone, '<name> | <part>'
+  (`component_systems`)."""
   lines = {f"AR {m}": f"AR | ar | model={m}" for m in (target, *drafts)}
   for d in drafts:
     for g in gammas:
@@ -193,27 +217,108 @@ def group_systems(target, drafts, gammas, extras, models, prompts_BxP, t,
     args = (bound, *args_tail)
     compiled, compile_s[name] = compiled_system(decoder_fn(decoder), args)
     systems[name] = compiled, args
+    if not name.startswith("AR "):
+      parts = component_systems(decoder, bound, args_tail[0], args_tail[2],
+                                loop_steps)
+      systems.update({f"{name} | {part}": v for part, v in parts.items()})
   return systems, compile_s
 
 
-def cached_steps_system(model, batch, length, steps=32):
-  """(compiled, args): `steps` cached target calls on [batch, length] tokens
-  inside one jit (as a decode loop makes them: no dispatch per call)."""
-  cache = model.logits_fn.init_cache(batch, 64 + length).at(
-      jnp.full((batch,), 32, jnp.int32))
-  tokens = jnp.ones((batch, length), jnp.int32)
-  positions = jnp.broadcast_to(32 + jnp.arange(length, dtype=jnp.int32),
-                               (batch, length))
+def depend(x, scalar):
+  """x, made to depend on `scalar` (a select on `scalar > inf`, never true,
+  that the compiler cannot fold), so that no iteration of a timed loop is
+  hoisted out of it or merged with another."""
+  return jax.tree.map(lambda a: jnp.where(
+      scalar.astype(jnp.float32) > jnp.inf, jnp.zeros_like(a), a), x)
 
-  def fn(m, cache, x, p):
-    def body(_, carry):
-      cache, total = carry
-      out = m.logits_fn(m.params, x, p, cache=cache.at(cache.index * 0 + 32))
-      return out.cache, total + out.logits[0, 0, 0]
-    return jax.lax.fori_loop(0, steps, body, (cache, jnp.float32(0)))[1]
 
-  compiled, _ = compiled_system(fn, (model, cache, tokens, positions))
-  return compiled, (model, cache, tokens, positions)
+def component_systems(decoder, bound, prompts_BxP, key, steps):
+  """{part: (compiled, args)}: each part of `speculative.verify_round` alone,
+  with the shapes of the decode loop, `steps` calls in one jit (as the loop
+  makes them: no dispatch per call); the time of one call is a run's time
+  over `steps` ("prefill": one call of `speculative.start`, both prefills).
+
+    draft   `decoder.propose` from the state after the prefill (the draft
+            cache moved back to where it was after each call, so every call
+            drafts from the same position);
+    verify  `speculative.score`, the target's cached call on gamma + 1
+            tokens (the cache moved back after each call);
+    settle  `speculative.settle` on one real draft and target call: the
+            acceptance test, the target's draw, the commit and roll-back of
+            both caches (the state carried from call to call: finished rows
+            cost the same, the loop being static in shape).
+  """
+  batch, width = prompts_BxP.shape
+  length = decoder.cache_length_for(width)
+  lengths_B = jnp.full((batch,), width, jnp.int32)
+  keys_Bx2 = jax.vmap(jax.random.split)(base.row_keys(key, batch))
+  start = lambda m, p, n, k: speculative.start(decoder, length, m, p, n, k)
+  prefill_args = (bound, prompts_BxP, lengths_B, keys_Bx2[:, 0])
+  systems = {"prefill": (compiled_system(start, prefill_args)[0],
+                         prefill_args)}
+  state = systems["prefill"][0](*prefill_args)
+  keys_B = keys_Bx2[:, 1]
+
+  def draft_loop(m, state, keys_B):
+    """The last call's (draft, q, draft state); q None for a deterministic
+    draft."""
+    def body(i, carry):
+      state, draft, _, _ = carry
+      state = state.replace(sequence=depend(state.sequence, draft[0, -1]),
+                            round=i)
+      keys_Bx3 = speculative.round_keys(state, keys_B)
+      draft, q, draft_state, _ = decoder.propose(m, state, keys_Bx3[:, 0])
+      moved = draft_state
+      if hasattr(draft_state, "at"):  # a cache: back to where it was
+        moved = draft_state.at(state.draft.index)
+      return state.replace(draft=moved), draft, q, draft_state
+    first = jax.eval_shape(lambda: decoder.propose(
+        m, state, speculative.round_keys(state, keys_B)[:, 0]))
+    zeros = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), first[:3])
+    return jax.lax.fori_loop(0, steps, body, (state, *zeros))[1:]
+
+  compiled = compiled_system(draft_loop, (bound, state, keys_B))[0]
+  systems["draft"] = compiled, (bound, state, keys_B)
+  draft_BxG, q_BxGxV, draft_state = compiled(bound, state, keys_B)
+  state = state.replace(draft=draft_state)
+
+  def verify_loop(m, state, draft_BxG):
+    """The last call's ModelOutput."""
+    def body(_, out):
+      out, _ = speculative.score(m, state.replace(cache=out.cache.at(
+          state.pos)), depend(draft_BxG, out.logits[0, 0, 0]))
+      return out
+    first, _ = speculative.score(m, state, draft_BxG)
+    return jax.lax.fori_loop(0, steps - 1, body, first)
+
+  compiled = compiled_system(verify_loop, (bound, state, draft_BxG))[0]
+  systems["verify"] = compiled, (bound, state, draft_BxG)
+  out = compiled(bound, state, draft_BxG)
+
+  def settle_loop(state, draft_BxG, q_BxGxV, out, keys_B):
+    def body(_, state):
+      fresh = out._replace(logits=depend(out.logits, state.round))
+      return speculative.settle(decoder, state, draft_BxG, q_BxGxV, fresh,
+                                speculative.round_keys(state, keys_B))
+    return jax.lax.fori_loop(0, steps, body, state)
+
+  args = (state, draft_BxG, q_BxGxV, out, keys_B)
+  systems["settle"] = compiled_system(settle_loop, args)[0], args
+  return systems
+
+
+def predicted_rounds(counts_A: np.ndarray, t: int, batch: int,
+                     sims: int = 2000, seed: int = 0) -> float:
+  """E[rounds of the decode loop]: the loop runs until its slowest row has
+  t tokens; every round of every row accepts a draft tokens with the
+  measured frequency counts_A[a] / sum (the measured per-position
+  acceptance, pooled over rows) and commits a + 1 (Monte Carlo, `sims`
+  batches)."""
+  rng = np.random.default_rng(seed)
+  commits = rng.choice(len(counts_A), size=(sims, batch, t),
+                       p=counts_A / counts_A.sum()) + 1
+  rounds = (np.cumsum(commits, -1) < t).sum(-1) + 1
+  return float(rounds.max(-1).mean())
 
 
 def mdlm_forward_system(model, batch, width):
@@ -226,28 +331,31 @@ def mdlm_forward_system(model, batch, width):
   return compiled, (model, tokens, positions)
 
 
+def spread(times_s) -> float:
+  """(max - min) / median of a system's run times."""
+  times_s = np.asarray(times_s)
+  return float((times_s.max() - times_s.min()) / np.median(times_s))
+
+
 def measure_group(target, drafts, gammas, extras, models, prompts, t, batch,
-                  temp, runs, seed):
+                  temp, runs, seed, loop_steps):
   """Rows of part 1 for one (target, batch, temperature)."""
   prompts_BxP = prompts[:batch]
   systems, compile_s = group_systems(target, drafts, gammas, extras, models,
-                                     prompts_BxP, t, temp, seed)
+                                     prompts_BxP, t, temp, seed, loop_steps)
   if extras:
     width = prompts_BxP.shape[1] + t + EXTRA_GAMMA - 1
     systems["MDLM forward"] = mdlm_forward_system(models["mdlm"], batch,
                                                   width)
-  for length in sorted({1, *(g + 1 for g in gammas), EXTRA_GAMMA + 1}):
-    systems[f"verify {length}"] = cached_steps_system(models[target], batch,
-                                                      length)
   times, outputs = interleaved(systems, runs)
 
   ar_s = np.asarray(times[f"AR {target}"])
   ar_ms_token = np.median(ar_s) * 1e3 / t
   rows = []
-  for name, runs_s in times.items():
-    if name.startswith(("AR ", "verify ")) or name == "MDLM forward":
+  for name in compile_s:
+    if name.startswith("AR "):
       continue
-    result = outputs[name]
+    result, spec_s = outputs[name], np.asarray(times[name])
     decoder, gamma = name.split()[0], int(name.rpartition("g=")[2])
     draft = name.split()[1] if name.startswith("spec") else {
         "diffusion_draft": "mdlm"}.get(decoder, "—")
@@ -262,15 +370,15 @@ def measure_group(target, drafts, gammas, extras, models, prompts, t, batch,
     per_round = batch * t / rounds.sum()
     alpha = fitted_alpha(min(per_round, gamma + 1), gamma)
     target_calls = int(result.calls["target"]) - 1
-    spec_s = np.asarray(runs_s)
     measured = float(np.median(ar_s) / np.median(spec_s))
     predicted = predicted_speedup(
         alpha, gamma, c, draft_calls=1 if decoder == "diffusion_draft" else None)
-    verify = float(np.median(times[f"verify {gamma + 1}"])
-                   / np.median(times["verify 1"]))
-    refined = predicted_speedup(
-        alpha, gamma, c, verify,
-        draft_calls=1 if decoder == "diffusion_draft" else None)
+    part_ms = {part: float(np.median(times[f"{name} | {part}"])) * 1e3
+               / (1 if part == "prefill" else loop_steps)
+               for part in ("prefill", "draft", "verify", "settle")}
+    round_ms = part_ms["draft"] + part_ms["verify"] + part_ms["settle"]
+    rounds_predicted = predicted_rounds(counts, t, batch, seed=seed)
+    model_ms = part_ms["prefill"] + rounds_predicted * round_ms
     rows.append(dict(
         target=target, draft=draft, decoder=decoder, gamma=gamma,
         batch_size=batch, temperature=temp, output_length=t,
@@ -280,14 +388,21 @@ def measure_group(target, drafts, gammas, extras, models, prompts, t, batch,
             f"{a:.3f}" for a in alpha_per_position(counts)),
         tokens_per_round=per_round, tokens_per_target_call=t / target_calls,
         c=c, ar_ms=np.median(ar_s) * 1e3, spec_ms=np.median(spec_s) * 1e3,
+        spec_spread=spread(spec_s), ar_spread=spread(ar_s),
         measured_speedup=measured,
         pair_ratio_median=float(np.median(ar_s / spec_s)),
         predicted_speedup=predicted, measured_over_predicted=measured
-        / predicted, verify_cost=verify, refined_prediction=refined,
-        measured_over_refined=measured / refined, compile_s=compile_s[name],
-        ar_compile_s=compile_s[f"AR {target}"]))
+        / predicted,
+        prefill_ms=part_ms["prefill"], draft_ms=part_ms["draft"],
+        verify_ms=part_ms["verify"], settle_ms=part_ms["settle"],
+        round_ms=round_ms, round_spread=max(
+            spread(times[f"{name} | {part}"])
+            for part in ("draft", "verify", "settle")),
+        rounds=int(rounds.max()), rounds_predicted=rounds_predicted,
+        model_spec_ms=model_ms, model_speedup=float(np.median(ar_s)) * 1e3
+        / model_ms, model_error=model_ms / (np.median(spec_s) * 1e3) - 1,
+        compile_s=compile_s[name], ar_compile_s=compile_s[f"AR {target}"]))
   return rows
-
 
 
 def write_csv(path, rows):
@@ -295,6 +410,14 @@ def write_csv(path, rows):
     writer = csv.DictWriter(f, fieldnames=list(rows[0]))
     writer.writeheader()
     writer.writerows(rows)
+
+
+def number(text: str):
+  """A CSV field as a float where it is one, else the text."""
+  try:
+    return float(text)
+  except ValueError:
+    return text
 
 
 def markdown_table(rows, columns):
@@ -324,8 +447,11 @@ def plot_speedup(rows, path):
       ax.plot(g, [r["measured_speedup"] for r in sel], "o-", color=color,
               label=f"{draft}->{target} measured")
       ax.plot(g, [r["predicted_speedup"] for r in sel], "s--", color=color,
-              label=f"{draft}->{target} predicted")
+              label=f"{draft}->{target} paper's formula")
+      ax.plot(g, [r["model_speedup"] for r in sel], "x:", color=color,
+              label=f"{draft}->{target} component model")
     ax.axhline(1.0, color="gray", lw=0.8)
+    ax.set_yscale("log")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("gamma")
     ax.set_ylabel("speed-up over AR")
@@ -455,20 +581,56 @@ def model_lines(models):
 
 COLUMNS = ("target", "draft", "decoder", "gamma", "batch_size", "alpha",
            "alpha_per_position", "tokens_per_round",
-           "tokens_per_target_call", "c", "ar_ms", "spec_ms",
+           "tokens_per_target_call", "c", "ar_ms", "spec_ms", "spec_spread",
            "measured_speedup", "pair_ratio_median", "predicted_speedup",
-           "measured_over_predicted", "verify_cost", "refined_prediction",
-           "measured_over_refined", "compile_s")
+           "measured_over_predicted", "compile_s")
+ROUTER_COLUMNS = ("budget", "budget_ms", "policy", "mean_ms", "p95_ms",
+                  "within_budget", "gen_ppl", "choices")
+MODEL_COLUMNS = ("draft", "decoder", "gamma", "batch_size", "prefill_ms",
+                 "draft_ms", "verify_ms", "settle_ms", "round_ms",
+                 "round_spread", "rounds", "rounds_predicted",
+                 "model_spec_ms", "spec_ms", "spec_spread",
+                 "measured_speedup", "model_speedup", "model_error")
 
 
-def write_markdown(out, rows, route_rows, curves, budgets, router_config,
-                   best, loaded, models, run):
+def router_markdown(route_rows, curves, budgets, router_config, best, run):
+  """The router section of speculative.md (lines)."""
+  lines = ["## Router on a mixed workload", "",
+           "Cost curves (batch 1; latency medians in ms at T = "
+           f"{run['lengths_T']}; gen-PPL of temperature-1 samples at the "
+           "largest batch and longest T under the evaluator, fixed "
+           "length):", ""]
+  lines += [f"- {c.name} ({c.kind}): latency {', '.join(f'{m:.1f}' for m in c.latency_ms)} ms, "
+            f"gen-PPL {c.gen_ppl:.1f}" for c in curves]
+  lines += [
+      f"- speculative = the best measured configuration at B=1, temperature "
+      f"1: draft {best['draft']}, gamma {best['gamma']}",
+      f"- {run['requests']} requests per budget, alternating T = "
+      f"{run['lengths_T'][0]} and {run['lengths_T'][1]}, prompts one at a "
+      "time (batch 1); budgets: tight = geometric mean of AR's latency at "
+      f"the two lengths ({budgets['tight']:.1f} ms: AR fits short requests "
+      f"only), loose = 1.5 x AR's latency at the long one "
+      f"({budgets['loose']:.1f} ms)",
+      "- router rule: among decoders whose interpolated latency fits the "
+      "budget the lowest gen-PPL (ties: faster), else the fastest; a prompt "
+      "is hard when the AR target's mean next-token entropy on it is above "
+      f"{router_config.hard_entropy:.2f} nats (the workload's median); on a "
+      f"hard prompt parallel gen-PPL x{router_config.hard_quality_penalty} "
+      f"and speculative latency x{router_config.hard_latency_factor}; the "
+      "router's latency includes its difficulty pass",
+      "", markdown_table(route_rows, ROUTER_COLUMNS)]
+  return lines
+
+
+def write_markdown(out, rows, router_lines, loaded, models, run):
   """speculative.md: the command, the setting and every table."""
   command = " ".join(["python", *sys.argv])
   within = [r["measured_over_predicted"] for r in rows
             if r["decoder"] == "spec"]
-  refined = [r["measured_over_refined"] for r in rows
-             if r["decoder"] == "spec"]
+  errors = np.asarray([r["model_error"] for r in rows])
+  noisy = np.asarray([max(r["spec_spread"], r["round_spread"])
+                      for r in rows])
+  within_10 = np.abs(errors) <= 0.10
   lines = [
       "# Speculative decoding: measured vs predicted speed-up, and the router",
       "", f"Command: `{command}`", "",
@@ -508,17 +670,31 @@ def write_markdown(out, rows, route_rows, curves, budgets, router_config,
       "(the issue's goal is within 10%)",
       "- the paper's prediction assumes that scoring gamma + 1 positions in "
       "one target call costs one target step (true where a step is bound by "
-      "reading the weights). Here it is not: verify_cost is the measured "
-      "time of a cached target call on gamma + 1 tokens over one on 1 token "
-      "(32 calls inside one jit, as in a decode loop; the logits projection "
-      "onto V = 4096 and the small matmuls grow with the tokens fed), and "
-      "refined_prediction = (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + "
-      "verify_cost)) (diffusion_draft: one draft call per round, not "
-      f"gamma). measured / refined: median {np.median(refined):.2f}, range "
-      f"{min(refined):.2f}-{max(refined):.2f}; what remains is the round's "
-      "own work (acceptance test, residual draw, cache roll-back) and the "
-      "batch waiting for its slowest row",
-      f"- part 1 took {run['part1_s'] / 60:.1f} min, the whole run "
+      "reading the weights) and that nothing else in a round costs time. "
+      "Neither holds here (see the component table: verify_ms against the "
+      "AR step, settle_ms). The component model replaces the formula's "
+      "costs by measured ones: prefill_ms (both prefills, one call), and "
+      f"per round draft_ms, verify_ms and settle_ms, each timed alone over "
+      f"{run['loop_steps']} calls in one jit with the loop's shapes, "
+      "interleaved with the decodes (experiments/speculative.py, "
+      "component_systems); rounds_predicted from the measured acceptance "
+      "histogram (per-position acceptance, pooled over rows; Monte Carlo "
+      "of the batch waiting for its slowest row), against rounds, the "
+      "loop's measured rounds; model_spec_ms = prefill_ms + "
+      "rounds_predicted x round_ms; model_error = model_spec_ms / spec_ms "
+      "- 1 (= measured / model speed-up - 1)",
+      f"- component model: {within_10.sum()} of {len(rows)} points within "
+      f"10% ({within_10.mean():.0%}); |model_error| median "
+      f"{np.median(np.abs(errors)):.1%}, max {np.abs(errors).max():.1%}; "
+      f"median error {np.median(errors):+.1%}. Spread ((max - min) / median "
+      "over the runs) of the speculative decode: median "
+      f"{np.median([r['spec_spread'] for r in rows]):.0%}; points within "
+      f"10% have median spread {np.median(noisy[within_10]) if within_10.any() else float('nan'):.0%}, "
+      "points outside "
+      f"{np.median(noisy[~within_10]) if (~within_10).any() else float('nan'):.0%} "
+      "(spread = the larger of the decode's and the round parts')",
+      f"- part 1 took {run['part1_s'] / 60:.1f} min (groups of (target, "
+      f"B, temperature) done: {run['groups']}), the whole run "
       f"{run['total_s'] / 60:.1f} min",
   ]
   if run["quick"]:
@@ -528,34 +704,11 @@ def write_markdown(out, rows, route_rows, curves, budgets, router_config,
                       (0.0, "Greedy (temperature 0)")):
     sel = [r for r in rows if r["temperature"] == temp]
     if sel:
-      lines += ["", f"## {title}", "", markdown_table(sel, COLUMNS)]
+      lines += ["", f"## {title}", "", markdown_table(sel, COLUMNS), "",
+                f"Component model ({title.lower()}; times in ms):", "",
+                markdown_table(sel, MODEL_COLUMNS)]
   lines += ["", "![speed-up](speedup.png)", "", "![alpha](alpha.png)", "",
-            "## Router on a mixed workload", "",
-            "Cost curves (batch 1; latency medians in ms at T = "
-            f"{run['lengths_T']}; gen-PPL of temperature-1 samples at the "
-            "largest batch and longest T under the evaluator, fixed "
-            "length):", ""]
-  lines += [f"- {c.name} ({c.kind}): latency {', '.join(f'{m:.1f}' for m in c.latency_ms)} ms, "
-            f"gen-PPL {c.gen_ppl:.1f}" for c in curves]
-  lines += [
-      f"- speculative = the best measured configuration at B=1, temperature "
-      f"1: draft {best['draft']}, gamma {best['gamma']}",
-      f"- {run['requests']} requests per budget, alternating T = "
-      f"{run['lengths_T'][0]} and {run['lengths_T'][1]}, prompts one at a "
-      "time (batch 1); budgets: tight = geometric mean of AR's latency at "
-      f"the two lengths ({budgets['tight']:.1f} ms: AR fits short requests "
-      f"only), loose = 1.5 x AR's latency at the long one "
-      f"({budgets['loose']:.1f} ms)",
-      "- router rule: among decoders whose interpolated latency fits the "
-      "budget the lowest gen-PPL (ties: faster), else the fastest; a prompt "
-      "is hard when the AR target's mean next-token entropy on it is above "
-      f"{router_config.hard_entropy:.2f} nats (the workload's median); on a "
-      f"hard prompt parallel gen-PPL x{router_config.hard_quality_penalty} "
-      f"and speculative latency x{router_config.hard_latency_factor}; the "
-      "router's latency includes its difficulty pass",
-      "", markdown_table(route_rows, ("budget", "budget_ms", "policy",
-                                      "mean_ms", "p95_ms", "within_budget",
-                                      "gen_ppl", "choices"))]
+            *router_lines]
   with open(os.path.join(out, "speculative.md"), "w") as f:
     f.write("\n".join(lines) + "\n")
 
@@ -572,17 +725,24 @@ def main(argv):
   batches = (1,) if quick else tuple(int(b) for b in _BATCHES.value)
   temps = (1.0,) if quick else tuple(float(x) for x in _TEMPS.value)
   runs = 1 if quick else _RUNS.value
+  loop_steps = 2 if quick else _LOOP_STEPS.value
   requests = 4 if quick else _REQUESTS.value
   lengths_T = (4, 8) if quick else (_SHORT_T.value, t)
-  if runs < 1 or min(gammas) < 1 or min(batches) < 1 or requests < 2:
-    sys.exit("speculative: error: --runs, --gammas, --batch_sizes must be "
-             ">= 1 and --requests >= 2")
+  if (runs < 1 or min(gammas) < 1 or min(batches) < 1 or requests < 2
+      or loop_steps < 1):
+    sys.exit("speculative: error: --runs, --gammas, --batch_sizes, "
+             "--loop_steps must be >= 1 and --requests >= 2")
   os.makedirs(out, exist_ok=True)
   corpus = pipeline.prepare(config.data.path, config.data.vocab_size,
                             _WORKDIR.value, data_format=config.data.format)
   members = pretrained.member_configs(config)
   drafts = [d for d in config.get("drafts", {})
             if (pretrained.DEFAULT_DIR / d / pretrained.MANIFEST_FILE).exists()]
+  if _DRAFTS.value is not None:
+    if not set(_DRAFTS.value) <= set(drafts):
+      sys.exit(f"speculative: error: --drafts={','.join(_DRAFTS.value)} "
+               f"must be among the shipped drafts {drafts}")
+    drafts = list(_DRAFTS.value)
   needed = ["ar", "evaluator", "mdlm", *drafts]
   loaded = pretrained.load_models({n: members[n] for n in needed},
                                   _WORKDIR.value, corpus.tokenizer,
@@ -590,45 +750,68 @@ def main(argv):
   models = {n: m.model for n, m in loaded.items()}
   prompts, _ = pipeline.prompts(corpus, "test", max(max(batches), requests),
                                 cmp.prompt_len, cmp.reference_len)
-  pairs = [("ar", drafts, True)] + ([] if quick else [("evaluator", ["ar"],
-                                                       False)])
+  targets = ("ar",) if quick else tuple(_TARGETS.value)
+  if not set(targets) <= {"ar", "evaluator"} or not targets:
+    sys.exit(f"speculative: error: --targets={','.join(targets)} must be "
+             "'ar' and/or 'evaluator'")
+  pairs = [pair for pair in (("ar", drafts, True), ("evaluator", ["ar"],
+                                                    False))
+           if pair[0] in targets]
+  run = dict(t=t, runs=runs, requests=requests, prompt_len=cmp.prompt_len,
+             lengths_T=lengths_T, quick=quick, loop_steps=loop_steps)
+  if _ROUTER.value:
+    router_lines = ["## Router on a mixed workload", "", "Not run yet."]
+  else:
+    with open(os.path.join(out, "router.csv"), newline="") as f:
+      router_lines = ["## Router on a mixed workload", "",
+                      "Not re-run (--norouter): router.csv as an earlier run "
+                      "of this script left it (its setting is in that run's "
+                      "speculative.md, in the git history).", "",
+                      markdown_table([{k: number(v) for k, v in r.items()}
+                                      for r in csv.DictReader(f)],
+                                     ROUTER_COLUMNS)]
+  groups = [(target, target_drafts, extras, batch, temp)
+            for target, target_drafts, extras in pairs
+            for batch in batches for temp in temps]
   rows = []
-  for target, target_drafts, extras in pairs:
-    for batch in batches:
-      for temp in temps:
-        print(f"target {target} B={batch} temperature {temp:g} "
-              f"({time.time() - start:.0f} s)", flush=True)
-        rows += measure_group(target, target_drafts, gammas,
-                              extras and not quick and batch == batches[0],
-                              models, prompts, t, batch,
-                              temp, runs, config.seed)
-  write_csv(os.path.join(out, "speculative.csv"), rows)
-  plot_speedup(rows, os.path.join(out, "speedup.png"))
-  plot_alpha(rows, os.path.join(out, "alpha.png"))
-  part1_s = time.time() - start
-
-  spec_rows = [r for r in rows if r["decoder"] == "spec"
-               and r["target"] == "ar" and r["batch_size"] == 1
-               and r["temperature"] == 1.0]
-  best = max(spec_rows, key=lambda r: r["measured_speedup"])
-  spec_line = (f"spec g={{gamma}} | speculative | target=ar "
-               f"draft={best['draft']} | gamma={best['gamma']}")
-  curves, systems = router_curves(models, prompts, lengths_T, max(batches),
-                                  spec_line, runs, config.seed)
-  ar_curve = curves[0]
-  budgets = {
-      "tight": float(np.sqrt(ar_curve.latency_ms[0]
-                             * ar_curve.latency_ms[1])),
-      "loose": 1.5 * ar_curve.latency_ms[1]}
-  route_rows, router_config = run_workload(curves, systems, models, prompts,
-                                           lengths_T, requests, budgets)
-  write_csv(os.path.join(out, "router.csv"), route_rows)
-  write_markdown(out, rows, route_rows, curves, budgets, router_config, best,
-                 loaded, models, dict(t=t, runs=runs, requests=requests,
-                                      prompt_len=cmp.prompt_len,
-                                      lengths_T=lengths_T, quick=quick,
-                                      part1_s=part1_s,
-                                      total_s=time.time() - start))
+  for done, (target, target_drafts, extras, batch, temp) in enumerate(groups):
+    print(f"target {target} B={batch} temperature {temp:g} "
+          f"({time.time() - start:.0f} s)", flush=True)
+    rows += measure_group(target, target_drafts, gammas,
+                          extras and _EXTRAS.value and not quick
+                          and batch == batches[0],
+                          models, prompts, t, batch,
+                          temp, runs, config.seed, loop_steps)
+    # Written after every group, so that a run stopped early leaves the
+    # groups it finished (the markdown says how many).
+    write_csv(os.path.join(out, "speculative.csv"), rows)
+    plot_speedup(rows, os.path.join(out, "speedup.png"))
+    plot_alpha(rows, os.path.join(out, "alpha.png"))
+    run.update(part1_s=time.time() - start, total_s=time.time() - start,
+               groups=f"{done + 1} of {len(groups)}")
+    write_markdown(out, rows, router_lines, loaded, models, run)
+  if _ROUTER.value:
+    spec_rows = [r for r in rows if r["decoder"] == "spec"
+                 and r["target"] == "ar" and r["batch_size"] == 1
+                 and r["temperature"] == 1.0]
+    best = max(spec_rows, key=lambda r: r["measured_speedup"])
+    spec_line = (f"spec g={{gamma}} | speculative | target=ar "
+                 f"draft={best['draft']} | gamma={best['gamma']}")
+    curves, systems = router_curves(models, prompts, lengths_T, max(batches),
+                                    spec_line, runs, config.seed)
+    ar_curve = curves[0]
+    budgets = {
+        "tight": float(np.sqrt(ar_curve.latency_ms[0]
+                               * ar_curve.latency_ms[1])),
+        "loose": 1.5 * ar_curve.latency_ms[1]}
+    route_rows, router_config = run_workload(curves, systems, models,
+                                             prompts, lengths_T, requests,
+                                             budgets)
+    write_csv(os.path.join(out, "router.csv"), route_rows)
+    router_lines = router_markdown(route_rows, curves, budgets, router_config,
+                                   best, run)
+    run["total_s"] = time.time() - start
+    write_markdown(out, rows, router_lines, loaded, models, run)
   print(f"wrote {out} in {time.time() - start:.0f} s")
 
 

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import ClassVar
+from typing import ClassVar, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -65,6 +65,8 @@ from lm_decoding.models import masks
 from lm_decoding.special_tokens import MASK_ID
 
 ORDERS = ("left_to_right", "confidence")
+# Both decoders' models: a causal AR target, a bidirectional denoiser draft.
+DIFFUSION_ROLES = {"target": "causal", "draft": "bidirectional"}
 
 
 def _check_draft_options(decoder):
@@ -95,6 +97,7 @@ class DiffusionDraftDecoder(DraftVerifyDecoder):
   order: str = "left_to_right"
   mask_id: int = MASK_ID
   roles: ClassVar[tuple[str, ...]] = ("target", "draft")
+  role_attention: ClassVar[Mapping[str, str]] = DIFFUSION_ROLES
 
   def __post_init__(self):
     super().__post_init__()
@@ -175,6 +178,7 @@ class SkeletonPolishDecoder(DraftVerifyDecoder):
   threshold: float = 0.01
   mask_id: int = MASK_ID
   roles: ClassVar[tuple[str, ...]] = ("target", "draft")
+  role_attention: ClassVar[Mapping[str, str]] = DIFFUSION_ROLES
 
   def __post_init__(self):
     super().__post_init__()
@@ -192,6 +196,15 @@ class SkeletonPolishDecoder(DraftVerifyDecoder):
         output_length=self.output_length,
         steps=self.draft_steps or self.output_length, sampling=self.sampling,
         mask_id=self.mask_id, pad_id=self.pad_id, eos_ids=self.eos_ids)
+
+  def role_length(self, role, width):
+    """The draft reads the prompt and the T skeleton positions only (P + T);
+    the target's cache takes P + T + gamma - 1 slots."""
+    if role == "draft":
+      return width + self.output_length, (
+          f"prompt width P={width} + output_length={self.output_length}: "
+          "the skeleton")
+    return super().role_length(role, width)
 
   def start(self, models, prompts_BxP, prompt_lengths_B, cache_length, cost,
             key_B):

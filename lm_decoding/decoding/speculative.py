@@ -140,6 +140,11 @@ class DraftVerifyDecoder(SequenceConfig):
   gamma: int = 4
   sampling: sampling.SamplingConfig = sampling.SamplingConfig()
   roles: ClassVar[tuple[str, ...]] = ("target",)
+  # What each role's model must be, checked before tracing: its attention
+  # kind (`logits_fn.config.attention`, where the logits_fn has a config) and
+  # whether the loop keeps a KV cache for it.
+  role_attention: ClassVar[Mapping[str, str]] = {"target": "causal"}
+  cached_roles: ClassVar[tuple[str, ...]] = ("target",)
 
   def __post_init__(self):
     super().__post_init__()
@@ -206,18 +211,26 @@ class DraftVerifyDecoder(SequenceConfig):
           f"{self.gamma} - 1 = {needed}")
     return needed if self.cache_length is None else self.cache_length
 
+  def role_length(self, role: str, width: int) -> tuple[int, str]:
+    """(positions the `role` model must accept, how that is counted): by
+    default the cache length, `cache_length_for(width)`."""
+    del role
+    return self.cache_length_for(width), (
+        f"prompt width P={width} + output_length={self.output_length} + "
+        f"gamma={self.gamma} - 1")
+
   def _check(self, models, prompts, prompt_lengths):
     base.check_models(self, models)
     prompts, prompt_lengths = check_prompts(prompts, prompt_lengths)
     length = self.cache_length_for(prompts.shape[1])
     vocab = base.vocab_size(models["target"])
     for role, model in models.items():
-      if length > model.logits_fn.max_len:
+      check_attention(self, role, model)
+      needed, counted = self.role_length(role, prompts.shape[1])
+      if needed > model.logits_fn.max_len:
         raise ValueError(
-            f"cache length {length} (prompt width P={prompts.shape[1]} + "
-            f"output_length={self.output_length} + gamma={self.gamma} - 1) "
-            f"must be <= the {role} model's max_len="
-            f"{model.logits_fn.max_len}")
+            f"{needed} positions ({counted}) must be <= the {role} model's "
+            f"max_len={model.logits_fn.max_len}")
       if role != "target" and base.vocab_size(model) != vocab:
         raise ValueError(
             f"the {role} model's vocabulary V={base.vocab_size(model)} must "
@@ -246,16 +259,60 @@ class DraftVerifyDecoder(SequenceConfig):
       int32[output_length, B] per round; stats `rounds`, `accept_counts`.
     Raises:
       ValueError: roles not exactly `roles`; bad prompts or ids; models of
-        different vocabularies; P + output_length + gamma above a model's
-        max_len. All before compiling.
+        different vocabularies; P + output_length + gamma - 1 above a
+        model's max_len (`role_length`); a model of the wrong attention kind
+        (`role_attention`) or, for a role in `cached_roles`, without KV
+        cache support. All before compiling.
     """
     length, prompts, prompt_lengths = self._check(models, prompts,
                                                   prompt_lengths)
     batch = prompts.shape[0]
     if key is None and sampling.is_greedy(self.sampling.temperature):
       key = jax.random.key(0)  # greedy: the draws cannot change the output
-    return _decode(self, length, models, prompts, prompt_lengths,
-                   base.row_keys(key, batch))
+    keys_B = base.row_keys(key, batch)
+    for role in self.cached_roles:
+      check_cache(role, models[role], batch, length)
+    return _decode(self, length, models, prompts, prompt_lengths, keys_B)
+
+
+def check_attention(decoder: DraftVerifyDecoder, role: str,
+                    model: Model) -> None:
+  """Raises ValueError if the `role` model's attention kind is not the one
+  `decoder.role_attention` requires.
+
+  The kind is read from `model.logits_fn.config.attention` (a Transformer's
+  `ModelLogitsFn`); a logits_fn without one (a stub) is accepted. A
+  bidirectional target would let each verified position see the draft
+  tokens after it; a causal diffusion draft was not trained to fill masks.
+  """
+  wanted = decoder.role_attention.get(role)
+  kind = getattr(getattr(model.logits_fn, "config", None), "attention", None)
+  if wanted is not None and kind is not None and kind != wanted:
+    raise ValueError(
+        f"the {role} model has attention={kind!r} (logits_fn.config."
+        f"attention); {type(decoder).__name__} needs a {wanted!r} {role} "
+        f"model")
+
+
+def check_cache(role: str, model: Model, batch: int, length: int) -> None:
+  """Raises ValueError unless the `role` model supports a KV cache.
+
+  The loop needs `logits_fn.init_cache(batch_size, length)` returning a
+  cache with per-row `at(index)` and `rollback(length)` (as
+  `models.KVCache`). The cache is built abstractly (`jax.eval_shape`):
+  nothing is allocated or compiled.
+  """
+  init = getattr(model.logits_fn, "init_cache", None)
+  cache = (jax.eval_shape(lambda: init(batch, length)) if callable(init)
+           else None)
+  if not (hasattr(cache, "at") and hasattr(cache, "rollback")):
+    name = type(model.logits_fn).__name__
+    got = (f"{name} has no init_cache" if not callable(init) else
+           f"{name}.init_cache returned {type(cache).__name__}")
+    raise ValueError(
+        f"the {role} model must support a KV cache: its logits_fn needs "
+        f"init_cache(batch_size, length) returning a cache with at() and "
+        f"rollback() (as models.KVCache); {got}")
 
 
 def start(decoder: DraftVerifyDecoder, cache_length: int, models, prompts_BxP,
@@ -287,23 +344,48 @@ def start(decoder: DraftVerifyDecoder, cache_length: int, models, prompts_BxP,
       round=jnp.int32(0), cost=cost)
 
 
+def round_keys(state: Round, keys_B) -> jax.Array:
+  """PRNG keys [B, 3] of this round: the draft's draws, the acceptance
+  uniforms, the target's draw (see the module docstring)."""
+  return jax.vmap(lambda k: jax.random.split(
+      jax.random.fold_in(k, state.round), 3))(keys_B)
+
+
 def verify_round(decoder: DraftVerifyDecoder, models, state: Round,
                  keys_B) -> Round:
   """One round: draft, one target call on gamma + 1 positions, accept,
-  commit, roll both caches back (see the module docstring)."""
-  gamma, batch = decoder.gamma, state.generated.shape[0]
-  round_keys = jax.vmap(lambda k: jax.random.split(
-      jax.random.fold_in(k, state.round), 3))(keys_B)
+  commit, roll both caches back (see the module docstring).
+
+  The three parts, `decoder.propose`, `score` and `settle`, are separate
+  functions so that each can be timed alone (experiments/speculative.py).
+  """
+  keys_Bx3 = round_keys(state, keys_B)
   draft_BxG, q_BxGxV, draft_state, cost = decoder.propose(
-      models, state, round_keys[:, 0])
+      models, state, keys_Bx3[:, 0])
   state = state.replace(draft=draft_state, cost=cost)
+  out, cost = score(models, state, draft_BxG)
+  return settle(decoder, state.replace(cost=cost), draft_BxG, q_BxGxV, out,
+                keys_Bx3)
+
+
+def score(models, state: Round, draft_BxG) -> tuple[Any, base.Cost]:
+  """(ModelOutput, cost): the target's one cached call on [x, draft] at
+  positions pos .. pos + gamma (logits float32[B, gamma + 1, V])."""
   pos_B = state.pos
-  rows_B = jnp.arange(batch)
-  x_B = state.sequence[rows_B, pos_B]
+  x_B = state.sequence[jnp.arange(pos_B.shape[0]), pos_B]
   fed_BxG1 = jnp.concatenate([x_B[:, None], draft_BxG], 1)
-  positions_BxG1 = pos_B[:, None] + jnp.arange(gamma + 1)[None, :]
-  out, cost = base.forward(models, "target", state.cost, fed_BxG1,
-                           positions_BxG1, cache=state.cache.at(pos_B))
+  positions_BxG1 = pos_B[:, None] + jnp.arange(fed_BxG1.shape[1])[None, :]
+  return base.forward(models, "target", state.cost, fed_BxG1, positions_BxG1,
+                      cache=state.cache.at(pos_B))
+
+
+def settle(decoder: DraftVerifyDecoder, state: Round, draft_BxG, q_BxGxV,
+           out, keys_Bx3) -> Round:
+  """The rest of a round after `score`: the acceptance test, the target's
+  token, the commit (cut at EOS and T), both caches rolled back, the
+  statistics and the draft's `advance`."""
+  gamma = decoder.gamma
+  pos_B = state.pos
   seen = (None if state.seen is None
           else _seen_before(state.seen, draft_BxG))
   p_BxG1xV = processed(decoder.sampling, out.logits, seen)
@@ -312,7 +394,7 @@ def verify_round(decoder: DraftVerifyDecoder, models, state: Round,
     q_BxGxV = jax.nn.one_hot(draft_BxG, vocab, dtype=jnp.float32)
   q_d_BxG = jnp.take_along_axis(q_BxGxV, draft_BxG[..., None], -1)[..., 0]
   uniform_BxG = jax.vmap(lambda k: jax.random.uniform(k, (gamma,)))(
-      round_keys[:, 1])
+      keys_Bx3[:, 1])
   ok_BxG = decoder.accepts(uniform_BxG, p_BxG1xV, q_d_BxG, draft_BxG,
                            out.logits)
   accepted_B = jax.vmap(leading_true)(ok_BxG)
@@ -324,7 +406,7 @@ def verify_round(decoder: DraftVerifyDecoder, models, state: Round,
     return sampling.categorical(key, jnp.log(dist))
 
   bonus_BxV = decoder.bonus(state, p_BxG1xV[:, -1], out.logits[:, -1])
-  token_B = jax.vmap(target_token)(round_keys[:, 2], p_BxG1xV, q_BxGxV,
+  token_B = jax.vmap(target_token)(keys_Bx3[:, 2], p_BxG1xV, q_BxGxV,
                                    accepted_B, bonus_BxV)
   index_G1 = jnp.arange(gamma + 1)
   new_BxG1 = jnp.where(index_G1[None] < accepted_B[:, None],
@@ -356,7 +438,7 @@ def verify_round(decoder: DraftVerifyDecoder, models, state: Round,
       done=state.done | ended_B | (generated >= decoder.output_length),
       seen=seen, cache=out.cache.rollback(new_pos_B),
       committed=state.committed.at[state.round].set(count_B),
-      accept_counts=accept_counts, round=state.round + 1, cost=cost)
+      accept_counts=accept_counts, round=state.round + 1)
   return state.replace(
       draft=decoder.advance(state, accepted_B, p_BxG1xV, new_pos_B))
 
@@ -412,6 +494,9 @@ class SpeculativeDecoder(DraftVerifyDecoder):
   """
 
   roles: ClassVar[tuple[str, ...]] = ("target", "draft")
+  role_attention: ClassVar[Mapping[str, str]] = {"target": "causal",
+                                                 "draft": "causal"}
+  cached_roles: ClassVar[tuple[str, ...]] = ("target", "draft")
 
   def start(self, models, prompts_BxP, prompt_lengths_B, cache_length, cost,
             key_B):
