@@ -17,6 +17,7 @@ defined once per process however many scripts a test loads.
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 import math
 import os
@@ -35,7 +36,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from lm_decoding.decoding import bind  # noqa: E402
 from lm_decoding.evaluation import cost  # noqa: E402
+from lm_decoding.models import TransformerConfig  # noqa: E402
+from lm_decoding.training import train  # noqa: E402
 
 RESULTS = pathlib.Path(__file__).resolve().parents[1] / "results" / "reproduce"
 VERDICTS = ("supported", "contradicted", "mixed")
@@ -174,3 +178,41 @@ def write(folder: str, *, claim: str, title: str, source: str, statement: str,
   with open(os.path.join(folder, "claim.md"), "w") as f:
     f.write(text)
   return record
+
+
+def tiny_config():
+  """configs/tiny.py's ConfigDict (the project's CPU default)."""
+  path = pathlib.Path(__file__).resolve().parents[2] / "configs" / "tiny.py"
+  spec = importlib.util.spec_from_file_location("reproduce_tiny_config", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config()
+
+
+SMOKE_MODEL = dict(d_model=32, num_layers=1, num_heads=2, num_kv_heads=2,
+                   head_dim=16, mlp_dim=64, max_len=64)
+SMOKE_VOCAB = 256
+
+
+def model_config(objective: str, smoke: bool, max_len: int | None = None
+                 ) -> TransformerConfig:
+  """The tiny config's backbone for `objective` ('ar', 'mdlm', 'bd3lm'), or
+  with `smoke` a much smaller one (d32, 1 layer, V 256, max_len 64);
+  `max_len` overrides the model's."""
+  config = tiny_config()
+  config.train.objective = objective
+  if smoke:
+    config.model.update(SMOKE_MODEL)
+    config.data.vocab_size = SMOKE_VOCAB
+    config.data.seq_len = SMOKE_MODEL["max_len"]
+  if max_len is not None:
+    config.model.max_len = max_len
+    config.data.seq_len = min(config.data.seq_len, max_len)
+  return train.model_config(config)
+
+
+def decode_fn(decoder: Any, logits_fn: Any) -> Callable[..., Any]:
+  """jit(params, prompts, prompt_lengths, key) -> decoder's DecodeResult,
+  with `logits_fn` bound under the decoder's one role 'model'."""
+  return jax.jit(lambda params, prompts, lengths, key: decoder.decode(
+      bind(logits_fn, params), prompts, lengths, key))

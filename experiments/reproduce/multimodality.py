@@ -174,7 +174,7 @@ def neither_rate(decoder_name: str, length: int, steps: int, w: float,
 def grid(smoke: bool) -> dict:
   if smoke:
     return {"rows": 4000, "lengths": (2,), "weights": (0.5, 0.8),
-            "steps": (1, 2, 4)}
+            "steps": (1, 2)}
   return {"rows": 40000, "lengths": (2, 3), "weights": (0.5, 0.8),
           "steps": (1, 2, 3, 4, 8, 16)}
 
