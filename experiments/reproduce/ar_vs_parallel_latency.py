@@ -31,7 +31,7 @@ def grid(smoke: bool) -> dict:
   if smoke:
     return {"batch_sizes": (1,), "lengths": (4, 8), "steps": 4,
             "prompt_len": 4, "runs": 1}
-  return {"batch_sizes": (1, 8), "lengths": (16, 64, 128, 256),
+  return {"batch_sizes": (1, 8), "lengths": (16, 64, 256),
           "steps": 16, "prompt_len": 16, "runs": 3}
 
 

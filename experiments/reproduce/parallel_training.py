@@ -32,7 +32,7 @@ SINGLE = 2  # L0: the shortest sequence (one AR target position)
 def grid(smoke: bool) -> dict:
   if smoke:
     return {"lengths": (SINGLE, 16), "batch_size": 2, "runs": 1}
-  return {"lengths": (SINGLE, 32, 128, 512), "batch_size": 8, "runs": 3}
+  return {"lengths": (SINGLE, 64, 512), "batch_size": 8, "runs": 3}
 
 
 def measure(smoke: bool) -> tuple[list[dict], dict]:
