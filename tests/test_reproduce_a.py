@@ -125,9 +125,24 @@ def brute_force_mdlm(length, steps, w):
   return total / steps ** length
 
 
+def brute_force_llada(length, steps, w):
+  """P(neither) by enumerating LLaDA's first-step draws: the ceil(L / K)
+  most confident (drawn token's probability; ties leftmost) are committed."""
+  first = -(-length // steps)
+  total = 0.0
+  for modes in itertools.product((0, 1), repeat=length):
+    p = math.prod(w if m == 0 else 1 - w for m in modes)
+    confidence = [w if m == 0 else 1 - w for m in modes]
+    order = sorted(range(length), key=lambda i: (-confidence[i], i))
+    committed = {modes[i] for i in order[:first]}
+    total += p * (len(committed) > 1)
+  return total
+
+
 @pytest.mark.parametrize("length,steps,w", [(2, 1, 0.5), (2, 3, 0.8),
-                                            (3, 2, 0.5), (3, 4, 0.7),
-                                            (4, 3, 0.6)])
+                                            (3, 2, 0.5), (3, 2, 0.8),
+                                            (3, 4, 0.7), (4, 3, 0.6),
+                                            (5, 2, 0.3), (4, 1, 0.5)])
 def test_closed_forms(length, steps, w):
   mm = script("multimodality")
   assert mm.mdlm_neither_rate(length, steps, w) == pytest.approx(
@@ -135,9 +150,8 @@ def test_closed_forms(length, steps, w):
   if length == 2:
     assert mm.mdlm_neither_rate(2, steps, w) == pytest.approx(
         2 * w * (1 - w) / steps)
-  first = -(-length // steps)
   assert mm.llada_neither_rate(length, steps, w) == pytest.approx(
-      1 - w ** first - (1 - w) ** first)
+      brute_force_llada(length, steps, w))
   assert mm.llada_neither_rate(length, length, w) == 0
 
 
