@@ -16,6 +16,10 @@ def load(name: str, path) -> object:
   if name not in sys.modules:
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    sys.modules[name] = module
+    sys.modules[name] = module  # before running it: dataclasses look it up
+    try:
+      spec.loader.exec_module(module)
+    except BaseException:
+      del sys.modules[name]
+      raise
   return sys.modules[name]

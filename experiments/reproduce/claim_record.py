@@ -1,0 +1,218 @@
+"""What every reproduction script shares: its two flags, interleaved timing,
+and the record it writes.
+
+Each script in experiments/reproduce/ checks one claim of the source articles
+(issue 10, item 3) and writes, under `--workdir` (default
+experiments/results/reproduce/<claim>/):
+
+  numbers.json  the summary numbers and every measured row
+  results.csv   the measured rows
+  claim.md      claim, source, our number, hardware, exact command, verdict
+  figure.png    the figure
+
+A script imports this module as a sibling (`import claim_record`), so it is
+defined once per process however many scripts a test loads.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import math
+import os
+import pathlib
+import platform
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from absl import flags
+import jax
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from lm_decoding.decoding import bind  # noqa: E402
+from lm_decoding.evaluation import cost  # noqa: E402
+from lm_decoding.models import TransformerConfig  # noqa: E402
+from lm_decoding.training import train  # noqa: E402
+
+RESULTS = pathlib.Path(__file__).resolve().parents[1] / "results" / "reproduce"
+VERDICTS = ("supported", "contradicted", "mixed")
+
+WORKDIR = flags.DEFINE_string(
+    "workdir", "", "Output folder; '' = experiments/results/reproduce/<claim>.")
+SMOKE = flags.DEFINE_boolean(
+    "smoke", False, "Tiny sizes that run in seconds (the tests' mode).")
+
+
+def workdir(claim: str) -> str:
+  """--workdir, or the claim's folder under experiments/results/reproduce."""
+  return WORKDIR.value or str(RESULTS / claim)
+
+
+def command() -> str:
+  """The command line that started this process (for claim.md)."""
+  return " ".join(["python", *sys.argv])
+
+
+def hardware() -> str:
+  """'cpu (x86_64), 2 cores' or the accelerator's kind and count."""
+  device = jax.devices()[0]
+  if device.platform == "cpu":
+    return (f"CPU ({platform.machine()}), {os.cpu_count()} cores, "
+            "shared with other jobs running at the same time")
+  return f"{jax.device_count()} x {device.device_kind}"
+
+
+def interleaved(calls: dict[str, Callable[[], Any]], runs: int
+                ) -> dict[str, float]:
+  """Median wall seconds of each call, timed in turns (A, B, A, B, ...).
+
+  On a shared machine interference drifts; timing the systems in turns
+  spreads it over all of them. Each call must be compiled already (e.g. a
+  `cost.measure` executable with its arguments bound) and is ended by
+  `jax.block_until_ready`.
+
+  Raises:
+    ValueError: runs < 1 or no calls.
+  """
+  if runs < 1 or not calls:
+    raise ValueError(f"runs={runs} must be >= 1 and calls non-empty")
+  times = {name: [] for name in calls}
+  for _ in range(runs):
+    for name, call in calls.items():
+      start = time.perf_counter()
+      jax.block_until_ready(call())
+      times[name].append(time.perf_counter() - start)
+  return {name: float(np.median(t)) for name, t in times.items()}
+
+
+def compiled_call(fn: Callable[..., Any], *args: Any
+                  ) -> tuple[Callable[[], Any], Any, float]:
+  """(call, output, compile_s): fn compiled for args by `cost.measure`
+  (one warm-up run), `call()` runs it again on the same args."""
+  timing, compiled, out = cost.measure(fn, args, warmup=0, runs=1)
+  return (lambda: compiled(*args)), out, timing.compile_s
+
+
+def fit_line(x: Sequence[float], y: Sequence[float]) -> dict[str, float]:
+  """Least-squares y = slope x + intercept, with R^2 (1 if y is constant)."""
+  x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+  slope, intercept = np.polyfit(x, y, 1)
+  residual = y - (slope * x + intercept)
+  total = float(np.sum((y - y.mean()) ** 2))
+  r2 = 1.0 - float(np.sum(residual ** 2)) / total if total > 0 else 1.0
+  return {"slope": float(slope), "intercept": float(intercept), "r2": r2}
+
+
+def _finite(value: Any) -> Any:
+  """JSON-safe: NaN and infinities as None."""
+  if isinstance(value, float) and not math.isfinite(value):
+    return None
+  if isinstance(value, dict):
+    return {k: _finite(v) for k, v in value.items()}
+  if isinstance(value, (list, tuple)):
+    return [_finite(v) for v in value]
+  if isinstance(value, np.generic):
+    return _finite(value.item())
+  return value
+
+
+def write(folder: str, *, claim: str, title: str, source: str, statement: str,
+          verdict: str, our_number: str, method: str, summary: dict,
+          rows: Sequence[dict], figure: Any, cmd: str) -> dict:
+  """Writes numbers.json, results.csv, claim.md and figure.png to `folder`.
+
+  Args:
+    folder: output folder (created).
+    claim: the script's short name (e.g. 'multimodality').
+    title: one-line claim title for claim.md.
+    source: the paper or article the claim comes from.
+    statement: the claim as the source makes it.
+    verdict: one of VERDICTS.
+    our_number: the headline measurement, one or two sentences.
+    method: Markdown: how it was measured, the derivations, the caveats.
+    summary: JSON-able summary numbers (fits, crossovers, rates).
+    rows: the measured rows (flat dicts with the same keys).
+    figure: a matplotlib Figure (saved, then closed).
+    cmd: the exact command that made the files.
+  Returns:
+    The record written to numbers.json.
+  Raises:
+    ValueError: verdict not in VERDICTS or no rows.
+  """
+  if verdict not in VERDICTS:
+    raise ValueError(f"verdict={verdict!r}; allowed: {VERDICTS}")
+  if not rows:
+    raise ValueError("rows must be non-empty")
+  os.makedirs(folder, exist_ok=True)
+  record = _finite({"claim": claim, "title": title, "source": source,
+                    "verdict": verdict, "our_number": our_number,
+                    "hardware": hardware(), "command": cmd,
+                    "summary": summary, "rows": list(rows)})
+  with open(os.path.join(folder, "numbers.json"), "w") as f:
+    json.dump(record, f, indent=2)
+  with open(os.path.join(folder, "results.csv"), "w", newline="") as f:
+    writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+  figure.savefig(os.path.join(folder, "figure.png"), dpi=110,
+                 bbox_inches="tight")
+  plt.close(figure)
+  text = "\n".join([
+      f"# {title}", "",
+      f"**Claim.** {statement}", "",
+      f"**Source.** {source}", "",
+      f"**Our number.** {our_number}", "",
+      f"**Verdict: {verdict}.**", "",
+      f"**Hardware.** {hardware()}.", "",
+      f"**Command.** `{cmd}`", "",
+      "## Method and reading", "", method, "",
+      "Numbers: `numbers.json` (summary and rows), `results.csv` (rows); "
+      "figure: `figure.png`.", ""])
+  with open(os.path.join(folder, "claim.md"), "w") as f:
+    f.write(text)
+  return record
+
+
+def tiny_config():
+  """configs/tiny.py's ConfigDict (the project's CPU default)."""
+  path = pathlib.Path(__file__).resolve().parents[2] / "configs" / "tiny.py"
+  spec = importlib.util.spec_from_file_location("reproduce_tiny_config", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config()
+
+
+SMOKE_MODEL = dict(d_model=32, num_layers=1, num_heads=2, num_kv_heads=2,
+                   head_dim=16, mlp_dim=64, max_len=64)
+SMOKE_VOCAB = 256
+
+
+def model_config(objective: str, smoke: bool, max_len: int | None = None
+                 ) -> TransformerConfig:
+  """The tiny config's backbone for `objective` ('ar', 'mdlm', 'bd3lm'), or
+  with `smoke` a much smaller one (d32, 1 layer, V 256, max_len 64);
+  `max_len` overrides the model's."""
+  config = tiny_config()
+  config.train.objective = objective
+  if smoke:
+    config.model.update(SMOKE_MODEL)
+    config.data.vocab_size = SMOKE_VOCAB
+    config.data.seq_len = SMOKE_MODEL["max_len"]
+  if max_len is not None:
+    config.model.max_len = max_len
+    config.data.seq_len = min(config.data.seq_len, max_len)
+  return train.model_config(config)
+
+
+def decode_fn(decoder: Any, logits_fn: Any) -> Callable[..., Any]:
+  """jit(params, prompts, prompt_lengths, key) -> decoder's DecodeResult,
+  with `logits_fn` bound under the decoder's one role 'model'."""
+  return jax.jit(lambda params, prompts, lengths, key: decoder.decode(
+      bind(logits_fn, params), prompts, lengths, key))
