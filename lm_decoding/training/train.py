@@ -98,12 +98,16 @@ def training_data(config: ml_collections.ConfigDict, data_dir: str):
   `data` has `.tokenizer` and `.describe()`: the packed corpus
   (`pipeline.prepare`, cached in `data_dir`) for an LM objective, the
   book-split verse pairs (`parallel_text.prepare`, tokenizer cached in
-  `data_dir`) laid out by `parallel_text.layout` for a translation one.
+  `data_dir`) laid out by `parallel_text.layout` for a translation one;
+  with data.targets 'distilled' the pairs are `data_dir`'s distilled file
+  (`parallel_text.pairs_path`), which must share that cached tokenizer.
   """
   if config.train.objective in TRANSLATION_OBJECTIVES:
+    path = parallel_text.pairs_path(
+        config.data.path, config.data.get("targets", "reference"), data_dir)
     data = parallel_text.prepare(
         config.data.vocab_size, config.data.max_source_tokens,
-        config.data.max_target_tokens, config.data.path, cache_dir=data_dir)
+        config.data.max_target_tokens, path, cache_dir=data_dir)
     return (data, parallel_text.layout(data.splits["train"]),
             parallel_text.layout(data.splits["valid"]))
   corpus = pipeline.prepare(config.data.path, config.data.vocab_size,
@@ -169,7 +173,8 @@ def check_config(config: ml_collections.ConfigDict) -> TransformerConfig:
     ValueError: naming the config key and its allowed range: seed not an
       integer >= 0; a count of `_COUNTS` not an integer >= its minimum; a
       rate of `_NUMBERS` not a finite number above 0 (weight decay: >= 0);
-      data.format unknown; data.path missing; train.block_length (bd3lm) not
+      data.format unknown; data.targets not in parallel_text.TARGETS;
+      data.path missing; train.block_length (bd3lm) not
       dividing data.seq_len; or any error of `model_config`.
   """
   if not is_count(config.seed, minimum=0):
@@ -191,6 +196,10 @@ def check_config(config: ml_collections.ConfigDict) -> TransformerConfig:
     raise ValueError(f"data.format={data_format!r} must be one of "
                      f"{corpus_lib.FORMATS}")
   corpus_lib.resolve_path(config.data.path)
+  targets = config.data.get("targets", "reference")
+  if targets not in parallel_text.TARGETS:
+    raise ValueError(f"data.targets={targets!r}; allowed: "
+                     f"{parallel_text.TARGETS}")
   if config.train.objective == "bd3lm":
     block, seq_len = config.train.get("block_length"), config.data.seq_len
     if not is_count(block) or seq_len % block:
