@@ -88,6 +88,13 @@ _RETRAIN = flags.DEFINE_bool(
 _EXPORT = flags.DEFINE_bool(
     "export", False, "Write the models trained here into the shipped set "
     f"({pretrained.TRANSLATION_DIR}).")
+_DECODE = flags.DEFINE_bool(
+    "decode", True, "Decode the test pairs and write the results; "
+    "--nodecode only loads, trains and (with --export) exports the models.")
+_STOP_AT = flags.DEFINE_integer(
+    "stop_at", None, "End each training run after this step although its "
+    "schedule is train.num_steps' (a budget cut short; the manifest's "
+    "metrics record the steps reached).")
 SET_DIR = pretrained.TRANSLATION_DIR
 STORED_DTYPE = "bfloat16"  # 5 models of ~0.8M parameters: 16 MB in float32
 BUCKETS = ((1, 12), (13, 24), (25, 36), (37, 48))
@@ -160,9 +167,13 @@ def load_members(config, workdir, retrain, export):
       print(f"{name}: {source}; training {cfg.train.num_steps} steps in "
             f"{model_dir}", flush=True)
       metrics = train.train(cfg, model_dir, progress=False,
-                            data_dir=data_dir)
+                            data_dir=data_dir, stop_at=_STOP_AT.value)
       if note:
         metrics["distillation"] = note
+      if metrics["steps"] < cfg.train.num_steps:
+        metrics["stopped_early"] = (
+            f"stopped at step {metrics['steps']} of the "
+            f"{cfg.train.num_steps}-step schedule (--stop_at)")
       params = pretrained.load_trained_params(cfg, model_dir)
       source = f"trained in {model_dir}"
       if export:
@@ -263,6 +274,8 @@ def main(argv):
   start = time.time()
   members, data = load_members(config, workdir, _RETRAIN.value,
                                _EXPORT.value)
+  if not _DECODE.value:
+    return
   test = data.splits["test"]
   n = config.translate.test_pairs or len(test.pairs)
   prompts, prompt_lengths = parallel_text.prompts(test)
@@ -414,8 +427,9 @@ def _report(config, rows, bucket_rows, latency_rows, speedup, samples,
     line = (f"- {name}: {metrics['num_params']:,} parameters, "
             f"{metrics['steps']} steps, validation loss "
             f"{metrics['valid_loss']:.3f} ({source})")
-    if "distillation" in metrics:
-      line += f"; {metrics['distillation']}"
+    for key in ("stopped_early", "distillation"):
+      if key in metrics:
+        line += f"; {metrics[key]}"
     models.append(line)
   t = config.translate
   text = [

@@ -386,7 +386,8 @@ def _fingerprint(config: ml_collections.ConfigDict) -> dict:
 
 
 def train(config: ml_collections.ConfigDict, workdir: str,
-          progress: bool = True, data_dir: str | None = None) -> dict:
+          progress: bool = True, data_dir: str | None = None,
+          stop_at: int | None = None) -> dict:
   """Trains (or resumes) the model described by `config` under `workdir`.
 
   Writes `{workdir}/checkpoints/` (orbax, resumed automatically from the
@@ -395,6 +396,11 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   valid_loss and valid_ppl) and the data cache (tokenizer, encoded splits)
   under `data_dir` (default `workdir`), where models trained on the same data
   share it. See the module docstring for what a crash loses.
+
+  `stop_at` ends the run after that step (validated and checkpointed there)
+  although the learning-rate schedule is train.num_steps': a budget cut
+  short, reported as such (the summary's `steps`); a run already past it
+  is reported at its latest step.
 
   With `progress`, shows a bar with the latest loss and tokens/s (its
   description says 'eval' or 'save' while validating or checkpointing), says
@@ -417,6 +423,9 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   model_cfg = check_config(config)
   train_cfg = config.train
   objective, num_steps = train_cfg.objective, train_cfg.num_steps
+  if stop_at is not None and not is_count(stop_at, 1):
+    raise ValueError(f"stop_at={stop_at!r} must be an integer >= 1")
+  last = num_steps if stop_at is None else min(stop_at, num_steps)
   _check_workdir(workdir)
   corpus, train_packed, valid_packed = training_data(config,
                                                      data_dir or workdir)
@@ -489,7 +498,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
       valid_loss = validate(state.params)
       _append_record(log_path, {"step": 0, "valid_loss": valid_loss,
                                 "valid_ppl": float(np.exp(valid_loss))})
-    for step in range(first, num_steps):
+    for step in range(first, last):
       tick = time.time()
       state, metrics = train_step(state, next(batches),
                                   jax.random.fold_in(step_key, step))
@@ -504,17 +513,17 @@ def train(config: ml_collections.ConfigDict, workdir: str,
       bar.set_postfix(loss=f"{loss:.3f}",
                       tok_s=f"{record['tokens_per_s']:.0f}", refresh=False)
       bar.update(1)
-      if done % train_cfg.eval_every == 0 or done == num_steps:
+      if done % train_cfg.eval_every == 0 or done == last:
         valid_loss = validate(state.params)
         record.update(valid_loss=valid_loss,
                       valid_ppl=float(np.exp(valid_loss)))
       _append_record(log_path, record)  # before the checkpoint of this step
-      if done % train_cfg.checkpoint_every == 0 or done == num_steps:
+      if done % train_cfg.checkpoint_every == 0 or done == last:
         bar.set_description(f"{desc}: save")
         checkpoints.save(done, state, {"fingerprint": fingerprint,
                                        "valid_loss": valid_loss})
         bar.set_description(desc)
-  if first == num_steps:  # nothing left to train: report as is
+  if first >= last:  # nothing left to train: report as is
     valid_loss = evaluate(eval_fn, state.params, valid_batches)
   valid_ppl = float(np.exp(valid_loss))
   if progress:
