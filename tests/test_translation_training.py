@@ -58,3 +58,9 @@ def test_one_step_lowers_the_loss_on_a_repeated_batch(objective):
     state, metrics = step(state, rows, jax.random.key(i))
   after = train.evaluate(eval_fn, state.params, rows[None])
   assert np.isfinite(float(metrics["loss"])) and after < before
+
+
+def test_stop_at_must_be_a_positive_step(tmp_path):
+  with pytest.raises(ValueError, match="stop_at=0 must be an integer >= 1"):
+    train.train(translation.get_config(), str(tmp_path / "run"), stop_at=0)
+  assert not (tmp_path / "run").exists()

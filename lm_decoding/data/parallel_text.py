@@ -90,6 +90,53 @@ def read_pairs(path: str | pathlib.Path | None = None) -> list[Pair]:
   return pairs
 
 
+def write_pairs(path: str | pathlib.Path, pairs: Sequence[Pair]) -> None:
+  """Writes `reference<TAB>source<TAB>target` lines (gzip if .gz), the
+  format `read_pairs` reads back.
+
+  Raises:
+    ValueError: a field is empty or holds a tab or newline (the message names
+      the pair's reference).
+  """
+  path = pathlib.Path(path)
+  for pair in pairs:
+    fields = (pair.reference, pair.source, pair.target)
+    if not all(fields) or any(c in f for f in fields for c in "\t\n"):
+      raise ValueError(f"pair {pair.reference!r}: a field is empty or holds "
+                       "a tab or newline")
+  opener = gzip.open if path.suffix == ".gz" else open
+  with opener(path, "wt", encoding="utf-8") as f:
+    f.writelines(f"{p.reference}\t{p.source}\t{p.target}\n" for p in pairs)
+
+
+DISTILLED_FILE = "distilled_pairs.tsv.gz"
+TARGETS = ("reference", "distilled")
+
+
+def pairs_path(path: str, targets: str, cache_dir: str | pathlib.Path
+               ) -> str | pathlib.Path:
+  """The pairs file a translation config trains on (`data.targets`).
+
+  'reference': `path` ('' = the bundled pairs). 'distilled':
+  `{cache_dir}/DISTILLED_FILE`, the same pairs with the train targets
+  replaced by a teacher's outputs (`training.distillation`).
+
+  Raises:
+    ValueError: `targets` not in TARGETS, or no distilled file in
+      `cache_dir` (run the distillation step first).
+  """
+  if targets not in TARGETS:
+    raise ValueError(f"data.targets={targets!r}; allowed: {TARGETS}")
+  if targets == "reference":
+    return path
+  distilled = pathlib.Path(cache_dir, DISTILLED_FILE)
+  if not distilled.is_file():
+    raise ValueError(f"data.targets='distilled' but {distilled} does not "
+                     "exist: distil the train split first "
+                     "(experiments/translate.py does)")
+  return distilled
+
+
 def split_pairs(pairs: Sequence[Pair]) -> dict[str, list[Pair]]:
   """{'train', 'valid', 'test'}: pairs of VALID_BOOKS / TEST_BOOKS held out.
 

@@ -23,6 +23,7 @@ import subprocess
 import tempfile
 from typing import Any
 
+import jax
 import ml_collections
 
 from lm_decoding.data import corpus as corpus_lib
@@ -102,8 +103,15 @@ def load_trained_params(config: ml_collections.ConfigDict, workdir: str):
 
 def export(config: ml_collections.ConfigDict, workdir: str, name: str,
            tokenizer: Tokenizer, command: str, metrics: dict,
-           out_dir: str | pathlib.Path = DEFAULT_DIR) -> pathlib.Path:
+           out_dir: str | pathlib.Path = DEFAULT_DIR,
+           stored_dtype: str | None = None) -> pathlib.Path:
   """Copies the trained parameters of `workdir` into the pretrained set.
+
+  With `stored_dtype` (e.g. 'bfloat16': half the bytes of float32) the
+  parameters are cast to it before they are written, the manifest records
+  it, and `find` casts them back to model.param_dtype: the shipped model is
+  the rounded one (its metrics in the manifest are those of the unrounded
+  parameters).
 
   Raises:
     ValueError: the set already holds a different tokenizer.
@@ -118,6 +126,8 @@ def export(config: ml_collections.ConfigDict, workdir: str, name: str,
   else:
     tok_path.write_bytes(tokenizer.model_proto)
   params = load_trained_params(config, workdir)
+  if stored_dtype is not None:
+    params = jax.tree.map(lambda x: x.astype(stored_dtype), params)
   member = out_dir / name
   staging = pathlib.Path(tempfile.mkdtemp(dir=out_dir, prefix=f".{name}-"))
   with Checkpoints(str(staging / "params"), keep=1) as checkpoints:
@@ -126,6 +136,8 @@ def export(config: ml_collections.ConfigDict, workdir: str, name: str,
               "recipe": recipe(config),
               "tokenizer_sha256": tokenizer_sha256(tokenizer),
               "metrics": metrics}
+  if stored_dtype is not None:
+    manifest["stored_dtype"] = stored_dtype
   (staging / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
   if member.exists():
     shutil.rmtree(member)
@@ -194,9 +206,15 @@ def find(config: ml_collections.ConfigDict, name: str, tokenizer: Tokenizer,
         f"pretrained {name!r} was trained with another tokenizer (sha256 "
         f"{shipped_sha[:12]}, here {tokenizer_sha256(tokenizer)[:12]}: the "
         "corpus text, its split or the tokenizer training differ)")
-  abstract = abstract_params(train_lib.model_config(config))
+  abstract = train_lib.unbox(abstract_params(train_lib.model_config(config)))
+  stored = manifest.get("stored_dtype")
+  if stored is not None:
+    abstract = jax.tree.map(
+        lambda a: jax.ShapeDtypeStruct(a.shape, stored), abstract)
   with Checkpoints(str(member / "params")) as checkpoints:
-    params, _ = checkpoints.restore(train_lib.unbox(abstract))
+    params, _ = checkpoints.restore(abstract)
+  if stored is not None:
+    params = jax.tree.map(lambda x: x.astype(config.model.param_dtype), params)
   return params, f"pretrained {name!r} (commit {manifest['commit'][:10]})"
 
 
@@ -242,6 +260,34 @@ def member_configs(config: ml_collections.ConfigDict
       member.train.update(config.evaluator.train.to_dict())
     elif name in drafts:
       member.model.update(drafts[name].to_dict())
+    members[name] = member
+  return members
+
+
+TRANSLATION_DIR = DEFAULT_DIR / "translation"
+# name -> (train.objective, data.targets)
+TRANSLATION_MEMBERS = {"translation_ar": ("translation_ar", "reference"),
+                       "cmlm": ("cmlm", "reference"),
+                       "ctc": ("ctc", "reference"),
+                       "cmlm_distilled": ("cmlm", "distilled"),
+                       "ctc_distilled": ("ctc", "distilled")}
+
+
+def translation_member_configs(config: ml_collections.ConfigDict
+                               ) -> dict[str, ml_collections.ConfigDict]:
+  """Training configs of the translation set (TRANSLATION_DIR), by name.
+
+  Every member shares the data, backbone, seed and training budget of
+  `config` (configs/translation.py) with its objective and targets
+  (TRANSLATION_MEMBERS); the distilled ones (trained on the AR member's
+  outputs, Kim & Rush 2016) only when `config.translate.distill`.
+  """
+  members = {}
+  for name, (objective, targets) in TRANSLATION_MEMBERS.items():
+    if targets == "distilled" and not config.translate.distill:
+      continue
+    member = ml_collections.ConfigDict(config.to_dict())
+    member.train.objective, member.data.targets = objective, targets
     members[name] = member
   return members
 

@@ -99,12 +99,16 @@ def training_data(config: ml_collections.ConfigDict, data_dir: str):
   `data` has `.tokenizer` and `.describe()`: the packed corpus
   (`pipeline.prepare`, cached in `data_dir`) for an LM objective, the
   book-split verse pairs (`parallel_text.prepare`, tokenizer cached in
-  `data_dir`) laid out by `parallel_text.layout` for a translation one.
+  `data_dir`) laid out by `parallel_text.layout` for a translation one;
+  with data.targets 'distilled' the pairs are `data_dir`'s distilled file
+  (`parallel_text.pairs_path`), which must share that cached tokenizer.
   """
   if config.train.objective in TRANSLATION_OBJECTIVES:
+    path = parallel_text.pairs_path(
+        config.data.path, config.data.get("targets", "reference"), data_dir)
     data = parallel_text.prepare(
         config.data.vocab_size, config.data.max_source_tokens,
-        config.data.max_target_tokens, config.data.path, cache_dir=data_dir)
+        config.data.max_target_tokens, path, cache_dir=data_dir)
     return (data, parallel_text.layout(data.splits["train"]),
             parallel_text.layout(data.splits["valid"]))
   corpus = pipeline.prepare(config.data.path, config.data.vocab_size,
@@ -170,7 +174,8 @@ def check_config(config: ml_collections.ConfigDict) -> TransformerConfig:
     ValueError: naming the config key and its allowed range: seed not an
       integer >= 0; a count of `_COUNTS` not an integer >= its minimum; a
       rate of `_NUMBERS` not a finite number above 0 (weight decay: >= 0);
-      data.format unknown; data.path missing; train.block_length (bd3lm) not
+      data.format unknown; data.targets not in parallel_text.TARGETS;
+      data.path missing; train.block_length (bd3lm) not
       dividing data.seq_len; or any error of `model_config`.
   """
   if not is_count(config.seed, minimum=0):
@@ -192,6 +197,10 @@ def check_config(config: ml_collections.ConfigDict) -> TransformerConfig:
     raise ValueError(f"data.format={data_format!r} must be one of "
                      f"{corpus_lib.FORMATS}")
   corpus_lib.resolve_path(config.data.path)
+  targets = config.data.get("targets", "reference")
+  if targets not in parallel_text.TARGETS:
+    raise ValueError(f"data.targets={targets!r}; allowed: "
+                     f"{parallel_text.TARGETS}")
   if config.train.objective == "bd3lm":
     block, seq_len = config.train.get("block_length"), config.data.seq_len
     if not is_count(block) or seq_len % block:
@@ -422,7 +431,8 @@ def _fingerprint(config: ml_collections.ConfigDict) -> dict:
 
 
 def train(config: ml_collections.ConfigDict, workdir: str,
-          progress: bool = True, data_dir: str | None = None) -> dict:
+          progress: bool = True, data_dir: str | None = None,
+          stop_at: int | None = None) -> dict:
   """Trains (or resumes) the model described by `config` under `workdir`.
 
   Writes `{workdir}/checkpoints/` (orbax, resumed automatically from the
@@ -435,6 +445,11 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   With a `config.mesh` other than the one-device default, the state is
   sharded by `state_shardings` and every step runs sharded
   (`make_train_step(mesh=...)`); batches are split by 'batch'.
+
+  `stop_at` ends the run after that step (validated and checkpointed there)
+  although the learning-rate schedule is train.num_steps': a budget cut
+  short, reported as such (the summary's `steps`); a run already past it
+  is reported at its latest step.
 
   With `progress`, shows a bar with the latest loss and tokens/s (its
   description says 'eval' or 'save' while validating or checkpointing), says
@@ -464,6 +479,9 @@ def train(config: ml_collections.ConfigDict, workdir: str,
     shardings = state_shardings(model_cfg, make_optimizer(train_cfg), mesh,
                                 rules)
   objective, num_steps = train_cfg.objective, train_cfg.num_steps
+  if stop_at is not None and not is_count(stop_at, 1):
+    raise ValueError(f"stop_at={stop_at!r} must be an integer >= 1")
+  last = num_steps if stop_at is None else min(stop_at, num_steps)
   _check_workdir(workdir)
   corpus, train_packed, valid_packed = training_data(config,
                                                      data_dir or workdir)
@@ -540,7 +558,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
       valid_loss = validate(state.params)
       _append_record(log_path, {"step": 0, "valid_loss": valid_loss,
                                 "valid_ppl": float(np.exp(valid_loss))})
-    for step in range(first, num_steps):
+    for step in range(first, last):
       tick = time.time()
       state, metrics = train_step(state, next(batches),
                                   jax.random.fold_in(step_key, step))
@@ -555,17 +573,17 @@ def train(config: ml_collections.ConfigDict, workdir: str,
       bar.set_postfix(loss=f"{loss:.3f}",
                       tok_s=f"{record['tokens_per_s']:.0f}", refresh=False)
       bar.update(1)
-      if done % train_cfg.eval_every == 0 or done == num_steps:
+      if done % train_cfg.eval_every == 0 or done == last:
         valid_loss = validate(state.params)
         record.update(valid_loss=valid_loss,
                       valid_ppl=float(np.exp(valid_loss)))
       _append_record(log_path, record)  # before the checkpoint of this step
-      if done % train_cfg.checkpoint_every == 0 or done == num_steps:
+      if done % train_cfg.checkpoint_every == 0 or done == last:
         bar.set_description(f"{desc}: save")
         checkpoints.save(done, state, {"fingerprint": fingerprint,
                                        "valid_loss": valid_loss})
         bar.set_description(desc)
-  if first == num_steps:  # nothing left to train: report as is
+  if first >= last:  # nothing left to train: report as is
     valid_loss = evaluate(eval_fn, state.params, valid_batches)
   valid_ppl = float(np.exp(valid_loss))
   if progress:

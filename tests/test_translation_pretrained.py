@@ -1,0 +1,87 @@
+"""The shipped translation set (lm_decoding/pretrained/translation): every
+member matches configs/translation.py, loads with its manifest, and
+translates test verses."""
+
+import os
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from lm_decoding.data import parallel_text as pt
+from lm_decoding.data.tokenizer import Tokenizer
+from lm_decoding.decoding import base, sampling
+from lm_decoding.decoding.autoregressive import AutoregressiveDecoder
+from lm_decoding.decoding.ctc import CTCDecoder
+from lm_decoding.decoding.mask_predict import MaskPredictDecoder
+from lm_decoding.evaluation import translation_metrics as tm
+from lm_decoding.models import make_logits_fn
+from lm_decoding.special_tokens import EOS_ID, PAD_ID
+from lm_decoding.training import distillation, pretrained, train
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "configs"))
+import translation  # noqa: E402
+
+CONFIG = translation.get_config()
+MEMBERS = pretrained.translation_member_configs(CONFIG)
+SET = pretrained.TRANSLATION_DIR
+N = 6  # test verses decoded
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+  return Tokenizer.load(str(SET / pretrained.TOKENIZER_FILE))
+
+
+@pytest.fixture(scope="module")
+def test_split(tokenizer):
+  test = pt.split_pairs(pt.read_pairs())["test"][:40]
+  return pt.encode_pairs(tokenizer, test, CONFIG.data.max_source_tokens,
+                         CONFIG.data.max_target_tokens)
+
+
+def test_set_is_small_and_holds_every_member():
+  sizes = {}
+  for path in SET.rglob("*"):
+    if path.is_file():
+      sizes[path] = path.stat().st_size
+  assert sum(sizes.values()) < 15e6
+  assert {p.parent.name for p in SET.glob("*/manifest.json")} == set(MEMBERS)
+
+
+def _decoder(objective):
+  limit = CONFIG.data.max_target_tokens
+  if objective == "translation_ar":
+    return AutoregressiveDecoder(
+        sampling=sampling.SamplingConfig(temperature=0.0),
+        output_length=limit + 1, eos_ids=(EOS_ID,), pad_id=PAD_ID,
+        prompt_attention="bidirectional")
+  if objective == "cmlm":
+    return MaskPredictDecoder(output_length=limit, steps=4, length_beam=1,
+                              lengths="head")
+  return CTCDecoder(output_length=limit + 1,
+                    upsample=CONFIG.train.ctc_upsample)
+
+
+@pytest.mark.parametrize("name", list(MEMBERS))
+def test_member_loads_with_its_manifest_and_translates(name, tokenizer,
+                                                       test_split):
+  member = MEMBERS[name]
+  params, reason = pretrained.find(member, name, tokenizer, SET)
+  assert params is not None, reason
+  manifest = pretrained.read_manifest(name, SET)
+  assert manifest["command"].startswith("python experiments/translate.py")
+  assert manifest["stored_dtype"] == "bfloat16"
+  assert manifest["recipe"]["train"]["num_steps"] == CONFIG.train.num_steps
+  assert manifest["metrics"]["steps"] == CONFIG.train.num_steps
+  assert {x.dtype for x in jax.tree.leaves(params)} == {np.dtype("float32")}
+  model = base.Model(make_logits_fn(train.model_config(member)), params)
+  prompts, lengths = pt.prompts(test_split)
+  tokens, _ = distillation.translate_all(
+      _decoder(member.train.objective), model, prompts[:N], lengths[:N], N)
+  hypotheses, counts = distillation.texts(tokenizer, tokens)
+  references = [p.target for p in test_split.pairs[:N]]
+  assert (counts > 0).all()
+  # An untrained model of this shape scores chrF < 2 (BLEU ~0.1) on them.
+  assert tm.corpus_chrf(hypotheses, references).score > 15, hypotheses
