@@ -128,17 +128,24 @@ def test_bad_option_names_the_field_and_the_allowed_values(field, value,
 # ---- the int8 model against float32 ----------------------------------------
 
 
-def test_int8_weights_logits_are_close_to_float32():
+@pytest.mark.parametrize("untied", [False, True])
+def test_int8_weights_logits_are_close_to_float32(untied):
   """Each weight moves by at most scale / 2 = absmax / 254 of its channel
   (0.4% of its range); through a block and the tied head this measured
   0.7% of the logit range on these random weights, so 5% is the tolerance.
-  A scale on the wrong axis, or none, is off by O(100%)."""
+  A scale on the wrong axis, or none, is off by O(100%). Untied: an int8
+  'lm_head', learned positions (kept float), LayerNorm and GELU."""
+  config, params = BASE, _float_params()
+  if untied:
+    config = BASE.replace(tie_embeddings=False, positional="learned",
+                          norm="layernorm", mlp_activation="gelu")
+    params = init_params(config, jax.random.key(0))
   tokens = _tokens(2, 3, 12)
-  reference = np.asarray(_apply(BASE)(_float_params(), tokens,
-                                      _positions(3, 12)).logits)
-  config = BASE.replace(quantization="int8_weights")
-  logits = np.asarray(_apply(config)(_int8_params(), tokens,
-                                     _positions(3, 12)).logits)
+  reference = np.asarray(_apply(config)(params, tokens,
+                                        _positions(3, 12)).logits)
+  int8_config = config.replace(quantization="int8_weights")
+  logits = np.asarray(_apply(int8_config)(quantize_params(params, config),
+                                          tokens, _positions(3, 12)).logits)
   error = np.abs(logits - reference).max()
   assert 0 < error < 0.05 * np.abs(reference).max()
 
