@@ -13,9 +13,9 @@ whole sequence at every step.
 Two sweeps, each point timed in turns against cached AR at the same (B, T),
 on the shipped models (the threshold decoder's step count depends on the
 model's confidence, so weights matter here):
-  batch:  T fixed, B in {1, 8, 32}: MDLM (K = T / 4) and Fast-dLLM
+  batch:  T fixed, B in {1, 8, 32} (T = 64): MDLM (K = T / 4) and Fast-dLLM
           threshold decoding (tau 0.9, blocks of 32, dual KV cache);
-  length: B = 1, T in {32, 128, 256}: MDLM (K = T / 4) and BD3-LM
+  length: B = 1, T in {32, 256}: MDLM (K = T / 4) and BD3-LM
           (blocks of 16, K = T).
 Speed-up = AR ms / decoder ms (> 1: the decoder is faster).
 """
@@ -44,8 +44,8 @@ def grid(smoke: bool) -> dict:
     return {"batch_sizes": (1, 2), "batch_T": 8, "lengths": (4, 8),
             "prompt_len": 4, "runs": 1, "bd3lm_block": 4,
             "batch_decoders": ("mdlm",), "length_decoders": ("mdlm", "bd3lm")}
-  return {"batch_sizes": (1, 8, 32), "batch_T": 128,
-          "lengths": (32, 128, 256), "prompt_len": 16, "runs": 2,
+  return {"batch_sizes": (1, 8, 32), "batch_T": 64,
+          "lengths": (32, 256), "prompt_len": 16, "runs": 2,
           "bd3lm_block": 16, "batch_decoders": ("mdlm", "threshold"),
           "length_decoders": ("mdlm", "bd3lm")}
 

@@ -139,11 +139,13 @@ position at a time with the same machinery: L train steps of length
 {SINGLE}, L x t({SINGLE}) (an underestimate of a real position loop, which
 would also attend to a growing prefix).
 
-Reading: step time grows far slower than L at short L (fixed overheads and
-matrix units filling), then about linearly once compute-bound, plus
-attention's L² term; per token it stays flat or falls. Either way one step
-covers all L positions, and the speed-up over the position loop grows with
-L. Verdict rule: supported if both objectives' step at the largest L is at
+Reading: one step covers all L positions for both objectives; how much
+faster that is than a loop over positions depends on the parallel width the
+hardware has to fill. An accelerator runs a step's L positions at nearly the
+cost of one; a CPU that one short sequence already keeps busy (2 cores,
+shared with other jobs) saves little more than the per-step overhead, and
+its time per token can even rise with L (attention's L² term, caches). The
+sequential estimate is a lower bound of a real position loop. Verdict rule: supported if both objectives' step at the largest L is at
 least 5x faster than the sequential estimate.
 
 {table}
