@@ -10,7 +10,8 @@ tokenizer the shipped one; any that does not match, or every one with
 --retrain, is trained under {workdir}/{name} (`train.train`, resumed or
 reused; the joint tokenizer is cached in {workdir}/data, seeded from the
 shipped set when it has one). --export writes the trained ones into the
-shipped set (parameters stored as bfloat16, manifest with this command).
+shipped set (parameters stored as bfloat16, manifest with this command)
+and decodes the exported parameters as loaded back from it.
 
 Sequence-level knowledge distillation (Kim & Rush 2016; `translate.distill`):
 before a *_distilled member trains, the AR model translates every train
@@ -176,10 +177,11 @@ def load_members(config, workdir, retrain, export):
             f"{cfg.train.num_steps}-step schedule (--stop_at)")
       params = pretrained.load_trained_params(cfg, model_dir)
       source = f"trained in {model_dir}"
-      if export:
+      if export:  # then decode the exported (rounded) parameters
         pretrained.export(cfg, model_dir, name, data.tokenizer, command,
                           metrics, SET_DIR, stored_dtype=STORED_DTYPE)
-        source += f", exported to {SET_DIR / name}"
+        params, _ = pretrained.find(cfg, name, data.tokenizer, SET_DIR)
+        source += f", exported to {SET_DIR / name} and loaded back"
     print(f"{name}: {metrics['steps']} steps, valid loss "
           f"{metrics['valid_loss']:.3f} ({source})", flush=True)
     logits_fn = make_logits_fn(train.model_config(cfg))
