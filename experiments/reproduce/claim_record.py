@@ -54,6 +54,15 @@ def load_experiment(name: str):
   return sys.modules[name]
 
 
+def load_config(name: str):
+  """configs/{name}.py's get_config(): a fresh ConfigDict."""
+  spec = importlib.util.spec_from_file_location(
+      f"{name}_config", REPO / "configs" / f"{name}.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config()
+
+
 def hardware() -> str:
   """This machine in words, with the caveat of a shared host."""
   device = jax.devices()[0]
