@@ -54,6 +54,8 @@ _MEMBER = flags.DEFINE_string("member", "draft_small", "The teacher-forced "
                                "('ar', 'draft_small', 'draft_medium').")
 _STEPS = flags.DEFINE_integer("steps", 300, "Training steps of both arms "
                               "(300 = the shipped members' budget).")
+_BATCH = flags.DEFINE_integer("batch_size", 16, "Training batch of both arms "
+                              "(16 = the shipped members').")
 _T = flags.DEFINE_integer("output_length", 240, "T, generated tokens: P + T "
                           "<= data.seq_len keeps every position one the "
                           "models were trained at.")
@@ -65,10 +67,12 @@ _BUCKETS = flags.DEFINE_integer("buckets", 8, "Position buckets.")
 PROMPT_LEN = 16
 
 
-def tiny_config(smoke: bool, steps: int) -> ml_collections.ConfigDict:
-  """configs/tiny.py at `steps` steps; shrunk to seconds for --smoke."""
+def tiny_config(smoke: bool, steps: int | None) -> ml_collections.ConfigDict:
+  """configs/tiny.py at `steps` steps (None: as it is); shrunk to seconds
+  for --smoke."""
   config = claim_record.load_config("tiny")
-  config.train.num_steps = steps
+  if steps is not None:
+    config.train.num_steps = steps
   if smoke:
     config.data.seq_len = 32
     config.model.update(dict(d_model=32, num_heads=2, num_kv_heads=2,
@@ -96,11 +100,15 @@ def bucket_means(token_nll_BxT: np.ndarray, buckets: int):
 
 def run(workdir: str, smoke: bool, models_dir: str, member: str, steps: int,
         p_max: float, ramp_steps: int, output_length: int, rows: int,
-        buckets: int, run_command: str) -> dict:
+        buckets: int, run_command: str, batch_size: int = 16) -> dict:
   """Trains or loads both arms, generates, scores; writes the record."""
   start = time.time()
+  base = tiny_config(smoke, None)  # the evaluator's recipe: the shipped one
   config = tiny_config(smoke, steps)
+  if not smoke:
+    config.train.batch_size = batch_size
   members = pretrained.member_configs(config)
+  members["evaluator"] = pretrained.member_configs(base)["evaluator"]
   if member not in members or members[member].train.objective != "ar":
     raise ValueError(f"member={member!r} must be a causal member of "
                      "configs/tiny.py, e.g. 'ar' or 'draft_small'")
@@ -235,7 +243,8 @@ def main(argv):
   run(_WORKDIR.value, _SMOKE.value, _MODELS.value, _MEMBER.value,
       _STEPS.value, _P_MAX.value, _RAMP.value, _T.value,
       _ROWS.value if not _SMOKE.value else 4,
-      _BUCKETS.value if not _SMOKE.value else 2, claim_record.command())
+      _BUCKETS.value if not _SMOKE.value else 2, claim_record.command(),
+      _BATCH.value)
 
 
 if __name__ == "__main__":

@@ -160,7 +160,8 @@ def run(workdir: str, smoke: bool, from_results: str, data_dir: str,
                          f"{r['measured_speedup']:.2f}x" for r in live)
   details = [
       "## Setting", "",
-      f"- rows at temperature 1 from {from_results} (experiments/"
+      "- rows at temperature 1 from "
+      f"{os.path.relpath(from_results, claim_record.REPO)} (experiments/"
       "speculative.py's run; its speculative.md has the command, the models "
       "and the timing protocol), plus the random-weight draft measured here "
       f"(target 'ar', B = 1, T = {bad_t}, {runs} interleaved runs, "
