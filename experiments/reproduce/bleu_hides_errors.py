@@ -50,10 +50,11 @@ from lm_decoding.evaluation import translation_metrics as tm  # noqa: E402
 CLAIM = "bleu_hides_errors"
 _WORKDIR, _SMOKE = claim_record.define_flags(CLAIM)
 _RATES = flags.DEFINE_list("rates", ["0", "0.05", "0.1", "0.2", "0.3"],
-                           "Corruption rates r.")
+                           "Corruption rates r.", allow_override=True)
 _NOISE = flags.DEFINE_float("noise", 0.4, "Lexical-noise base: probability "
-                            "of replacing a word.")
-_PAIRS = flags.DEFINE_integer("pairs", 0, "Test pairs (0: all).")
+                            "of replacing a word.", allow_override=True)
+_PAIRS = flags.DEFINE_integer("pairs", 0, "Test pairs (0: all).",
+    allow_override=True)
 
 
 def repeat_words(words: list[str], rate: float, rng) -> tuple[list[str], int]:

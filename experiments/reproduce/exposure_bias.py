@@ -48,22 +48,28 @@ CLAIM = "exposure_bias"
 _WORKDIR, _SMOKE = claim_record.define_flags(CLAIM)
 _MODELS = flags.DEFINE_string(
     "models_dir", "/tmp/lm_decoding_reproduce/exposure_bias",
-    "Where models are trained and the corpus cached.")
+    "Where models are trained and the corpus cached.", allow_override=True)
 _MEMBER = flags.DEFINE_string("member", "draft_small", "The teacher-forced "
                                "arm: a causal member of configs/tiny.py "
-                               "('ar', 'draft_small', 'draft_medium').")
+                               "('ar', 'draft_small', 'draft_medium').",
+    allow_override=True)
 _STEPS = flags.DEFINE_integer("steps", 300, "Training steps of both arms "
-                              "(300 = the shipped members' budget).")
+                              "(300 = the shipped members' budget).",
+    allow_override=True)
 _BATCH = flags.DEFINE_integer("batch_size", 16, "Training batch of both arms "
-                              "(16 = the shipped members').")
+                              "(16 = the shipped members').",
+    allow_override=True)
 _T = flags.DEFINE_integer("output_length", 240, "T, generated tokens: P + T "
                           "<= data.seq_len keeps every position one the "
-                          "models were trained at.")
+                          "models were trained at.", allow_override=True)
 _P_MAX = flags.DEFINE_float("p_max", 0.25, "Scheduled sampling's final "
-                            "replacement probability.")
-_RAMP = flags.DEFINE_integer("ramp_steps", 150, "Steps of its linear ramp.")
-_ROWS = flags.DEFINE_integer("rows", 32, "Prompts (generations per series).")
-_BUCKETS = flags.DEFINE_integer("buckets", 8, "Position buckets.")
+                            "replacement probability.", allow_override=True)
+_RAMP = flags.DEFINE_integer("ramp_steps", 150, "Steps of its linear ramp.",
+    allow_override=True)
+_ROWS = flags.DEFINE_integer("rows", 32, "Prompts (generations per series).",
+    allow_override=True)
+_BUCKETS = flags.DEFINE_integer("buckets", 8, "Position buckets.",
+    allow_override=True)
 PROMPT_LEN = 16
 
 
@@ -194,7 +200,8 @@ def run(workdir: str, smoke: bool, models_dir: str, member: str, steps: int,
       f"- models: {sources}",
       f"- both arms at {config.train.num_steps} steps of batch "
       f"{config.train.batch_size} x {config.data.seq_len} tokens (the tiny "
-      f"config, member {member}); the teacher-forced arm is the shipped member when its recipe matches "
+      f"config, member {member}); the teacher-forced arm is the shipped "
+      "member when its recipe matches "
       "(then equal budget in steps and tokens), scheduled sampling trained "
       f"here with p_max = {p_max}, a linear ramp over "
       f"{min(ramp_steps, config.train.num_steps)} steps; its two passes "

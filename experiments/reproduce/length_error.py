@@ -31,6 +31,8 @@ import claim_record  # noqa: E402
 # experiments/translate.py defines --workdir too: load it first, so that
 # this script's --workdir (allow_override) is the one parsed.
 translate = claim_record.load_experiment("translate")
+# Its helpers (_model, _decoders, _run, _texts) are reused, not copied.
+# pylint: disable=protected-access
 
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
@@ -78,7 +80,7 @@ def run(workdir: str, smoke: bool, config, model_workdir: str,
   start = time.time()
   models, summaries = {}, {}
   for objective in train.TRANSLATION_OBJECTIVES:
-    models[objective], summaries[objective] = translate._model(  # pylint: disable=protected-access
+    models[objective], summaries[objective] = translate._model(
         config, objective, model_workdir)
   data = parallel_text.prepare(
       config.data.vocab_size, config.data.max_source_tokens,
@@ -91,12 +93,12 @@ def run(workdir: str, smoke: bool, config, model_workdir: str,
   references = [p.target for p in test.pairs[:n]]
   reference_lengths = np.asarray(test.target_lengths[:n])
   rows = []
-  for label, objective, decoder in translate._decoders(config):  # pylint: disable=protected-access
+  for label, objective, decoder in translate._decoders(config):
     if not label.startswith(DECODERS):
       continue
-    tokens, _ = translate._run(decoder, models[objective], prompts,  # pylint: disable=protected-access
+    tokens, _ = translate._run(decoder, models[objective], prompts,
                                prompt_lengths, config.translate.batch_size)
-    hypotheses, counts = translate._texts(data.tokenizer, tokens)  # pylint: disable=protected-access
+    hypotheses, counts = translate._texts(data.tokenizer, tokens)
     rows += bucket_rows(label, hypotheses, counts, references,
                         reference_lengths)
   os.makedirs(workdir, exist_ok=True)
@@ -200,7 +202,7 @@ def smoke_config(config):
 def main(argv):
   del argv
   logging.set_verbosity(logging.FATAL)  # orbax logs every restore
-  config = translate._CONFIG.value  # pylint: disable=protected-access
+  config = translate._CONFIG.value
   if _SMOKE.value:
     config = smoke_config(config)
   run(_WORKDIR.value, _SMOKE.value, config, _MODELS.value,

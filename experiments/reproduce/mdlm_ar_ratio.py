@@ -47,17 +47,21 @@ CLAIM = "mdlm_ar_ratio"
 _WORKDIR, _SMOKE = claim_record.define_flags(CLAIM)
 _MODELS = flags.DEFINE_string(
     "models_dir", "/tmp/lm_decoding_reproduce/mdlm_ar_ratio",
-    "Where the two models are trained and the corpus cached.")
-_STEPS = flags.DEFINE_integer("steps", 300, "Training steps of each model.")
-_EVERY = flags.DEFINE_integer("eval_every", 50, "Steps between validations.")
+    "Where the two models are trained and the corpus cached.",
+    allow_override=True)
+_STEPS = flags.DEFINE_integer("steps", 300, "Training steps of each model.",
+    allow_override=True)
+_EVERY = flags.DEFINE_integer("eval_every", 50, "Steps between validations.",
+    allow_override=True)
 _EVAL_BATCHES = flags.DEFINE_integer("eval_batches", 4,
-                                     "Validation batches per evaluation.")
+                                     "Validation batches per evaluation.",
+    allow_override=True)
 _CURVES = flags.DEFINE_string(
     "curves_dir", None, "Read the curves instead of training: a folder with "
     "ar/metrics.jsonl and mdlm/metrics.jsonl that `train` wrote with "
     "configs/tiny.py at --steps steps (e.g. the workdirs the shipped 'ar' and "
     "'mdlm' were trained in, their manifests' commands); they are copied to "
-    "{workdir}/curves/.")
+    "{workdir}/curves/.", allow_override=True)
 # Sahoo et al. 2024 (MDLM), as quoted by issue 10: test perplexity bound of
 # MDLM over the AR Transformer's perplexity at equal training tokens.
 PAPER = {"LM1B": 1.14, "OpenWebText": 1.31}
@@ -163,7 +167,8 @@ def run(workdir: str, smoke: bool, models_dir: str, steps: int,
   details = [
       "## Setting", "",
       f"- {origin['ar']}; {origin['mdlm']}",
-      f"- configs/tiny.py, batch {train_cfg.batch_size} x {configs['ar'].data.seq_len} "
+      f"- configs/tiny.py, batch {train_cfg.batch_size} x "
+      f"{configs['ar'].data.seq_len} "
       f"tokens, {configs['ar'].train.num_steps} steps each (warmup "
       f"{train_cfg.warmup_steps}, cosine decay), validation every "
       f"{configs['ar'].train.eval_every} steps on "

@@ -37,7 +37,7 @@ _WORKDIR, _SMOKE = claim_record.define_flags(CLAIM)
 _FROM = flags.DEFINE_string(
     "from_results", str(claim_record.REPO / "experiments" / "results" /
                         "speculative" / "router.csv"),
-    "router.csv written by experiments/speculative.py.")
+    "router.csv written by experiments/speculative.py.", allow_override=True)
 # Quality within 5% gen-PPL counts as equal; latency within 10% as a tie
 # (single timed runs on a shared CPU).
 QUALITY_TOLERANCE, LATENCY_TOLERANCE = 1.05, 1.10
@@ -128,7 +128,8 @@ def run(workdir: str, smoke: bool, from_results: str,
              else "mixed")
   details = [
       "## Setting", "",
-      f"- rows from {os.path.relpath(from_results, claim_record.REPO)} (experiments/speculative.py's workload "
+      f"- rows from {os.path.relpath(from_results, claim_record.REPO)} "
+      "(experiments/speculative.py's workload "
       "run: its speculative.md has the command, the models, the budgets and "
       "the router's rule); single timed runs per request on a shared CPU",
       f"- equal quality: gen-PPL within {QUALITY_TOLERANCE - 1:.0%} of the "

@@ -319,7 +319,8 @@ def make_train_step(model_cfg: TransformerConfig, objective: str, optimizer,
   def step(state: TrainState, tokens, key):
     loss_of = step_loss(state)
     (loss, metrics), grads = jax.value_and_grad(
-        lambda p: loss_of(logits_fn, p, tokens, key), has_aux=True)(state.params)
+        lambda p: loss_of(logits_fn, p, tokens, key),
+        has_aux=True)(state.params)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     metrics = dict(metrics, loss=loss, grad_norm=optax.tree.norm(grads))
