@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import subprocess
 import sys
 
 import numpy as np
@@ -159,14 +160,17 @@ def test_speculative_agreement_smoke(tmp_path):
 
 
 def test_length_error_smoke(tmp_path):
-  length = _script("length_error")
-  config = length.smoke_config(
-      _loading.load("translation_config", ROOT / "configs" / "translation.py"
-                    ).get_config())
-  data = length.run(tmp_path / "out", True, config, str(tmp_path / "models"),
-                    "cmd")
-  _record(tmp_path / "out", "length_error")
-  decoders = {r["decoder"] for r in data["rows"]}
+  # A subprocess: experiments/translate.py and experiments/speculative.py
+  # both define --config, so they cannot share one process.
+  proc = subprocess.run(
+      [sys.executable, str(REPRODUCE / "length_error.py"), "--smoke",
+       f"--workdir={tmp_path / 'out'}",
+       f"--model_workdir={tmp_path / 'models'}"],
+      capture_output=True, text=True, cwd=ROOT, check=False)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  record = _record(tmp_path / "out", "length_error")
+  rows = record["data"]["rows"]
+  decoders = {r["decoder"] for r in rows}
   assert "AR greedy" in decoders and any(d.startswith("CTC") for d in decoders)
   assert all(r["length_mean_abs"] >= abs(r["length_mean_signed"])
-             for r in data["rows"])
+             for r in rows)
