@@ -104,6 +104,10 @@ def test_gen_ppl_c9_alone_and_batched():
   assert alone.num_tokens == 3
   both = quality.gen_ppl(TableLM(), table, tokens, lengths, batch_size=2)
   np.testing.assert_allclose(both.row_nll[0], 2.0, rtol=1e-6)
+  # Per-token NLL, by generated position; NaN past the row's length.
+  np.testing.assert_allclose(both.token_nll[0], [1, 2, 3, np.nan, np.nan],
+                             rtol=1e-6)
+  np.testing.assert_allclose(np.nanmean(both.token_nll, 1), both.row_nll)
   np.testing.assert_array_equal(both.row_counts, [3, 5])
   assert both.num_tokens == 8
   nll, _ = reference_gen_ppl(np.asarray(table), tokens, lengths,
@@ -143,6 +147,10 @@ def test_gen_ppl_matches_loop_and_ignores_batch_size(prompted):
     np.testing.assert_allclose(out.row_nll[scored],
                                nll[scored] / counts[scored], rtol=1e-6)
     assert np.all(np.isnan(out.row_nll[~scored]))
+    np.testing.assert_allclose(np.nanmean(out.token_nll[scored], 1),
+                               out.row_nll[scored], rtol=1e-6)
+    np.testing.assert_array_equal(np.isnan(out.token_nll),
+                                  np.arange(6)[None] >= lengths[:, None])
     np.testing.assert_allclose(out.row_entropy,
                                quality.unigram_entropy(tokens, lengths))
 

@@ -99,6 +99,9 @@ class GenPPL:
     row_counts: int64[B] scored tokens per row (= lengths).
     row_entropy: float64[B] unigram entropy of each row, nats (see
       `unigram_entropy`); report it beside `ppl`.
+    token_nll: float64[B, T] NLL of each generated token, nats (column k:
+      the row's k-th generated token, whatever its prompt length; NaN past
+      the row's length): NLL against position, e.g. for exposure bias.
   """
 
   ppl: float
@@ -106,6 +109,7 @@ class GenPPL:
   row_nll: np.ndarray
   row_counts: np.ndarray
   row_entropy: np.ndarray
+  token_nll: np.ndarray
 
 
 def _join(prompts: np.ndarray, prompt_lengths: np.ndarray,
@@ -209,8 +213,12 @@ def gen_ppl(logits_fn: Any, params: Any, tokens: Any, lengths: Any,
   row_nll_sum = -np.where(weights > 0, log_probs, 0.0).sum(axis=1)
   with np.errstate(invalid="ignore", divide="ignore"):
     row_nll = np.where(counts > 0, row_nll_sum / counts, np.nan)
+  k = np.arange(tokens.shape[1])[None, :]
+  token_nll = np.where(k < lengths[:, None], -np.take_along_axis(
+      log_probs, prompt_lengths[:, None] - 1 + k, axis=1), np.nan)
   return GenPPL(ppl=ppl, num_tokens=int(counts.sum()), row_nll=row_nll,
-                row_counts=counts, row_entropy=unigram_entropy(tokens, lengths))
+                row_counts=counts, row_entropy=unigram_entropy(tokens, lengths),
+                token_nll=token_nll)
 
 
 def unigram_entropy(tokens: Any, lengths: Any) -> np.ndarray:

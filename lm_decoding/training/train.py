@@ -176,7 +176,8 @@ def check_config(config: ml_collections.ConfigDict) -> TransformerConfig:
       rate of `_NUMBERS` not a finite number above 0 (weight decay: >= 0);
       data.format unknown; data.targets not in parallel_text.TARGETS;
       data.path missing; train.block_length (bd3lm) not
-      dividing data.seq_len; or any error of `model_config`.
+      dividing data.seq_len; train.scheduled_sampling malformed (see
+      `scheduled_sampling`); or any error of `model_config`.
   """
   if not is_count(config.seed, minimum=0):
     raise ValueError(f"seed={config.seed!r} must be an integer >= 0")
@@ -201,12 +202,51 @@ def check_config(config: ml_collections.ConfigDict) -> TransformerConfig:
   if targets not in parallel_text.TARGETS:
     raise ValueError(f"data.targets={targets!r}; allowed: "
                      f"{parallel_text.TARGETS}")
+  scheduled_sampling(config)
   if config.train.objective == "bd3lm":
     block, seq_len = config.train.get("block_length"), config.data.seq_len
     if not is_count(block) or seq_len % block:
       raise ValueError(f"train.block_length={block!r} must be an integer in "
                        f"[1, {seq_len}] dividing data.seq_len={seq_len}")
   return model_config(config)
+
+
+def scheduled_sampling(config: ml_collections.ConfigDict
+                       ) -> tuple[float, int] | None:
+  """(p_max, ramp_steps) of `train.scheduled_sampling`, None when absent.
+
+  The optional section `train.scheduled_sampling` (keys p_max: the final
+  probability of feeding the model its own prediction, in [0, 1];
+  ramp_steps: steps of the linear ramp from 0, an integer >= 0) switches
+  the 'ar' objective to `objectives.ar_scheduled_sampling_loss` with
+  probability `objectives.scheduled_sampling_probability(step, p_max,
+  ramp_steps)` (Bengio et al. 2015; two-pass form of Mihaylova & Martins
+  2019). Absent, training is plain teacher forcing (and the recipe of a
+  shipped model is unchanged).
+
+  Raises:
+    ValueError: naming the key: the section is not a mapping of exactly
+      p_max and ramp_steps, p_max not a number in [0, 1], ramp_steps not an
+      integer >= 0, or the objective is not 'ar'.
+  """
+  section = config.train.get("scheduled_sampling")
+  if section is None:
+    return None
+  if (not isinstance(section, (dict, ml_collections.ConfigDict))
+      or set(section.keys()) != {"p_max", "ramp_steps"}):
+    raise ValueError(f"train.scheduled_sampling={section!r} must hold "
+                     "exactly the keys p_max and ramp_steps")
+  p_max, ramp_steps = section["p_max"], section["ramp_steps"]
+  if not is_number(p_max) or not 0.0 <= p_max <= 1.0:
+    raise ValueError(f"train.scheduled_sampling.p_max={p_max!r} must be a "
+                     "number in [0, 1]")
+  if not is_count(ramp_steps, minimum=0):
+    raise ValueError(f"train.scheduled_sampling.ramp_steps={ramp_steps!r} "
+                     "must be an integer >= 0")
+  if config.train.objective != "ar":
+    raise ValueError("train.scheduled_sampling applies to train.objective="
+                     f"'ar' only; got {config.train.objective!r}")
+  return float(p_max), int(ramp_steps)
 
 
 def decays(param: jax.Array) -> bool:
@@ -285,13 +325,18 @@ def state_shardings(model_cfg: TransformerConfig, optimizer, mesh,
 
 
 def make_train_step(model_cfg: TransformerConfig, objective: str, optimizer,
-                    block_length: int | None = None, mesh=None,
+                    block_length: int | None = None,
+                    scheduled: tuple[float, int] | None = None, mesh=None,
                     rules=sharding.DEFAULT_RULES, batch_shape=None,
                     **options):
   """(state, tokens int32[B, L], key) -> (state, metrics), jitted, donating state.
 
   `block_length` is BD3-LM's (`train.block_length`); other objectives ignore it.
-  `options` are the translation objective's (`objective_options`).
+  `scheduled` is (p_max, ramp_steps) of scheduled sampling for 'ar'
+  (`scheduled_sampling`): the loss is then
+  `objectives.ar_scheduled_sampling_loss` at the probability of
+  `state.step`. `options` are the translation objective's
+  (`objective_options`).
   With a `mesh` (`lm_decoding.parallel.sharding`), the step is jitted with
   explicit shardings: the state by `state_shardings` (place it there with
   `jax.device_put(state, state_shardings(...))`), the tokens int32
@@ -307,9 +352,19 @@ def make_train_step(model_cfg: TransformerConfig, objective: str, optimizer,
     loss_fn = functools.partial(loss_fn, block_length=block_length)
   logits_fn = make_logits_fn(model_cfg)
 
+  def step_loss(state: TrainState):
+    if scheduled is None:
+      return loss_fn
+    return functools.partial(
+        objectives.ar_scheduled_sampling_loss,
+        probability=objectives.scheduled_sampling_probability(
+            state.step, *scheduled))
+
   def step(state: TrainState, tokens, key):
+    loss_of = step_loss(state)
     (loss, metrics), grads = jax.value_and_grad(
-        lambda p: loss_fn(logits_fn, p, tokens, key), has_aux=True)(state.params)
+        lambda p: loss_of(logits_fn, p, tokens, key),
+        has_aux=True)(state.params)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     metrics = dict(metrics, loss=loss, grad_norm=optax.tree.norm(grads))
@@ -426,8 +481,12 @@ def _check_workdir(workdir: str) -> None:
 
 def _fingerprint(config: ml_collections.ConfigDict) -> dict:
   """What a checkpoint must share with a config to be resumed or reused."""
-  return {"data": config.data.to_dict(), "model": config.model.to_dict(),
-          "objective": config.train.objective}
+  fingerprint = {"data": config.data.to_dict(),
+                 "model": config.model.to_dict(),
+                 "objective": config.train.objective}
+  if scheduled_sampling(config) is not None:  # absent: old checkpoints fit
+    fingerprint["scheduled_sampling"] = list(scheduled_sampling(config))
+  return fingerprint
 
 
 def train(config: ml_collections.ConfigDict, workdir: str,
@@ -511,7 +570,8 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   block_length = train_cfg.get("block_length")  # bd3lm only
   options = objective_options(config)
   train_step = make_train_step(model_cfg, objective, optimizer, block_length,
-                               mesh=mesh, rules=rules,
+                               scheduled_sampling(config), mesh=mesh,
+                               rules=rules,
                                batch_shape=(train_cfg.batch_size, seq_len),
                                **options)
   eval_fn = make_eval_fn(model_cfg, objective, train_cfg.mdlm_eval_timesteps,
@@ -570,6 +630,8 @@ def train(config: ml_collections.ConfigDict, workdir: str,
       record = {"step": done, "loss": loss,
                 "tokens_per_s": tokens_per_step / seconds,
                 "grad_norm": float(metrics["grad_norm"])}
+      if "replaced" in metrics:  # scheduled sampling's replaced fraction
+        record["replaced"] = float(metrics["replaced"])
       bar.set_postfix(loss=f"{loss:.3f}",
                       tok_s=f"{record['tokens_per_s']:.0f}", refresh=False)
       bar.update(1)

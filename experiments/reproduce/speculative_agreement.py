@@ -1,0 +1,222 @@
+r"""Claim 5: speculative decoding speeds up only when draft and target agree.
+
+  python experiments/reproduce/speculative_agreement.py
+
+Reads the rows experiments/speculative.py measured (--from_results, its
+committed speculative.csv: target 'ar' with drafts draft_small/draft_medium,
+target 'evaluator' with draft 'ar', gamma 1-8, B = 1 and 8; jacobi and
+prompt lookup, drafts without a model) and adds the no-agreement end
+measured here with the same machinery (`speculative.measure_group`): a
+RANDOM-WEIGHT draft (the draft_small architecture at its initialisation,
+so its proposals are nearly uniform and almost never accepted) for target
+'ar' at gammas --gammas. Plots the measured speed-up over plain AR against
+the acceptance rate alpha, beside the prediction of Leviathan et al. 2023
+(`speculative.predicted_speedup`: the paper's cost model, verification = one
+target step) at gamma 4.
+
+Writes speculative_agreement.{md,json,csv,png} under --workdir.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import claim_record_b as claim_record  # noqa: E402
+
+# experiments/speculative.py defines --workdir too: load it first, so that
+# this script's --workdir (allow_override) is the one parsed.
+speculative = claim_record.load_experiment("speculative")
+
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
+from absl import logging  # noqa: E402
+import jax  # noqa: E402
+import matplotlib  # noqa: E402
+import numpy as np  # noqa: E402
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from lm_decoding.data import pipeline  # noqa: E402
+from lm_decoding.decoding.base import Model  # noqa: E402
+from lm_decoding.models import init_params, make_logits_fn  # noqa: E402
+from lm_decoding.training import pretrained  # noqa: E402
+from lm_decoding.training import train as train_lib  # noqa: E402
+
+CLAIM = "speculative_agreement"
+_WORKDIR, _SMOKE = claim_record.define_flags(CLAIM)
+_FROM = flags.DEFINE_string(
+    "from_results", str(claim_record.REPO / "experiments" / "results" /
+                        "speculative" / "speculative.csv"),
+    "speculative.csv written by experiments/speculative.py.")
+_DATA = flags.DEFINE_string("data_dir", "/tmp/lm_decoding_reproduce/data",
+                            "Corpus cache (pipeline.prepare).",
+    allow_override=True)
+_BAD_GAMMAS = flags.DEFINE_list("bad_gammas", ["1", "4"],
+                                "gammas of the random-weight draft.",
+    allow_override=True)
+_BAD_T = flags.DEFINE_integer("bad_output_length", 64,
+                              "T of the random-draft measurement.",
+    allow_override=True)
+_RUNS = flags.DEFINE_integer("bad_runs", 3, "Interleaved timed runs.",
+    allow_override=True)
+LOW_ALPHA, HIGH_ALPHA = 0.1, 0.7
+
+
+def read_rows(path: str) -> list[dict]:
+  """speculative.csv rows, numbers parsed."""
+  with open(path) as f:
+    rows = list(csv.DictReader(f))
+  for row in rows:
+    for key, value in row.items():
+      try:
+        row[key] = float(value)
+      except ValueError:
+        pass
+  return rows
+
+
+def random_draft_rows(data_dir: str, gammas: list[int], t: int, runs: int,
+                      seed: int = 0) -> list[dict]:
+  """`speculative.measure_group` rows for target 'ar' and a random-weight
+  draft of the draft_small architecture (B = 1, temperature 1)."""
+  config = claim_record.load_config("tiny")
+  pretrained.seed_data_cache(config, data_dir)
+  corpus = pipeline.prepare(config.data.path, config.data.vocab_size,
+                            data_dir, data_format=config.data.format)
+  members = pretrained.member_configs(config)
+  loaded = pretrained.load_models({"ar": members["ar"]}, data_dir,
+                                  corpus.tokenizer, progress=False)
+  draft_cfg = train_lib.model_config(members["draft_small"])
+  models = {"ar": loaded["ar"].model,
+            "random_draft": Model(make_logits_fn(draft_cfg), train_lib.unbox(
+                init_params(draft_cfg, jax.random.key(seed))))}
+  prompts, _ = pipeline.prompts(corpus, "test", 1, config.compare.prompt_len,
+                                config.compare.reference_len)
+  return speculative.measure_group("ar", ["random_draft"], gammas, False,
+                                   models, prompts, t, 1, 1.0, runs, seed)
+
+
+def run(workdir: str, smoke: bool, from_results: str, data_dir: str,
+        bad_gammas: list[int], bad_t: int, runs: int,
+        run_command: str) -> dict:
+  start = time.time()
+  rows = [r for r in read_rows(from_results) if r["temperature"] == 1.0]
+  for row in rows:
+    row["source"] = "speculative.csv"
+  live = random_draft_rows(data_dir, bad_gammas, bad_t, runs)
+  for row in live:
+    row["source"] = "measured here"
+  rows += live
+  columns = ("source", "target", "draft", "decoder", "gamma", "batch_size",
+             "output_length", "alpha", "c", "measured_speedup",
+             "predicted_speedup", "refined_prediction")
+  os.makedirs(workdir, exist_ok=True)
+  with open(os.path.join(workdir, f"{CLAIM}.csv"), "w", newline="") as f:
+    writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+
+  fig, ax = plt.subplots(figsize=(7, 4.5))
+  groups = {}
+  for row in rows:
+    label = (f"{row['decoder']} {row['draft']} -> {row['target']}, "
+             f"B={int(row['batch_size'])}")
+    groups.setdefault(label, []).append(row)
+  for label, sel in groups.items():
+    ax.plot([r["alpha"] for r in sel], [r["measured_speedup"] for r in sel],
+            "o" if "B=1" in label else "s", label=label, alpha=0.8)
+  alphas = np.linspace(0, 0.95, 50)
+  for c in (0.0, 0.3):
+    ax.plot(alphas, [speculative.predicted_speedup(a, 4, c) for a in alphas],
+            ":", color="gray")
+    ax.annotate(f"paper, gamma 4, c={c}", (0.95, speculative.predicted_speedup(
+        0.95, 4, c)), fontsize=7, color="gray", ha="right")
+  ax.axhline(1.0, color="black", lw=0.8)
+  ax.set_xlabel("acceptance rate alpha (fitted)")
+  ax.set_ylabel("measured speed-up over plain AR")
+  ax.set_yscale("log")
+  ax.set_title("Speculative decoding: speed-up against agreement (T=1)")
+  ax.legend(fontsize=6, loc="upper left")
+  fig.tight_layout()
+  fig.savefig(os.path.join(workdir, f"{CLAIM}.png"), dpi=120)
+  plt.close(fig)
+
+  low = [r for r in rows if r["alpha"] < LOW_ALPHA]
+  high = [r for r in rows if r["alpha"] >= HIGH_ALPHA]
+  spec = [r for r in rows if r["decoder"] == "spec"]
+  corr = float(np.corrcoef([r["alpha"] for r in spec],
+                           [r["measured_speedup"] for r in spec])[0, 1])
+  low_max = max(r["measured_speedup"] for r in low)
+  high_max = max(r["measured_speedup"] for r in high)
+  if low_max >= 1.0:
+    verdict = "contradicted"
+  elif high_max > 1.0:
+    verdict = "supported"
+  else:
+    verdict = "mixed"
+  best = max(high, key=lambda r: r["measured_speedup"])
+  live_alpha = ", ".join(f"gamma {int(r['gamma'])}: alpha {r['alpha']:.3f}, "
+                         f"{r['measured_speedup']:.2f}x" for r in live)
+  details = [
+      "## Setting", "",
+      "- rows at temperature 1 from "
+      f"{os.path.relpath(from_results, claim_record.REPO)} (experiments/"
+      "speculative.py's run; its speculative.md has the command, the models "
+      "and the timing protocol), plus the random-weight draft measured here "
+      f"(target 'ar', B = 1, T = {bad_t}, {runs} interleaved runs, "
+      "speculative.measure_group): " + live_alpha,
+      "- the random draft is not at the no-agreement end: at temperature 1 "
+      "a draft token is accepted with probability sum_x min(p(x), q(x)), "
+      "and its near-uniform q overlaps the barely trained target's flat "
+      "distribution (validation perplexity ~194 over V = 4096); the drafts "
+      "without a model (jacobi, prompt lookup) are",
+      f"- low agreement: alpha < {LOW_ALPHA} ({len(low)} rows); high: "
+      "alpha >= "
+      f"{HIGH_ALPHA} ({len(high)} rows)",
+      f"- correlation of speed-up with alpha over the draft-model rows: "
+      f"{corr:.2f} (batch size and gamma vary too)",
+      "- every model fits in the 32 MiB L3 cache, so a draft step costs "
+      "nearly a target step (c = 0.3-0.7) and verifying gamma + 1 tokens "
+      "costs more than one step: agreement is necessary but not sufficient "
+      "on this CPU (speculative.md explains the gap to the prediction)",
+      "- verdict: contradicted if a low-agreement row reaches 1x; supported "
+      "if low-agreement rows stay below 1x and a high-agreement row exceeds "
+      "it; mixed if no row exceeds 1x",
+      f"- whole run {time.time() - start:.0f} s (other jobs were running)",
+  ]
+  data = dict(low_alpha_max_speedup=low_max, high_alpha_max_speedup=high_max,
+              correlation=corr, live=[{k: r[k] for k in columns}
+                                      for r in live])
+  claim_record.write(
+      workdir, CLAIM, title="Claim 5: speculative speed-up needs agreement",
+      statement="speculative decoding is lossless and gives 2-3x when the "
+      "draft matches the target; with low acceptance it is slower than AR",
+      source="Leviathan et al. 2023 (expected speed-up (1 - alpha^(gamma+1)) "
+      "/ ((1 - alpha)(gamma c + 1))); Chen et al. 2023",
+      our_number=f"alpha < {LOW_ALPHA}: at most {low_max:.2f}x; alpha >= "
+      f"{HIGH_ALPHA}: at most {high_max:.2f}x ({best['draft']} -> "
+      f"{best['target']}, gamma {int(best['gamma'])}, B="
+      f"{int(best['batch_size'])}, alpha {best['alpha']:.2f}); random draft "
+      f"{live_alpha}",
+      verdict=verdict, run_command=run_command, details=details, data=data,
+      figures=(f"{CLAIM}.png",), smoke=smoke)
+  return data
+
+
+def main(argv):
+  del argv
+  logging.set_verbosity(logging.WARNING)
+  smoke = _SMOKE.value
+  run(_WORKDIR.value, smoke, _FROM.value, _DATA.value,
+      [1] if smoke else [int(g) for g in _BAD_GAMMAS.value],
+      4 if smoke else _BAD_T.value, 1 if smoke else _RUNS.value,
+      claim_record.command())
+
+
+if __name__ == "__main__":
+  app.run(main)
