@@ -262,7 +262,7 @@ def _markdown(out: dict, rows: list[dict]) -> str:
     if r["kind"] == "decode":
       lines.append(
           f"| {r['size']} | {r['params'] / 1e6:.1f}M | {r['batch']} | "
-          f"{r['new_tokens']} | {r['ours_tok_s']:.0f} | {r['hf_tok_s']:.0f} | "
+          f"{r['new_tokens']} | {r['ours_tok_s']:.3g} | {r['hf_tok_s']:.3g} | "
           f"{r['speedup']:.2f} | {r['ours_x_roofline']:.2f} | "
           f"{r['hf_x_roofline']:.2f} | "
           f"{r['bytes_roofline_s'] / r['new_tokens'] * 1e3:.2f}, "

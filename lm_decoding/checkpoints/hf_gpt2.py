@@ -72,28 +72,29 @@ def layout(config: TransformerConfig) -> layout_lib.Layout:
   T = layout_lib.Tensor
   d, h, dh, m = (config.d_model, config.num_heads, config.head_dim,
                  config.mlp_dim)
-  norm = lambda hf, ours: [
-      T(f"{hf}.weight", ((ours + ("scale",), (d,)),)),
-      T(f"{hf}.bias", ((ours + ("bias",), (d,)),))]
-  tensors = [T("transformer.wte.weight", ((("embedding",), (config.vocab_size, d)),), 1),
-             T("transformer.wpe.weight", ((("pos_embedding",), (config.max_len, d)),), 1)]
+  one = lambda hf, path, shape, in_dims=0: T(hf, ((path, shape),), in_dims)
+  norm = lambda hf, ours: [one(f"{hf}.weight", ours + ("scale",), (d,)),
+                           one(f"{hf}.bias", ours + ("bias",), (d,))]
+  dense = lambda hf, ours, shape, in_dims=1: [
+      one(f"{hf}.weight", ours + ("kernel",), shape, in_dims),
+      one(f"{hf}.bias", ours + ("bias",), shape[in_dims:])]
+  tensors = [
+      one("transformer.wte.weight", ("embedding",), (config.vocab_size, d), 1),
+      one("transformer.wpe.weight", ("pos_embedding",), (config.max_len, d), 1)]
+  qkv = ("query", "key", "value")
   for i in range(config.num_layers):
     hf, ours = f"transformer.h.{i}", (f"block_{i}",)
-    attn = ours + ("attention",)
-    qkv = ("query", "key", "value")
-    tensors += norm(f"{hf}.ln_1", ours + ("attention_norm",)) + [
+    attn, mlp = ours + ("attention",), ours + ("mlp",)
+    tensors += norm(f"{hf}.ln_1", ours + ("attention_norm",))
+    tensors += [  # Conv1D [D, 3D]: query, key, value side by side
         T(f"{hf}.attn.c_attn.weight",
           tuple((attn + (n, "kernel"), (d, h, dh)) for n in qkv), 1),
         T(f"{hf}.attn.c_attn.bias",
-          tuple((attn + (n, "bias"), (h, dh)) for n in qkv)),
-        T(f"{hf}.attn.c_proj.weight", ((attn + ("out", "kernel"), (h, dh, d)),), 2),
-        T(f"{hf}.attn.c_proj.bias", ((attn + ("out", "bias"), (d,)),)),
-    ] + norm(f"{hf}.ln_2", ours + ("mlp_norm",)) + [
-        T(f"{hf}.mlp.c_fc.weight", ((ours + ("mlp", "wi", "kernel"), (d, m)),), 1),
-        T(f"{hf}.mlp.c_fc.bias", ((ours + ("mlp", "wi", "bias"), (m,)),)),
-        T(f"{hf}.mlp.c_proj.weight", ((ours + ("mlp", "wo", "kernel"), (m, d)),), 1),
-        T(f"{hf}.mlp.c_proj.bias", ((ours + ("mlp", "wo", "bias"), (d,)),)),
-    ]
+          tuple((attn + (n, "bias"), (h, dh)) for n in qkv))]
+    tensors += dense(f"{hf}.attn.c_proj", attn + ("out",), (h, dh, d), 2)
+    tensors += norm(f"{hf}.ln_2", ours + ("mlp_norm",))
+    tensors += dense(f"{hf}.mlp.c_fc", mlp + ("wi",), (d, m))
+    tensors += dense(f"{hf}.mlp.c_proj", mlp + ("wo",), (m, d))
   tensors += norm("transformer.ln_f", ("final_norm",))
   tied = {}
   if config.tie_embeddings:

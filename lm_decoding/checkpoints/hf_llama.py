@@ -102,10 +102,13 @@ def layout(config: TransformerConfig) -> layout_lib.Layout:
     attn, mlp = ours + ("attention",), ours + ("mlp",)
     tensors += [T(f"{hf}.input_layernorm.weight",
                   ((ours + ("attention_norm", "scale"), (d,)),))]
-    tensors += linear(f"{hf}.self_attn.q_proj", attn + ("query",), (d,), (h, dh))
-    tensors += linear(f"{hf}.self_attn.k_proj", attn + ("key",), (d,), (hkv, dh))
-    tensors += linear(f"{hf}.self_attn.v_proj", attn + ("value",), (d,), (hkv, dh))
-    tensors += linear(f"{hf}.self_attn.o_proj", attn + ("out",), (h, dh), (d,))
+    for proj, name, out_shape in (("q", "query", (h, dh)),
+                                  ("k", "key", (hkv, dh)),
+                                  ("v", "value", (hkv, dh))):
+      tensors += linear(f"{hf}.self_attn.{proj}_proj", attn + (name,), (d,),
+                        out_shape)
+    tensors += linear(f"{hf}.self_attn.o_proj", attn + ("out",), (h, dh),
+                      (d,))
     tensors += [T(f"{hf}.post_attention_layernorm.weight",
                   ((ours + ("mlp_norm", "scale"), (d,)),))]
     tensors += linear(f"{hf}.mlp.gate_proj", mlp + ("wi_gate",), (d,), (m,))
