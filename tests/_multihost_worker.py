@@ -63,8 +63,11 @@ def main(out: str, process_id: int, num_processes: int, address: str,
     state = jax.device_put(state, shardings)
     step = train.make_train_step(cfg, "ar", optimizer, mesh=mesh,
                                  batch_shape=(BATCH, SEQ_LEN))
-    batches = multihost.global_batches(
-        packed, BATCH, seed, sharding.batch_sharding(mesh, (BATCH, SEQ_LEN)))
+    batch_sharding = sharding.batch_sharding(mesh, (BATCH, SEQ_LEN))
+    shard = multihost.process_shard(batch_sharding, (BATCH, SEQ_LEN))
+    assert (shard.shard_index, shard.shard_count) == (
+        process_id, num_processes), shard  # each reads its own rows only
+    batches = multihost.global_batches(packed, BATCH, seed, batch_sharding)
   losses = []
   for k in range(NUM_STEPS):
     state, metrics = step(state, next(batches), jax.random.fold_in(key, k))
