@@ -20,6 +20,7 @@ device adds them (a few ulp, ~6e-8 relative each):
 - greedy tokens: exact; the restored state: bitwise the saved one.
 """
 
+import gzip
 import os
 import pathlib
 import signal
@@ -33,6 +34,7 @@ import numpy as np
 import portpicker
 import pytest
 
+from lm_decoding.data import corpus as corpus_lib
 from lm_decoding.data import pipeline
 from lm_decoding.parallel import multihost, sharding
 
@@ -147,3 +149,32 @@ def test_two_processes_equal_one_process(tmp_path):
                                atol=PARAM_ATOL, err_msg=name)
     restored = name.replace("param/", "restored/", 1)
     np.testing.assert_array_equal(got[restored], got[name], err_msg=restored)
+
+
+def test_train_on_a_mesh_reads_global_batches_and_resumes_onto_it(tmp_path):
+  """train() on a one-device mesh (the per-process reader, global arrays,
+  restore onto the mesh) logs the losses of the run without a mesh, also
+  when stopped at step 2 and resumed (same device, same program: exact)."""
+  from test_training import read_metrics, tiny_config
+  from lm_decoding.training import train as train_lib
+
+  corpus = tmp_path / "corpus.txt"  # small: the tokenizer trains in a second
+  with gzip.open(pathlib.Path(corpus_lib.__file__).with_name(
+      corpus_lib.BUNDLED_CORPUS), "rt") as f:
+    corpus.write_text(f.read(200_000))
+
+  def run(name, mesh_shape, stops):
+    config = tiny_config(num_steps=4)
+    config.data.update(dict(path=str(corpus), vocab_size=400, seq_len=16))
+    config.train.update(dict(batch_size=4, eval_every=4, checkpoint_every=2,
+                             eval_batches=1))
+    config.mesh.shape = mesh_shape
+    workdir = str(tmp_path / name)
+    for stop in stops:
+      train_lib.train(config, workdir, progress=False,
+                      data_dir=str(tmp_path / "data"), stop_at=stop)
+    return [r.get("loss") for r in read_metrics(workdir)]
+
+  plain = run("plain", (1, 1, 1), [4])
+  assert len(plain) == 5 and all(plain[1:])
+  assert run("mesh", (-1, 1, 1), [2, 4]) == plain
