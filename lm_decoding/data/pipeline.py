@@ -9,7 +9,9 @@ back instead of training and encoding again. `Corpus.describe` says how the
 corpus was read and how large every split is; `check_corpus_size` says, in
 the first seconds, whether the splits are large enough for a config. `pack`
 cuts a stream into fixed-length training sequences and `batches` deals them
-out in a seed-determined order that training resumed at any step reproduces.
+out in a seed-determined order that training resumed at any step reproduces;
+`process_batches` reads one process's share of each of those batches (grain
+sharding) for multi-host training.
 `prompts` cuts held-out documents into prompts and reference continuations
 for generation quality metrics.
 """
