@@ -172,8 +172,8 @@ def global_batches(packed: np.ndarray, batch_size: int, seed: int,
   """
   global_shape = (batch_size, packed.shape[1])
   shard = process_shard(batch_sharding, global_shape)
-  locals_ = pipeline.process_batches(packed, batch_size, seed, shard,
-                                     start_step)
+  shares = pipeline.process_batches(packed, batch_size, seed, shard,
+                                    start_step)
   return (jax.make_array_from_process_local_data(batch_sharding, local,
                                                  global_shape)
-          for local in locals_)
+          for local in shares)
