@@ -3,6 +3,13 @@ r"""Trains the backbone with the AR or masked-diffusion (MDLM) objective.
   python experiments/train.py --config=configs/tiny.py --workdir=/tmp/ar \
       --config.train.objective=ar --config.train.num_steps=600
 
+Multi-host: run the same command in every process with --coordinator_address
+(process 0's host:port), --num_processes and --process_id (and a
+config.mesh spanning the processes' devices, e.g.
+--config.mesh.shape="(-1, 1, 1)"); each process reads its own rows of every
+batch (`lm_decoding.parallel.multihost`). Without these flags it is one
+process, as before.
+
 Resumes from the latest complete checkpoint in --workdir automatically (a
 killed run loses at most the steps since its last checkpoint). A bad option, a
 checkpoint that does not fit, or a write that fails (full disk, read-only
@@ -24,6 +31,7 @@ from absl import logging
 from ml_collections import config_flags
 
 from lm_decoding.data import pipeline
+from lm_decoding.parallel import multihost
 from lm_decoding.training import pretrained
 from lm_decoding.training import train
 
@@ -41,6 +49,14 @@ _DATA_DIR = flags.DEFINE_string(
     "data_dir", None,
     "Where the tokenizer and encoded splits are cached (runs on the same data "
     "share them); default: --workdir.")
+_COORDINATOR = flags.DEFINE_string(
+    "coordinator_address", None,
+    "Multi-host: host:port of process 0's coordinator (jax.distributed); "
+    "unset: one process.")
+_NUM_PROCESSES = flags.DEFINE_integer(
+    "num_processes", None, "Multi-host: number of processes (>= 1).")
+_PROCESS_ID = flags.DEFINE_integer(
+    "process_id", None, "Multi-host: this process's id in [0, num_processes).")
 _PRETRAINED_TOKENIZER = flags.DEFINE_bool(
     "pretrained_tokenizer", False,
     "Encode the data with the shipped set's tokenizer (copied into the "
@@ -56,6 +72,8 @@ def main(argv):
   config, workdir = _CONFIG.value, _WORKDIR.value
   data_dir = _DATA_DIR.value or workdir
   try:
+    multihost.initialize(_COORDINATOR.value, _NUM_PROCESSES.value,
+                         _PROCESS_ID.value)
     if _PRETRAINED_TOKENIZER.value:
       pretrained.seed_data_cache(config, data_dir)
     summary = train.train(config, workdir, data_dir=data_dir)

@@ -19,6 +19,10 @@ heads, vocab 64, max_len 32):
 - train/<mesh>: sharded gradients, and one sharded train step (loss,
   gradient norm, AdamW moments, updated parameters), equal the single-device
   ones (tolerances below, with why), and the new state keeps its shardings;
+- checkpoint/8x1x1-2x2x2: a trained state saved with orbax
+  (`training.checkpoints`) from mesh (8, 1, 1) restores onto (2, 2, 2),
+  given the new mesh's shardings as the restore target, and back; the values
+  are bitwise the saved ones and every array has the target's sharding;
 - decode/<name>/<mesh>: a registered decoder's tokens (greedy, or with a
   fixed key) equal the single-device ones token for token: every decoder on
   the GQA mesh (1, 2, 4), AR and beam search on all four meshes.
@@ -32,6 +36,7 @@ import time
 import traceback
 
 MESHES = ((8, 1, 1), (2, 2, 2), (1, 1, 8), (1, 2, 4))
+RESHARD = ((8, 1, 1), (2, 2, 2))  # checkpoint saved on one, restored on the other
 GQA_MESH = (1, 2, 4)  # tensor 4 > 2 KV heads
 ALL_MESH_DECODERS = ("ar", "ar_beam")
 
@@ -75,6 +80,7 @@ def checks() -> list[str]:
     m = _mesh_name(shape)
     names += [f"params/{m}", f"cache/{m}", f"train/{m}"]
     names += [f"decode/{d}/{m}" for d in ALL_MESH_DECODERS]
+  names.append(f"checkpoint/{'-'.join(map(_mesh_name, RESHARD))}")
   names += [f"decode/{d}/{_mesh_name(GQA_MESH)}" for d in decoder_names()
             if d not in ALL_MESH_DECODERS]
   return names
@@ -263,6 +269,30 @@ def main(only: tuple[str, ...] = ("",)):
         a.sharding.is_equivalent_to(s, a.ndim), (a.sharding, s)),
                  new_state, shardings)
 
+  def check_checkpoint_reshard():
+    import tempfile
+    from lm_decoding.training.checkpoints import Checkpoints
+    first, second = (train.state_shardings(cfg, optimizer,
+                                           sharding.make_mesh(*shape))
+                     for shape in RESHARD)
+    state = jax.device_put(ref_state, first)
+    with tempfile.TemporaryDirectory() as directory:
+      with Checkpoints(directory) as checkpoints:
+        for step, (saved, target) in enumerate(((first, second),
+                                                (second, first)), 1):
+          state = jax.device_put(state, saved)
+          checkpoints.save(step, state, {"step": step})
+          abstract = jax.tree.map(
+              lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+              state, target)
+          restored, _ = checkpoints.restore(abstract, step)
+          jax.tree.map(lambda a, s: _assert(
+              a.sharding.is_equivalent_to(s, a.ndim), (a.sharding, s)),
+                       restored, target)
+          jax.tree.map(lambda a, b: np.testing.assert_array_equal(
+              np.asarray(a), np.asarray(b)), restored, ref_state)
+          state = restored
+
   for shape in MESHES:
     mesh = sharding.make_mesh(*shape)
     m = _mesh_name(shape)
@@ -271,6 +301,8 @@ def main(only: tuple[str, ...] = ("",)):
     run(f"train/{m}", lambda: check_train(mesh))
     for name in ALL_MESH_DECODERS:
       run(f"decode/{name}/{m}", lambda: check_decode(name, mesh))
+  run(f"checkpoint/{'-'.join(map(_mesh_name, RESHARD))}",
+      check_checkpoint_reshard)
   mesh = sharding.make_mesh(*GQA_MESH)
   for name in decoder_names():
     if name not in ALL_MESH_DECODERS:

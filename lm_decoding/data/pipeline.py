@@ -9,7 +9,9 @@ back instead of training and encoding again. `Corpus.describe` says how the
 corpus was read and how large every split is; `check_corpus_size` says, in
 the first seconds, whether the splits are large enough for a config. `pack`
 cuts a stream into fixed-length training sequences and `batches` deals them
-out in a seed-determined order that training resumed at any step reproduces.
+out in a seed-determined order that training resumed at any step reproduces;
+`process_batches` reads one process's share of each of those batches (grain
+sharding) for multi-host training.
 `prompts` cuts held-out documents into prompts and reference continuations
 for generation quality metrics.
 """
@@ -17,6 +19,7 @@ for generation quality metrics.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import io
 import json
@@ -26,6 +29,7 @@ import pathlib
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 
+import grain
 import ml_collections
 import numpy as np
 
@@ -37,6 +41,8 @@ from lm_decoding.data.tokenizer import EOS_ID, Tokenizer
 FORMAT_VERSION = 2  # 2: data.format, splits by characters in whole documents
 TOKENIZER_FILE = "tokenizer.model"
 META_FILE = "meta.json"
+# Rows a lazy grain dataset of the (endless) global batch order spans.
+_UNBOUNDED = 2**62
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -286,9 +292,36 @@ def pack(stream: np.ndarray, seq_len: int) -> np.ndarray:
   return stream[:num * seq_len].reshape(num, seq_len).astype(np.int32)
 
 
+@functools.lru_cache(maxsize=4)
 def _epoch_order(num_sequences: int, seed: int, epoch: int) -> np.ndarray:
-  """int64[num_sequences]: the permutation of sequences in epoch `epoch`."""
-  return np.random.default_rng((seed, epoch)).permutation(num_sequences)
+  """int64[num_sequences]: the permutation of sequences in epoch `epoch`
+  (cached: a per-process reader asks for it once per row)."""
+  order = np.random.default_rng((seed, epoch)).permutation(num_sequences)
+  order.flags.writeable = False
+  return order
+
+
+def _batch_indices(num_sequences: int, batch_size: int, seed: int,
+                   step: int) -> np.ndarray:
+  """int64[batch_size]: the rows of the packed sequences in batch `step`."""
+  e, j = divmod(step, num_sequences // batch_size)
+  return _epoch_order(num_sequences, seed, e)[j * batch_size:
+                                              (j + 1) * batch_size]
+
+
+def _check_batching(packed: np.ndarray, batch_size: int, seed: int,
+                    start_step: int) -> None:
+  """Raises the ValueError of `batches` for bad arguments."""
+  if packed.ndim != 2:
+    raise ValueError(f"packed must be 2-D [M, L]; got shape {packed.shape}")
+  num = packed.shape[0]
+  if not 1 <= batch_size <= num:
+    raise ValueError(
+        f"batch_size={batch_size} must be in [1, {num}] (sequences)")
+  if seed < 0:
+    raise ValueError(f"seed={seed} must be >= 0")
+  if start_step < 0:
+    raise ValueError(f"start_step={start_step} must be >= 0")
 
 
 def batches(packed: np.ndarray, batch_size: int, seed: int,
@@ -315,29 +348,68 @@ def batches(packed: np.ndarray, batch_size: int, seed: int,
     ValueError: packed is not 2-D, or batch_size, seed or start_step out of
       range (raised by this call, not by the first `next`).
   """
-  if packed.ndim != 2:
-    raise ValueError(f"packed must be 2-D [M, L]; got shape {packed.shape}")
+  _check_batching(packed, batch_size, seed, start_step)
   num = packed.shape[0]
-  if not 1 <= batch_size <= num:
-    raise ValueError(
-        f"batch_size={batch_size} must be in [1, {num}] (sequences)")
-  if seed < 0:
-    raise ValueError(f"seed={seed} must be >= 0")
-  if start_step < 0:
-    raise ValueError(f"start_step={start_step} must be >= 0")
-  steps_per_epoch = num // batch_size
 
   def generate() -> Iterator[np.ndarray]:
-    step, epoch, order = start_step, None, None
+    step = start_step
     while True:
-      e, j = divmod(step, steps_per_epoch)
-      if e != epoch:
-        epoch, order = e, _epoch_order(num, seed, e)
-      yield packed[order[j * batch_size:(j + 1) * batch_size]].astype(
+      yield packed[_batch_indices(num, batch_size, seed, step)].astype(
           np.int32, copy=False)
       step += 1
 
   return generate()
+
+
+def process_batches(packed: np.ndarray, batch_size: int, seed: int,
+                    shard: grain.sharding.ShardOptions,
+                    start_step: int = 0) -> Iterator[np.ndarray]:
+  """This process's share of every batch of `batches`, read with grain.
+
+  For multi-host training (`lm_decoding.parallel.multihost`): with
+  `shard.shard_count` = C shares, share c of batch k is rows
+  [c * B / C, (c + 1) * B / C) of `batches(packed, batch_size, seed)`'s
+  batch k, so the C shares of a step, concatenated in share order, are the
+  one-process batch exactly, and a run on any number of processes sees the
+  same global batches (and resumes at any step) as one process. Built as a
+  lazy grain `MapDataset`: one record per row of the global order (row
+  k * B + i is row i of batch k), `batch`ed into shares of B / C rows, of
+  which this process keeps every C-th from `shard.shard_index` (grain
+  slicing), starting at `start_step`; only this process's rows are read.
+
+  Args:
+    packed: int32[M, L] sequences (see `pack`).
+    batch_size: B, the global batch size, <= M and divisible by C.
+    seed: non-negative int.
+    shard: grain ShardOptions (shard_index, shard_count); C = 1 gives
+      `batches` itself. `multihost.process_shard` derives it from the batch
+      sharding; `grain.sharding.ShardByJaxProcess()` is the same when the
+      processes' devices follow the batch axis in process order.
+    start_step: index of the first batch.
+
+  Returns:
+    An iterator of int32[B / C, L] arrays.
+
+  Raises:
+    ValueError: as `batches`, or batch_size not divisible by
+      shard.shard_count.
+  """
+  _check_batching(packed, batch_size, seed, start_step)
+  count, index = shard.shard_count, shard.shard_index
+  if batch_size % count:
+    raise ValueError(
+        f"batch_size={batch_size} must divide into shard.shard_count={count}"
+        " equal per-process shares")
+  num = packed.shape[0]
+
+  def row(r: int) -> np.ndarray:
+    step, i = divmod(r, batch_size)
+    return packed[_batch_indices(num, batch_size, seed, step)[i]]
+
+  rows = grain.MapDataset.range(0, _UNBOUNDED).map(row)
+  shares = rows.batch(batch_size // count, drop_remainder=True)
+  mine = shares[index::count][start_step:]
+  return (mine[k].astype(np.int32, copy=False) for k in range(len(mine)))
 
 
 def prompts(corpus: Corpus, split: str, num: int, prompt_len: int,

@@ -46,6 +46,7 @@ from lm_decoding.data.tokenizer import MIN_VOCAB_SIZE
 from lm_decoding.decoding.base import is_count, is_number
 from lm_decoding.models import TransformerConfig, abstract_params
 from lm_decoding.models import count_params, init_params, make_logits_fn
+from lm_decoding.parallel import multihost
 from lm_decoding.parallel import sharding
 from lm_decoding.training import objectives
 from lm_decoding.training import translation_objectives
@@ -503,7 +504,12 @@ def train(config: ml_collections.ConfigDict, workdir: str,
 
   With a `config.mesh` other than the one-device default, the state is
   sharded by `state_shardings` and every step runs sharded
-  (`make_train_step(mesh=...)`); batches are split by 'batch'.
+  (`make_train_step(mesh=...)`); batches are split by 'batch'. A checkpoint
+  is restored straight onto the mesh, whatever mesh saved it. In a
+  multi-process job (`multihost.initialize`) every process runs `train`:
+  each reads only its rows of every batch (`multihost.global_batches`),
+  orbax writes and reads each process's shards, and process 0 alone
+  writes metrics.jsonl and shows progress.
 
   `stop_at` ends the run after that step (validated and checkpointed there)
   although the learning-rate schedule is train.num_steps': a budget cut
@@ -541,6 +547,8 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   if stop_at is not None and not is_count(stop_at, 1):
     raise ValueError(f"stop_at={stop_at!r} must be an integer >= 1")
   last = num_steps if stop_at is None else min(stop_at, num_steps)
+  primary = jax.process_index() == 0  # writes the log, shows progress
+  progress = progress and primary
   _check_workdir(workdir)
   corpus, train_packed, valid_packed = training_data(config,
                                                      data_dir or workdir)
@@ -591,19 +599,27 @@ def train(config: ml_collections.ConfigDict, workdir: str,
             f"{meta.get('fingerprint')}, not {fingerprint}; use another "
             "workdir")
     state = init_state(model_cfg, optimizer, init_key)
+    if mesh is not None:  # also the target shardings of a restore
+      state = jax.device_put(state, shardings)
     if not resume:
-      _rewind_metrics(log_path, -1)  # a log left by a run killed before step 1
+      if primary:  # a log left by a run killed before step 1
+        _rewind_metrics(log_path, -1)
     else:
       state, _ = checkpoints.restore(state)
-      _rewind_metrics(log_path, int(state.step))
+      if primary:
+        _rewind_metrics(log_path, int(state.step))
       if progress:
         print(f"{desc}: resuming from step {int(state.step)} of "
               f"{checkpoints.directory}")
-    if mesh is not None:
-      state = jax.device_put(state, shardings)
     first = int(state.step)
-    batches = pipeline.batches(train_packed, train_cfg.batch_size, config.seed,
-                               start_step=first)
+    if mesh is None:
+      batches = pipeline.batches(train_packed, train_cfg.batch_size,
+                                 config.seed, start_step=first)
+    else:  # each process reads its rows only
+      batches = multihost.global_batches(
+          train_packed, train_cfg.batch_size, config.seed,
+          sharding.batch_sharding(mesh, (train_cfg.batch_size, seq_len),
+                                  rules), start_step=first)
     bar = stack.enter_context(tqdm.tqdm(  # closed before any error prints
         initial=first, total=num_steps, disable=not progress, desc=desc,
         unit="step"))
@@ -616,8 +632,9 @@ def train(config: ml_collections.ConfigDict, workdir: str,
 
     if first == 0:  # the untrained baseline, so every log shows the drop
       valid_loss = validate(state.params)
-      _append_record(log_path, {"step": 0, "valid_loss": valid_loss,
-                                "valid_ppl": float(np.exp(valid_loss))})
+      if primary:
+        _append_record(log_path, {"step": 0, "valid_loss": valid_loss,
+                                  "valid_ppl": float(np.exp(valid_loss))})
     for step in range(first, last):
       tick = time.time()
       state, metrics = train_step(state, next(batches),
@@ -639,7 +656,8 @@ def train(config: ml_collections.ConfigDict, workdir: str,
         valid_loss = validate(state.params)
         record.update(valid_loss=valid_loss,
                       valid_ppl=float(np.exp(valid_loss)))
-      _append_record(log_path, record)  # before the checkpoint of this step
+      if primary:  # before the checkpoint of this step
+        _append_record(log_path, record)
       if done % train_cfg.checkpoint_every == 0 or done == last:
         bar.set_description(f"{desc}: save")
         checkpoints.save(done, state, {"fingerprint": fingerprint,
