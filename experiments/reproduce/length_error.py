@@ -15,18 +15,17 @@ bucket (`translate.BUCKETS`, target tokens): BLEU, the mean absolute and
 signed length error (tokens) and the fraction of exact lengths
 (`translation_metrics.length_error`).
 
-Writes length_error.{md,json,csv,png} under --workdir.
+Writes claim.md, numbers.json, results.csv and figure.png under --workdir.
 """
 
 from __future__ import annotations
 
-import csv
 import os
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import claim_record_b as claim_record  # noqa: E402
+import claim_record  # noqa: E402
 
 # experiments/translate.py defines --workdir too: load it first, so that
 # this script's --workdir (allow_override) is the one parsed.
@@ -48,7 +47,6 @@ from lm_decoding.evaluation import translation_metrics as tm  # noqa: E402
 from lm_decoding.training import train  # noqa: E402
 
 CLAIM = "length_error"
-_WORKDIR, _SMOKE = claim_record.define_flags(CLAIM)
 _MODELS = flags.DEFINE_string("model_workdir", "/tmp/lm_decoding_reproduce/"
                               "translation", "Translation models (and data "
                               "cache) of experiments/translate.py.")
@@ -101,11 +99,6 @@ def run(workdir: str, smoke: bool, config, model_workdir: str,
     hypotheses, counts = translate._texts(data.tokenizer, tokens)
     rows += bucket_rows(label, hypotheses, counts, references,
                         reference_lengths)
-  os.makedirs(workdir, exist_ok=True)
-  with open(os.path.join(workdir, f"{CLAIM}.csv"), "w", newline="") as f:
-    writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-    writer.writeheader()
-    writer.writerows(rows)
 
   labels = list(dict.fromkeys(r["decoder"] for r in rows))
   fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
@@ -122,8 +115,6 @@ def run(workdir: str, smoke: bool, config, model_workdir: str,
   right.legend(fontsize=7)
   fig.suptitle("Length error and BLEU by reference length")
   fig.tight_layout()
-  fig.savefig(os.path.join(workdir, f"{CLAIM}.png"), dpi=120)
-  plt.close(fig)
 
   def trend(label, key):
     sel = [r for r in rows if r["decoder"] == label and r["sentences"] >= 5]
@@ -142,7 +133,6 @@ def run(workdir: str, smoke: bool, config, model_workdir: str,
   steps = {o: s["steps"] for o, s in summaries.items()}
   best_bleu = max(r["bleu"] for r in rows)
   details = [
-      "## Setting", "",
       f"- models under {model_workdir}: "
       + ", ".join(f"{o} {steps[o]} steps (valid loss "
                   f"{summaries[o]['valid_loss']:.2f})" for o in steps)
@@ -172,7 +162,7 @@ def run(workdir: str, smoke: bool, config, model_workdir: str,
         f"{r['length_relative']} | {r['length_exact']} |" for r in rows],
   ]
   claim_record.write(
-      workdir, CLAIM, title="Claim 6: length errors and long outputs",
+      workdir, claim=CLAIM, title="Claim 6: length errors and long outputs",
       statement="a non-autoregressive model must predict the output length "
       "first; its errors truncate or pad the output and hurt long outputs "
       "most (length beam and CTC are the remedies)",
@@ -182,8 +172,8 @@ def run(workdir: str, smoke: bool, config, model_workdir: str,
       "bucket: " + ", ".join(
           f"{label} {trend(label, 'length_mean_abs'):+.2f}"
           for label in labels) + " tokens",
-      verdict=verdict, run_command=run_command, details=details,
-      data=dict(rows=rows, steps=steps), figures=(f"{CLAIM}.png",),
+      verdict=verdict, cmd=run_command, method="\n".join(details),
+      summary=dict(steps=steps), rows=rows, figure=fig,
       smoke=smoke)
   return dict(rows=rows, verdict=verdict)
 
@@ -201,11 +191,13 @@ def smoke_config(config):
 
 def main(argv):
   del argv
+  smoke = claim_record.SMOKE.value
   logging.set_verbosity(logging.FATAL)  # orbax logs every restore
   config = translate._CONFIG.value
-  if _SMOKE.value:
+  if smoke:
     config = smoke_config(config)
-  run(_WORKDIR.value, _SMOKE.value, config, _MODELS.value,
+  run(claim_record.workdir(CLAIM),
+      smoke, config, _MODELS.value,
       claim_record.command())
 
 

@@ -14,7 +14,7 @@ the acceptance rate alpha, beside the prediction of Leviathan et al. 2023
 (`speculative.predicted_speedup`: the paper's cost model, verification = one
 target step) at gamma 4.
 
-Writes speculative_agreement.{md,json,csv,png} under --workdir.
+Writes claim.md, numbers.json, results.csv and figure.png under --workdir.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import claim_record_b as claim_record  # noqa: E402
+import claim_record  # noqa: E402
 
 # experiments/speculative.py defines --workdir too: load it first, so that
 # this script's --workdir (allow_override) is the one parsed.
@@ -48,7 +48,6 @@ from lm_decoding.training import pretrained  # noqa: E402
 from lm_decoding.training import train as train_lib  # noqa: E402
 
 CLAIM = "speculative_agreement"
-_WORKDIR, _SMOKE = claim_record.define_flags(CLAIM)
 _FROM = flags.DEFINE_string(
     "from_results", str(claim_record.REPO / "experiments" / "results" /
                         "speculative" / "speculative.csv"),
@@ -115,11 +114,6 @@ def run(workdir: str, smoke: bool, from_results: str, data_dir: str,
   columns = ("source", "target", "draft", "decoder", "gamma", "batch_size",
              "output_length", "alpha", "c", "measured_speedup",
              "predicted_speedup", "refined_prediction")
-  os.makedirs(workdir, exist_ok=True)
-  with open(os.path.join(workdir, f"{CLAIM}.csv"), "w", newline="") as f:
-    writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
-    writer.writeheader()
-    writer.writerows(rows)
 
   fig, ax = plt.subplots(figsize=(7, 4.5))
   groups = {}
@@ -143,8 +137,6 @@ def run(workdir: str, smoke: bool, from_results: str, data_dir: str,
   ax.set_title("Speculative decoding: speed-up against agreement (T=1)")
   ax.legend(fontsize=6, loc="upper left")
   fig.tight_layout()
-  fig.savefig(os.path.join(workdir, f"{CLAIM}.png"), dpi=120)
-  plt.close(fig)
 
   low = [r for r in rows if r["alpha"] < LOW_ALPHA]
   high = [r for r in rows if r["alpha"] >= HIGH_ALPHA]
@@ -163,7 +155,6 @@ def run(workdir: str, smoke: bool, from_results: str, data_dir: str,
   live_alpha = ", ".join(f"gamma {int(r['gamma'])}: alpha {r['alpha']:.3f}, "
                          f"{r['measured_speedup']:.2f}x" for r in live)
   details = [
-      "## Setting", "",
       "- rows at temperature 1 from "
       f"{os.path.relpath(from_results, claim_record.REPO)} (experiments/"
       "speculative.py's run; its speculative.md has the command, the models "
@@ -193,7 +184,8 @@ def run(workdir: str, smoke: bool, from_results: str, data_dir: str,
               correlation=corr, live=[{k: r[k] for k in columns}
                                       for r in live])
   claim_record.write(
-      workdir, CLAIM, title="Claim 5: speculative speed-up needs agreement",
+      workdir, claim=CLAIM,
+      title="Claim 5: speculative speed-up needs agreement",
       statement="speculative decoding is lossless and gives 2-3x when the "
       "draft matches the target; with low acceptance it is slower than AR",
       source="Leviathan et al. 2023 (expected speed-up (1 - alpha^(gamma+1)) "
@@ -203,16 +195,19 @@ def run(workdir: str, smoke: bool, from_results: str, data_dir: str,
       f"{best['target']}, gamma {int(best['gamma'])}, B="
       f"{int(best['batch_size'])}, alpha {best['alpha']:.2f}); random draft "
       f"{live_alpha}",
-      verdict=verdict, run_command=run_command, details=details, data=data,
-      figures=(f"{CLAIM}.png",), smoke=smoke)
+      verdict=verdict, cmd=run_command, method="\n".join(details),
+      summary=data,
+      rows=[{k: r[k] for k in columns} for r in rows], figure=fig,
+      smoke=smoke)
   return data
 
 
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  smoke = _SMOKE.value
-  run(_WORKDIR.value, smoke, _FROM.value, _DATA.value,
+  smoke = claim_record.SMOKE.value
+  run(claim_record.workdir(CLAIM),
+      smoke, _FROM.value, _DATA.value,
       [1] if smoke else [int(g) for g in _BAD_GAMMAS.value],
       4 if smoke else _BAD_T.value, 1 if smoke else _RUNS.value,
       claim_record.command())
