@@ -147,7 +147,8 @@ def test_speculative_agreement_smoke(tmp_path):
   agreement = _script("speculative_agreement")
   data = agreement.run(tmp_path / "out", True, str(
       ROOT / "experiments" / "results" / "speculative" / "speculative.csv"),
-                       str(tmp_path / "data"), [1], 4, 1, "cmd")
+                       str(tmp_path / "data"), [1], 4, 1, "cmd",
+                       loop_steps=2)
   _record(tmp_path / "out", "speculative_agreement")
   assert len(data["live"]) == 1 and data["live"][0]["draft"] == "random_draft"
   assert 0.0 <= data["live"][0]["alpha"] <= 1.0

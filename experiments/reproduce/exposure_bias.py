@@ -81,7 +81,7 @@ def tiny_config(smoke: bool, steps: int | None) -> ml_collections.ConfigDict:
     config.data.seq_len = 32
     config.model.update(dict(d_model=32, num_heads=2, num_kv_heads=2,
                              head_dim=16, mlp_dim=64, max_len=40))
-    config.evaluator.model.update(dict(d_model=32, num_heads=2,
+    config.evaluator.model.update(dict(d_model=32, num_layers=1, num_heads=2,
                                        num_kv_heads=2, mlp_dim=64))
     config.train.update(dict(num_steps=2, batch_size=4, warmup_steps=1,
                              eval_every=2, eval_batches=1,

@@ -76,8 +76,9 @@ def config_of(objective: str, steps: int, eval_every: int,
                            eval_batches=eval_batches))
   if smoke:
     config.data.seq_len = 32
-    config.model.update(dict(d_model=32, num_heads=2, num_kv_heads=2,
-                             head_dim=16, mlp_dim=64, max_len=32))
+    config.model.update(dict(d_model=32, num_layers=1, num_heads=2,
+                             num_kv_heads=2, head_dim=16, mlp_dim=64,
+                             max_len=32))
     config.train.update(dict(num_steps=4, eval_every=2, batch_size=4,
                              warmup_steps=1, checkpoint_every=4,
                              eval_batches=1, mdlm_eval_timesteps=2))
