@@ -5,7 +5,7 @@ r"""Claim 6: NAR length-prediction errors hurt long outputs most.
       --config.train.checkpoint_every=120
 
 The translation task of experiments/translate.py (its config flag, its
-models and decoders: `translate._model` reuses the models trained under
+models and decoders: `translate.load_members` reuses the models trained under
 --model_workdir with the same config, or trains them there; pass the
 config overrides they were trained with). Decodes the first
 `translate.test_pairs` test pairs with AR greedy (length from EOS), CMLM
@@ -30,7 +30,7 @@ import claim_record  # noqa: E402
 # experiments/translate.py defines --workdir too: load it first, so that
 # this script's --workdir (allow_override) is the one parsed.
 translate = claim_record.load_experiment("translate")
-# Its helpers (_model, _decoders, _run, _texts) are reused, not copied.
+# Its load_members and _decoders are reused, not copied.
 # pylint: disable=protected-access
 
 from absl import app  # noqa: E402
@@ -44,7 +44,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from lm_decoding.data import parallel_text  # noqa: E402
 from lm_decoding.evaluation import translation_metrics as tm  # noqa: E402
-from lm_decoding.training import train  # noqa: E402
+from lm_decoding.training import distillation  # noqa: E402
 
 CLAIM = "length_error"
 _MODELS = flags.DEFINE_string("model_workdir", "/tmp/lm_decoding_reproduce/"
@@ -76,14 +76,9 @@ def bucket_rows(label, hypotheses, counts, references, reference_lengths):
 def run(workdir: str, smoke: bool, config, model_workdir: str,
         run_command: str) -> dict:
   start = time.time()
-  models, summaries = {}, {}
-  for objective in train.TRANSLATION_OBJECTIVES:
-    models[objective], summaries[objective] = translate._model(
-        config, objective, model_workdir)
-  data = parallel_text.prepare(
-      config.data.vocab_size, config.data.max_source_tokens,
-      config.data.max_target_tokens, config.data.path,
-      cache_dir=os.path.join(model_workdir, "data"))
+  members, data = translate.load_members(config, model_workdir,
+                                         retrain=False, export=False)
+  summaries = {name: metrics for name, (_, metrics, _) in members.items()}
   test = data.splits["test"]
   n = config.translate.test_pairs or len(test.pairs)
   prompts, prompt_lengths = parallel_text.prompts(test)
@@ -91,12 +86,13 @@ def run(workdir: str, smoke: bool, config, model_workdir: str,
   references = [p.target for p in test.pairs[:n]]
   reference_lengths = np.asarray(test.target_lengths[:n])
   rows = []
-  for label, objective, decoder in translate._decoders(config):
+  for label, member, decoder in translate._decoders(config):
     if not label.startswith(DECODERS):
       continue
-    tokens, _ = translate._run(decoder, models[objective], prompts,
-                               prompt_lengths, config.translate.batch_size)
-    hypotheses, counts = translate._texts(data.tokenizer, tokens)
+    tokens, _ = distillation.translate_all(decoder, members[member][0],
+                                           prompts, prompt_lengths,
+                                           config.translate.batch_size)
+    hypotheses, counts = distillation.texts(data.tokenizer, tokens)
     rows += bucket_rows(label, hypotheses, counts, references,
                         reference_lengths)
 
@@ -182,10 +178,10 @@ def smoke_config(config):
   """`config` shrunk so that training the three models takes seconds."""
   config.data.update(dict(max_source_tokens=20, max_target_tokens=20,
                           seq_len=42))
-  config.model.update(dict(d_model=32, head_dim=8, mlp_dim=64))
+  config.model.update(dict(d_model=32, num_layers=1, head_dim=8, mlp_dim=64))
   config.train.update(dict(num_steps=2, eval_every=2, checkpoint_every=2,
                            batch_size=2, eval_batches=1))
-  config.translate.update(dict(test_pairs=20, batch_size=10))
+  config.translate.update(dict(test_pairs=20, batch_size=10, distill=False))
   return config
 
 
