@@ -62,7 +62,9 @@ def test_script_writes_its_record(records, name):
   assert record["claim"] == name
   assert record["verdict"] in ("supported", "contradicted", "mixed")
   assert record["command"] == f"smoke {name}"
+  assert record["smoke"]
   text = (folder / "claim.md").read_text()
+  assert "SMOKE RUN" in text
   for field in ("**Claim.**", "**Source.**", "**Our number.**",
                 "**Verdict: ", "**Hardware.**", "**Command.** `smoke"):
     assert field in text

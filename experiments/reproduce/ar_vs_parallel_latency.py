@@ -14,7 +14,6 @@ length at the fixed K.
 
 from __future__ import annotations
 
-from absl import app
 import jax
 import jax.numpy as jnp
 import matplotlib.pyplot as plt
@@ -188,14 +187,8 @@ otherwise mixed.
       "K, each a full-sequence forward pass, so it is flat in T at fixed K; "
       "the two cross at a K* per batch size.", verdict=verdict,
       our_number=our, method=method, summary=summary, rows=rows, figure=fig,
-      cmd=cmd)
-
-
-def main(argv):
-  del argv
-  run(claim_record.workdir(CLAIM), claim_record.SMOKE.value,
-      claim_record.command())
+      cmd=cmd, smoke=smoke)
 
 
 if __name__ == "__main__":
-  app.run(main)
+  claim_record.main(CLAIM, run)

@@ -22,7 +22,6 @@ Speed-up = AR ms / decoder ms (> 1: the decoder is faster).
 
 from __future__ import annotations
 
-from absl import app
 import jax
 import jax.numpy as jnp
 import matplotlib.pyplot as plt
@@ -85,7 +84,7 @@ def _members(smoke: bool) -> tuple[dict, str]:
     return members, "random smoke-size models"
   tokenizer = Tokenizer.load(str(pretrained.DEFAULT_DIR
                                  / pretrained.TOKENIZER_FILE))
-  configs = pretrained.member_configs(claim_record.tiny_config())
+  configs = pretrained.member_configs(claim_record.load_config("tiny"))
   members = {}
   for name in names:
     params, source = pretrained.find(configs[name], name, tokenizer)
@@ -220,14 +219,8 @@ longest T; contradicted if neither holds; otherwise mixed.
       "of their caches and parallel decoding, shrink as the batch grows; "
       "block decoding keeps long outputs affordable.", verdict=verdict,
       our_number=our, method=method, summary=summary, rows=rows, figure=fig,
-      cmd=cmd)
-
-
-def main(argv):
-  del argv
-  run(claim_record.workdir(CLAIM), claim_record.SMOKE.value,
-      claim_record.command())
+      cmd=cmd, smoke=smoke)
 
 
 if __name__ == "__main__":
-  app.run(main)
+  claim_record.main(CLAIM, run)

@@ -23,12 +23,11 @@ relative BLEU drop (1 - BLEU / BLEU of the base) is set beside the share of
 words the corruption touched. BLEU "hides" an error when its relative drop is
 smaller than that share.
 
-Writes bleu_hides_errors.{md,json,csv,png} under --workdir.
+Writes claim.md, numbers.json, results.csv and figure.png under --workdir.
 """
 
 from __future__ import annotations
 
-import csv
 import os
 import sys
 import time
@@ -42,13 +41,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import claim_record_b as claim_record  # noqa: E402
+import claim_record  # noqa: E402
 from lm_decoding.data import parallel_text  # noqa: E402
 from lm_decoding.evaluation import quality  # noqa: E402
 from lm_decoding.evaluation import translation_metrics as tm  # noqa: E402
 
 CLAIM = "bleu_hides_errors"
-_WORKDIR, _SMOKE = claim_record.define_flags(CLAIM)
 _RATES = flags.DEFINE_list("rates", ["0", "0.05", "0.1", "0.2", "0.3"],
                            "Corruption rates r.", allow_override=True)
 _NOISE = flags.DEFINE_float("noise", 0.4, "Lexical-noise base: probability "
@@ -132,11 +130,6 @@ def run(workdir: str, smoke: bool, rates: list[float], noise: float,
             relative_bleu_drop=round(1 - metrics["bleu"] / base_bleu, 4),
             repetition=round(metrics["repetition"], 4),
             omission=round(metrics["omission"], 4)))
-  os.makedirs(workdir, exist_ok=True)
-  with open(os.path.join(workdir, f"{CLAIM}.csv"), "w", newline="") as f:
-    writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-    writer.writeheader()
-    writer.writerows(rows)
 
   fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
   for ax, kind in zip(axes, CORRUPTIONS):
@@ -157,8 +150,6 @@ def run(workdir: str, smoke: bool, rates: list[float], noise: float,
   axes[0].set_ylabel("fraction")
   fig.suptitle("BLEU vs structural error rates under controlled corruption")
   fig.tight_layout()
-  fig.savefig(os.path.join(workdir, f"{CLAIM}.png"), dpi=120)
-  plt.close(fig)
 
   hidden = {}
   for r in rows:
@@ -174,7 +165,6 @@ def run(workdir: str, smoke: bool, rates: list[float], noise: float,
   noisy_rep, noisy_om = (pick["lexical noise", "repetition"],
                          pick["lexical noise", "omission"])
   details = [
-      "## Setting", "",
       f"- {len(references)} Spanish references of the test split (Reina-"
       "Valera 1909 verses; tokenised by sacreBLEU's 13a), hypotheses = "
       "corrupted references; seeds 0 (noise) and 1 (corruptions)",
@@ -205,7 +195,7 @@ def run(workdir: str, smoke: bool, rates: list[float], noise: float,
   ]
   data = dict(rows=rows, hidden_share=summary)
   claim_record.write(
-      workdir, CLAIM, title="Claim 7: BLEU hides structural errors",
+      workdir, claim=CLAIM, title="Claim 7: BLEU hides structural errors",
       statement="BLEU can stay high while outputs repeat or omit content; "
       "report repetition and omission rates beside it",
       source="the first source article (NAT quality section); Gu et al. "
@@ -217,19 +207,20 @@ def run(workdir: str, smoke: bool, rates: list[float], noise: float,
       f"touches {noisy_om['words_touched']:.0%}, BLEU drops "
       f"{noisy_om['relative_bleu_drop']:.0%} (omission rate "
       f"{noisy_om['omission']:.2f})",
-      verdict=verdict, run_command=run_command, details=details, data=data,
-      figures=(f"{CLAIM}.png",), smoke=smoke)
+      verdict=verdict, cmd=run_command, method="\n".join(details),
+      summary=dict(hidden_share=summary), rows=rows, figure=fig, smoke=smoke)
   return data
 
 
 def main(argv):
   del argv
-  smoke = _SMOKE.value
+  smoke = claim_record.SMOKE.value
   rates = [0.0, 0.2] if smoke else [float(r) for r in _RATES.value]
   if any(not 0 <= r <= 1 for r in rates) or not 0 <= _NOISE.value <= 1:
     sys.exit("bleu_hides_errors: error: --rates and --noise must be in "
              "[0, 1]")
-  run(_WORKDIR.value, smoke, rates, _NOISE.value,
+  run(claim_record.workdir(CLAIM),
+      smoke, rates, _NOISE.value,
       20 if smoke else _PAIRS.value, claim_record.command())
 
 

@@ -1,17 +1,23 @@
-"""What every reproduction script shares: its two flags, interleaved timing,
-and the record it writes.
+"""What every reproduction script shares: its two flags, the experiment and
+config loaders, interleaved timing, and the one record it writes.
 
 Each script in experiments/reproduce/ checks one claim of the source articles
 (issue 10, item 3) and writes, under `--workdir` (default
 experiments/results/reproduce/<claim>/):
 
+  claim.md      claim, source, our number, hardware, exact command, verdict,
+                method
   numbers.json  the summary numbers and every measured row
   results.csv   the measured rows
-  claim.md      claim, source, our number, hardware, exact command, verdict
   figure.png    the figure
 
-A script imports this module as a sibling (`import claim_record`), so it is
-defined once per process however many scripts a test loads.
+A script imports this module as a sibling (`import claim_record`), so its
+flags are defined once per process however many scripts a test loads. They
+are defined with `allow_override`: an experiment script loaded by
+`load_experiment` (experiments/translate.py and experiments/speculative.py
+define their own --workdir) may replace them while it loads, and
+`load_experiment` then defines them again, so --workdir and --smoke are
+always this module's.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from absl import app
 from absl import flags
 import jax
 import matplotlib
@@ -41,18 +48,62 @@ from lm_decoding.evaluation import cost  # noqa: E402
 from lm_decoding.models import TransformerConfig  # noqa: E402
 from lm_decoding.training import train  # noqa: E402
 
-RESULTS = pathlib.Path(__file__).resolve().parents[1] / "results" / "reproduce"
+REPO = pathlib.Path(__file__).resolve().parents[2]
+RESULTS = REPO / "experiments" / "results" / "reproduce"
 VERDICTS = ("supported", "contradicted", "mixed")
 
-WORKDIR = flags.DEFINE_string(
-    "workdir", "", "Output folder; '' = experiments/results/reproduce/<claim>.")
-SMOKE = flags.DEFINE_boolean(
-    "smoke", False, "Tiny sizes that run in seconds (the tests' mode).")
+
+def _define_flags() -> tuple[flags.FlagHolder, flags.FlagHolder]:
+  """(--workdir, --smoke), replacing any flag of the same name."""
+  return (
+      flags.DEFINE_string(
+          "workdir", "",
+          "Output folder; '' = experiments/results/reproduce/<claim>.",
+          allow_override=True),
+      flags.DEFINE_boolean(
+          "smoke", False, "Tiny sizes that run in seconds (the tests' mode); "
+          "not a measurement.", allow_override=True))
+
+
+WORKDIR, SMOKE = _define_flags()
 
 
 def workdir(claim: str) -> str:
   """--workdir, or the claim's folder under experiments/results/reproduce."""
   return WORKDIR.value or str(RESULTS / claim)
+
+
+def main(claim: str, run: Callable[[str, bool, str], Any]) -> None:
+  """Runs `run(workdir, smoke, command)` from the command line (absl app):
+  the whole main of a script that takes no flags of its own."""
+
+  def app_main(argv):
+    del argv
+    run(workdir(claim), SMOKE.value, command())
+
+  app.run(app_main)
+
+
+def load_experiment(name: str):
+  """The module experiments/{name}.py, imported once (absl flags and all);
+  then --workdir and --smoke are this module's again."""
+  if name not in sys.modules:
+    spec = importlib.util.spec_from_file_location(
+        name, REPO / "experiments" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules[name] = module
+    _define_flags()
+  return sys.modules[name]
+
+
+def load_config(name: str):
+  """configs/{name}.py's get_config(): a fresh ConfigDict."""
+  spec = importlib.util.spec_from_file_location(
+      f"reproduce_{name}_config", REPO / "configs" / f"{name}.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config()
 
 
 def command() -> str:
@@ -123,10 +174,11 @@ def _finite(value: Any) -> Any:
   return value
 
 
-def write(folder: str, *, claim: str, title: str, source: str, statement: str,
-          verdict: str, our_number: str, method: str, summary: dict,
-          rows: Sequence[dict], figure: Any, cmd: str) -> dict:
-  """Writes numbers.json, results.csv, claim.md and figure.png to `folder`.
+def write(folder: str | os.PathLike, *, claim: str, title: str, source: str,
+          statement: str, verdict: str, our_number: str, method: str,
+          summary: dict, rows: Sequence[dict], figure: Any, cmd: str,
+          smoke: bool = False) -> dict:
+  """Writes claim.md, numbers.json, results.csv and figure.png to `folder`.
 
   Args:
     folder: output folder (created).
@@ -136,11 +188,13 @@ def write(folder: str, *, claim: str, title: str, source: str, statement: str,
     statement: the claim as the source makes it.
     verdict: one of VERDICTS.
     our_number: the headline measurement, one or two sentences.
-    method: Markdown: how it was measured, the derivations, the caveats.
+    method: Markdown: how it was measured, the derivations, the caveats,
+      the tables.
     summary: JSON-able summary numbers (fits, crossovers, rates).
-    rows: the measured rows (flat dicts with the same keys).
+    rows: the measured rows (flat dicts with the same keys), the CSV's rows.
     figure: a matplotlib Figure (saved, then closed).
     cmd: the exact command that made the files.
+    smoke: a smoke run: marked in both files as not a measurement.
   Returns:
     The record written to numbers.json.
   Raises:
@@ -151,9 +205,10 @@ def write(folder: str, *, claim: str, title: str, source: str, statement: str,
   if not rows:
     raise ValueError("rows must be non-empty")
   os.makedirs(folder, exist_ok=True)
-  record = _finite({"claim": claim, "title": title, "source": source,
-                    "verdict": verdict, "our_number": our_number,
-                    "hardware": hardware(), "command": cmd,
+  record = _finite({"claim": claim, "title": title, "statement": statement,
+                    "source": source, "verdict": verdict,
+                    "our_number": our_number, "hardware": hardware(),
+                    "command": cmd, "smoke": smoke,
                     "summary": summary, "rows": list(rows)})
   with open(os.path.join(folder, "numbers.json"), "w") as f:
     json.dump(record, f, indent=2)
@@ -164,13 +219,15 @@ def write(folder: str, *, claim: str, title: str, source: str, statement: str,
   figure.savefig(os.path.join(folder, "figure.png"), dpi=110,
                  bbox_inches="tight")
   plt.close(figure)
+  banner = (["**SMOKE RUN: sizes shrunk to seconds; not a measurement.**", ""]
+            if smoke else [])
   text = "\n".join([
-      f"# {title}", "",
+      f"# {title}", "", *banner,
       f"**Claim.** {statement}", "",
       f"**Source.** {source}", "",
       f"**Our number.** {our_number}", "",
       f"**Verdict: {verdict}.**", "",
-      f"**Hardware.** {hardware()}.", "",
+      f"**Hardware.** {record['hardware']}.", "",
       f"**Command.** `{cmd}`", "",
       "## Method and reading", "", method, "",
       "Numbers: `numbers.json` (summary and rows), `results.csv` (rows); "
@@ -178,15 +235,6 @@ def write(folder: str, *, claim: str, title: str, source: str, statement: str,
   with open(os.path.join(folder, "claim.md"), "w") as f:
     f.write(text)
   return record
-
-
-def tiny_config():
-  """configs/tiny.py's ConfigDict (the project's CPU default)."""
-  path = pathlib.Path(__file__).resolve().parents[2] / "configs" / "tiny.py"
-  spec = importlib.util.spec_from_file_location("reproduce_tiny_config", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config()
 
 
 SMOKE_MODEL = dict(d_model=32, num_layers=1, num_heads=2, num_kv_heads=2,
@@ -199,7 +247,7 @@ def model_config(objective: str, smoke: bool, max_len: int | None = None
   """The tiny config's backbone for `objective` ('ar', 'mdlm', 'bd3lm'), or
   with `smoke` a much smaller one (d32, 1 layer, V 256, max_len 64);
   `max_len` overrides the model's."""
-  config = tiny_config()
+  config = load_config("tiny")
   config.train.objective = objective
   if smoke:
     config.model.update(SMOKE_MODEL)

@@ -16,12 +16,11 @@ token_nll), and the NLL is averaged per position bucket. The control is the
 held-out text itself: the same windows' true continuations scored the same
 way (its curve falls with position as context grows).
 
-Writes exposure_bias.{md,json,csv,png} under --workdir.
+Writes claim.md, numbers.json, results.csv and figure.png under --workdir.
 """
 
 from __future__ import annotations
 
-import csv
 import os
 import sys
 import time
@@ -39,13 +38,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import claim_record_b as claim_record  # noqa: E402
+import claim_record  # noqa: E402
 from lm_decoding.data import pipeline  # noqa: E402
 from lm_decoding.evaluation import entries, quality  # noqa: E402
 from lm_decoding.training import pretrained  # noqa: E402
 
 CLAIM = "exposure_bias"
-_WORKDIR, _SMOKE = claim_record.define_flags(CLAIM)
 _MODELS = flags.DEFINE_string(
     "models_dir", "/tmp/lm_decoding_reproduce/exposure_bias",
     "Where models are trained and the corpus cached.", allow_override=True)
@@ -83,7 +81,7 @@ def tiny_config(smoke: bool, steps: int | None) -> ml_collections.ConfigDict:
     config.data.seq_len = 32
     config.model.update(dict(d_model=32, num_heads=2, num_kv_heads=2,
                              head_dim=16, mlp_dim=64, max_len=40))
-    config.evaluator.model.update(dict(d_model=32, num_heads=2,
+    config.evaluator.model.update(dict(d_model=32, num_layers=1, num_heads=2,
                                        num_kv_heads=2, mlp_dim=64))
     config.train.update(dict(num_steps=2, batch_size=4, warmup_steps=1,
                              eval_every=2, eval_batches=1,
@@ -164,11 +162,6 @@ def run(workdir: str, smoke: bool, models_dir: str, member: str, steps: int,
                         unigram_entropy=round(float(np.mean(
                             scored.row_entropy)), 3),
                         gen_ppl=round(scored.ppl, 2)))
-  os.makedirs(workdir, exist_ok=True)
-  with open(os.path.join(workdir, f"{CLAIM}.csv"), "w", newline="") as f:
-    writer = csv.DictWriter(f, fieldnames=list(table[0]))
-    writer.writeheader()
-    writer.writerows(table)
   centers = (edges[:-1] + edges[1:]) / 2
   fig, ax = plt.subplots(figsize=(7, 4.5))
   for label in series:
@@ -183,8 +176,6 @@ def run(workdir: str, smoke: bool, models_dir: str, member: str, steps: int,
   ax.set_title("Exposure bias: NLL along the generation")
   ax.legend(fontsize=8)
   fig.tight_layout()
-  fig.savefig(os.path.join(workdir, f"{CLAIM}.png"), dpi=120)
-  plt.close(fig)
 
   control_name = "held-out text (control)"
   control = drift[control_name]
@@ -199,7 +190,6 @@ def run(workdir: str, smoke: bool, models_dir: str, member: str, steps: int,
              "contradicted" if not (drifts_up or mitigates) else "mixed")
   sources = "; ".join(loaded[n].describe(n) for n in loaded)
   details = [
-      "## Setting", "",
       f"- models: {sources}",
       f"- both arms at {config.train.num_steps} steps of batch "
       f"{config.train.batch_size} x {config.data.seq_len} tokens (the tiny "
@@ -231,10 +221,11 @@ def run(workdir: str, smoke: bool, models_dir: str, member: str, steps: int,
         f"{np.mean(series[label].row_entropy):.2f} |" for label in series],
   ]
   data = dict(drift=drift, drift_se=drift_se, gen_ppl={k: v.ppl for k, v in series.items()},
-              steps=config.train.num_steps, p_max=p_max, rows=rows,
+              steps=config.train.num_steps, p_max=p_max, prompts=rows,
               output_length=t)
   claim_record.write(
-      workdir, CLAIM, title="Claim 4: exposure bias along long AR generations",
+      workdir, claim=CLAIM,
+      title="Claim 4: exposure bias along long AR generations",
       statement="an AR model trained with teacher forcing drifts off the "
       "data distribution as its own samples feed back: per-token quality "
       "degrades with position in long outputs; scheduled sampling mitigates "
@@ -245,18 +236,21 @@ def run(workdir: str, smoke: bool, models_dir: str, member: str, steps: int,
       f"{plain:+.3f}, with scheduled sampling {ss:+.3f}, held-out text "
       f"{control:+.3f} (standard errors ~{drift_se[control_name]:.2f}); greedy AR {drift[f'{plain_name} greedy']:+.3f} "
       f"({plain_name}, {config.train.num_steps} steps)",
-      verdict=verdict, run_command=run_command, details=details, data=data,
-      figures=(f"{CLAIM}.png",), smoke=smoke)
+      verdict=verdict, cmd=run_command, method="\n".join(details),
+      summary=data, rows=table, figure=fig,
+      smoke=smoke)
   return data
 
 
 def main(argv):
   del argv
+  smoke = claim_record.SMOKE.value
   logging.set_verbosity(logging.WARNING)  # orbax logs every restore
-  run(_WORKDIR.value, _SMOKE.value, _MODELS.value, _MEMBER.value,
+  run(claim_record.workdir(CLAIM),
+      smoke, _MODELS.value, _MEMBER.value,
       _STEPS.value, _P_MAX.value, _RAMP.value, _T.value,
-      _ROWS.value if not _SMOKE.value else 4,
-      _BUCKETS.value if not _SMOKE.value else 2, claim_record.command(),
+      _ROWS.value if not smoke else 4,
+      _BUCKETS.value if not smoke else 2, claim_record.command(),
       _BATCH.value)
 
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import math
 
-from absl import app
 import jax
 import jax.numpy as jnp
 import matplotlib.pyplot as plt
@@ -154,7 +153,7 @@ def _models(smoke: bool):
             "random smoke-size models")
   tokenizer = Tokenizer.load(str(pretrained.DEFAULT_DIR
                                  / pretrained.TOKENIZER_FILE))
-  members = pretrained.member_configs(claim_record.tiny_config())
+  members = pretrained.member_configs(claim_record.load_config("tiny"))
   loaded = []
   for name in ("mdlm", "evaluator"):
     params, source = pretrained.find(members[name], name, tokenizer)
@@ -384,14 +383,8 @@ neither.
       "entropy of masked-diffusion samples and flatters gen-PPL, more so as "
       "the number of sampling steps grows; float64 / high-precision noise "
       "does not.", verdict=verdict, our_number=our, method=method,
-      summary=summary, rows=rows, figure=fig, cmd=cmd)
-
-
-def main(argv):
-  del argv
-  run(claim_record.workdir(CLAIM), claim_record.SMOKE.value,
-      claim_record.command())
+      summary=summary, rows=rows, figure=fig, cmd=cmd, smoke=smoke)
 
 
 if __name__ == "__main__":
-  app.run(main)
+  claim_record.main(CLAIM, run)

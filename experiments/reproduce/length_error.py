@@ -5,7 +5,7 @@ r"""Claim 6: NAR length-prediction errors hurt long outputs most.
       --config.train.checkpoint_every=120
 
 The translation task of experiments/translate.py (its config flag, its
-models and decoders: `translate._model` reuses the models trained under
+models and decoders: `translate.load_members` reuses the models trained under
 --model_workdir with the same config, or trains them there; pass the
 config overrides they were trained with). Decodes the first
 `translate.test_pairs` test pairs with AR greedy (length from EOS), CMLM
@@ -15,23 +15,22 @@ bucket (`translate.BUCKETS`, target tokens): BLEU, the mean absolute and
 signed length error (tokens) and the fraction of exact lengths
 (`translation_metrics.length_error`).
 
-Writes length_error.{md,json,csv,png} under --workdir.
+Writes claim.md, numbers.json, results.csv and figure.png under --workdir.
 """
 
 from __future__ import annotations
 
-import csv
 import os
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import claim_record_b as claim_record  # noqa: E402
+import claim_record  # noqa: E402
 
 # experiments/translate.py defines --workdir too: load it first, so that
 # this script's --workdir (allow_override) is the one parsed.
 translate = claim_record.load_experiment("translate")
-# Its helpers (_model, _decoders, _run, _texts) are reused, not copied.
+# Its load_members and _decoders are reused, not copied.
 # pylint: disable=protected-access
 
 from absl import app  # noqa: E402
@@ -45,10 +44,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from lm_decoding.data import parallel_text  # noqa: E402
 from lm_decoding.evaluation import translation_metrics as tm  # noqa: E402
-from lm_decoding.training import train  # noqa: E402
+from lm_decoding.training import distillation  # noqa: E402
 
 CLAIM = "length_error"
-_WORKDIR, _SMOKE = claim_record.define_flags(CLAIM)
 _MODELS = flags.DEFINE_string("model_workdir", "/tmp/lm_decoding_reproduce/"
                               "translation", "Translation models (and data "
                               "cache) of experiments/translate.py.")
@@ -78,14 +76,9 @@ def bucket_rows(label, hypotheses, counts, references, reference_lengths):
 def run(workdir: str, smoke: bool, config, model_workdir: str,
         run_command: str) -> dict:
   start = time.time()
-  models, summaries = {}, {}
-  for objective in train.TRANSLATION_OBJECTIVES:
-    models[objective], summaries[objective] = translate._model(
-        config, objective, model_workdir)
-  data = parallel_text.prepare(
-      config.data.vocab_size, config.data.max_source_tokens,
-      config.data.max_target_tokens, config.data.path,
-      cache_dir=os.path.join(model_workdir, "data"))
+  members, data = translate.load_members(config, model_workdir,
+                                         retrain=False, export=False)
+  summaries = {name: metrics for name, (_, metrics, _) in members.items()}
   test = data.splits["test"]
   n = config.translate.test_pairs or len(test.pairs)
   prompts, prompt_lengths = parallel_text.prompts(test)
@@ -93,19 +86,15 @@ def run(workdir: str, smoke: bool, config, model_workdir: str,
   references = [p.target for p in test.pairs[:n]]
   reference_lengths = np.asarray(test.target_lengths[:n])
   rows = []
-  for label, objective, decoder in translate._decoders(config):
+  for label, member, decoder in translate._decoders(config):
     if not label.startswith(DECODERS):
       continue
-    tokens, _ = translate._run(decoder, models[objective], prompts,
-                               prompt_lengths, config.translate.batch_size)
-    hypotheses, counts = translate._texts(data.tokenizer, tokens)
+    tokens, _ = distillation.translate_all(decoder, members[member][0],
+                                           prompts, prompt_lengths,
+                                           config.translate.batch_size)
+    hypotheses, counts = distillation.texts(data.tokenizer, tokens)
     rows += bucket_rows(label, hypotheses, counts, references,
                         reference_lengths)
-  os.makedirs(workdir, exist_ok=True)
-  with open(os.path.join(workdir, f"{CLAIM}.csv"), "w", newline="") as f:
-    writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-    writer.writeheader()
-    writer.writerows(rows)
 
   labels = list(dict.fromkeys(r["decoder"] for r in rows))
   fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
@@ -122,8 +111,6 @@ def run(workdir: str, smoke: bool, config, model_workdir: str,
   right.legend(fontsize=7)
   fig.suptitle("Length error and BLEU by reference length")
   fig.tight_layout()
-  fig.savefig(os.path.join(workdir, f"{CLAIM}.png"), dpi=120)
-  plt.close(fig)
 
   def trend(label, key):
     sel = [r for r in rows if r["decoder"] == label and r["sentences"] >= 5]
@@ -142,7 +129,6 @@ def run(workdir: str, smoke: bool, config, model_workdir: str,
   steps = {o: s["steps"] for o, s in summaries.items()}
   best_bleu = max(r["bleu"] for r in rows)
   details = [
-      "## Setting", "",
       f"- models under {model_workdir}: "
       + ", ".join(f"{o} {steps[o]} steps (valid loss "
                   f"{summaries[o]['valid_loss']:.2f})" for o in steps)
@@ -172,7 +158,7 @@ def run(workdir: str, smoke: bool, config, model_workdir: str,
         f"{r['length_relative']} | {r['length_exact']} |" for r in rows],
   ]
   claim_record.write(
-      workdir, CLAIM, title="Claim 6: length errors and long outputs",
+      workdir, claim=CLAIM, title="Claim 6: length errors and long outputs",
       statement="a non-autoregressive model must predict the output length "
       "first; its errors truncate or pad the output and hurt long outputs "
       "most (length beam and CTC are the remedies)",
@@ -182,8 +168,8 @@ def run(workdir: str, smoke: bool, config, model_workdir: str,
       "bucket: " + ", ".join(
           f"{label} {trend(label, 'length_mean_abs'):+.2f}"
           for label in labels) + " tokens",
-      verdict=verdict, run_command=run_command, details=details,
-      data=dict(rows=rows, steps=steps), figures=(f"{CLAIM}.png",),
+      verdict=verdict, cmd=run_command, method="\n".join(details),
+      summary=dict(steps=steps), rows=rows, figure=fig,
       smoke=smoke)
   return dict(rows=rows, verdict=verdict)
 
@@ -192,20 +178,22 @@ def smoke_config(config):
   """`config` shrunk so that training the three models takes seconds."""
   config.data.update(dict(max_source_tokens=20, max_target_tokens=20,
                           seq_len=42))
-  config.model.update(dict(d_model=32, head_dim=8, mlp_dim=64))
+  config.model.update(dict(d_model=32, num_layers=1, head_dim=8, mlp_dim=64))
   config.train.update(dict(num_steps=2, eval_every=2, checkpoint_every=2,
                            batch_size=2, eval_batches=1))
-  config.translate.update(dict(test_pairs=20, batch_size=10))
+  config.translate.update(dict(test_pairs=20, batch_size=10, distill=False))
   return config
 
 
 def main(argv):
   del argv
+  smoke = claim_record.SMOKE.value
   logging.set_verbosity(logging.FATAL)  # orbax logs every restore
   config = translate._CONFIG.value
-  if _SMOKE.value:
+  if smoke:
     config = smoke_config(config)
-  run(_WORKDIR.value, _SMOKE.value, config, _MODELS.value,
+  run(claim_record.workdir(CLAIM),
+      smoke, config, _MODELS.value,
       claim_record.command())
 
 

@@ -17,12 +17,11 @@ learning-rate schedule (warmup, cosine decay to --steps), so an early point
 is not the model a separate run of that budget would give (its rate has not
 decayed); the last point is.
 
-Writes mdlm_ar_ratio.{md,json,csv,png} under --workdir.
+Writes claim.md, numbers.json, results.csv and figure.png under --workdir.
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import shutil
@@ -39,12 +38,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import claim_record_b as claim_record  # noqa: E402
+import claim_record  # noqa: E402
 from lm_decoding.training import pretrained  # noqa: E402
 from lm_decoding.training import train as train_lib  # noqa: E402
 
 CLAIM = "mdlm_ar_ratio"
-_WORKDIR, _SMOKE = claim_record.define_flags(CLAIM)
 _MODELS = flags.DEFINE_string(
     "models_dir", "/tmp/lm_decoding_reproduce/mdlm_ar_ratio",
     "Where the two models are trained and the corpus cached.",
@@ -78,8 +76,9 @@ def config_of(objective: str, steps: int, eval_every: int,
                            eval_batches=eval_batches))
   if smoke:
     config.data.seq_len = 32
-    config.model.update(dict(d_model=32, num_heads=2, num_kv_heads=2,
-                             head_dim=16, mlp_dim=64, max_len=32))
+    config.model.update(dict(d_model=32, num_layers=1, num_heads=2,
+                             num_kv_heads=2, head_dim=16, mlp_dim=64,
+                             max_len=32))
     config.train.update(dict(num_steps=4, eval_every=2, batch_size=4,
                              warmup_steps=1, checkpoint_every=4,
                              eval_batches=1, mdlm_eval_timesteps=2))
@@ -129,11 +128,6 @@ def run(workdir: str, smoke: bool, models_dir: str, steps: int,
     rows.append(dict(step=step, tokens=step * tokens_per_step,
                      ar_ppl=round(ar_ppl, 2), mdlm_bound=round(bound, 2),
                      ratio=round(bound / ar_ppl, 4)))
-  os.makedirs(workdir, exist_ok=True)
-  with open(os.path.join(workdir, f"{CLAIM}.csv"), "w", newline="") as f:
-    writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-    writer.writeheader()
-    writer.writerows(rows)
 
   trained = [r for r in rows if r["step"] > 0]
   fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
@@ -156,8 +150,6 @@ def run(workdir: str, smoke: bool, models_dir: str, steps: int,
   right.legend(fontsize=8)
   fig.suptitle("MDLM bound over AR perplexity against training budget")
   fig.tight_layout()
-  fig.savefig(os.path.join(workdir, f"{CLAIM}.png"), dpi=120)
-  plt.close(fig)
 
   first, last = trained[0], trained[-1]
   falling = last["ratio"] < first["ratio"]
@@ -165,7 +157,6 @@ def run(workdir: str, smoke: bool, models_dir: str, steps: int,
   verdict = ("supported" if falling and within
              else "mixed" if falling else "contradicted")
   details = [
-      "## Setting", "",
       f"- {origin['ar']}; {origin['mdlm']}",
       f"- configs/tiny.py, batch {train_cfg.batch_size} x "
       f"{configs['ar'].data.seq_len} "
@@ -195,7 +186,8 @@ def run(workdir: str, smoke: bool, models_dir: str, steps: int,
   ]
   data = dict(rows=rows, paper=PAPER, origin=origin)
   claim_record.write(
-      workdir, CLAIM, title="Claim 10: MDLM bound / AR perplexity against "
+      workdir, claim=CLAIM,
+      title="Claim 10: MDLM bound / AR perplexity against "
       "training budget",
       statement="masked diffusion's likelihood bound approaches AR "
       "perplexity (within 14-31%) given enough training",
@@ -204,15 +196,18 @@ def run(workdir: str, smoke: bool, models_dir: str, steps: int,
       our_number=f"ratio {first['ratio']} after {first['tokens']:,} tokens "
       f"-> {last['ratio']} after {last['tokens']:,} tokens (AR "
       f"{last['ar_ppl']}, MDLM <= {last['mdlm_bound']})",
-      verdict=verdict, run_command=run_command, details=details, data=data,
-      figures=(f"{CLAIM}.png",), smoke=smoke)
+      verdict=verdict, cmd=run_command, method="\n".join(details),
+      summary=dict(paper=PAPER, origin=origin), rows=rows, figure=fig,
+      smoke=smoke)
   return data
 
 
 def main(argv):
   del argv
+  smoke = claim_record.SMOKE.value
   logging.set_verbosity(logging.WARNING)  # orbax logs every save
-  run(_WORKDIR.value, _SMOKE.value, _MODELS.value, _STEPS.value,
+  run(claim_record.workdir(CLAIM),
+      smoke, _MODELS.value, _STEPS.value,
       _EVERY.value, _EVAL_BATCHES.value, claim_record.command(),
       _CURVES.value)
 

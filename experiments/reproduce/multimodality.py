@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from absl import app
 import jax
 import jax.numpy as jnp
 import matplotlib.pyplot as plt
@@ -279,14 +278,8 @@ the closed form p (a point with p = 0 must measure exactly 0). Largest
       "positions independently produces outputs that are neither mode, at "
       "the rate conditional independence predicts; more (iterative) steps "
       "remove them.", verdict=verdict, our_number=our, method=method,
-      summary=summary, rows=rows, figure=fig, cmd=cmd)
-
-
-def main(argv):
-  del argv
-  run(claim_record.workdir(CLAIM), claim_record.SMOKE.value,
-      claim_record.command())
+      summary=summary, rows=rows, figure=fig, cmd=cmd, smoke=smoke)
 
 
 if __name__ == "__main__":
-  app.run(main)
+  claim_record.main(CLAIM, run)

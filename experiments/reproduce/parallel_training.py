@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import time
 
-from absl import app
 import jax
 import matplotlib.pyplot as plt
 import numpy as np
@@ -38,7 +37,7 @@ def grid(smoke: bool) -> dict:
 def measure(smoke: bool) -> tuple[list[dict], dict]:
   """Rows {objective, length, step_ms, ...}: median train-step times."""
   g = grid(smoke)
-  optimizer = train.make_optimizer(claim_record.tiny_config().train)
+  optimizer = train.make_optimizer(claim_record.load_config("tiny").train)
   rows = []
   for length in g["lengths"]:
     steps, states, first_s = {}, {}, {}
@@ -157,14 +156,9 @@ least 5x faster than the sequential estimate.
       "et al. 2024, MDLM) both train every position at once",
       statement="Training is parallel over positions for both AR and masked "
       "diffusion; only inference differs.", verdict=verdict, our_number=our,
-      method=method, summary=summary, rows=rows, figure=fig, cmd=cmd)
-
-
-def main(argv):
-  del argv
-  run(claim_record.workdir(CLAIM), claim_record.SMOKE.value,
-      claim_record.command())
+      method=method, summary=summary, rows=rows, figure=fig, cmd=cmd,
+      smoke=smoke)
 
 
 if __name__ == "__main__":
-  app.run(main)
+  claim_record.main(CLAIM, run)

@@ -11,7 +11,7 @@ pass; quality is the evaluator's gen-PPL of the workload's samples) and
 compares mean and p95 latency at equal quality: the router against the
 best single policy of each budget.
 
-Writes router_workload.{md,json,csv,png} under --workdir.
+Writes claim.md, numbers.json, results.csv and figure.png under --workdir.
 """
 
 from __future__ import annotations
@@ -30,10 +30,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import claim_record_b as claim_record  # noqa: E402
+import claim_record  # noqa: E402
 
 CLAIM = "router_workload"
-_WORKDIR, _SMOKE = claim_record.define_flags(CLAIM)
 _FROM = flags.DEFINE_string(
     "from_results", str(claim_record.REPO / "experiments" / "results" /
                         "speculative" / "router.csv"),
@@ -91,11 +90,6 @@ def run(workdir: str, smoke: bool, from_results: str,
   start = time.time()
   rows = read_rows(from_results)
   outcomes = compare(rows)
-  os.makedirs(workdir, exist_ok=True)
-  with open(os.path.join(workdir, f"{CLAIM}.csv"), "w", newline="") as f:
-    writer = csv.DictWriter(f, fieldnames=list(outcomes[0]))
-    writer.writeheader()
-    writer.writerows(outcomes)
 
   budgets = list(dict.fromkeys(r["budget"] for r in rows))
   policies = list(dict.fromkeys(r["policy"] for r in rows))
@@ -119,15 +113,12 @@ def run(workdir: str, smoke: bool, from_results: str,
   axes[0][0].set_ylabel("latency per request (ms, batch 1)")
   fig.suptitle("Router vs single decoders on a mixed workload")
   fig.tight_layout()
-  fig.savefig(os.path.join(workdir, f"{CLAIM}.png"), dpi=120)
-  plt.close(fig)
 
   results = [o["outcome"] for o in outcomes]
   verdict = ("supported" if all(r == "wins" for r in results)
              else "contradicted" if any(r == "loses" for r in results)
              else "mixed")
   details = [
-      "## Setting", "",
       f"- rows from {os.path.relpath(from_results, claim_record.REPO)} "
       "(experiments/speculative.py's workload "
       "run: its speculative.md has the command, the models, the budgets and "
@@ -158,21 +149,25 @@ def run(workdir: str, smoke: bool, from_results: str,
       f"{o['single_mean_ms']:.1f}/{o['single_p95_ms']:.1f} ms (mean/p95), "
       f"{o['outcome']}" for o in outcomes)
   claim_record.write(
-      workdir, CLAIM, title="Claim 8: the hybrid router on a mixed workload",
+      workdir, claim=CLAIM,
+      title="Claim 8: the hybrid router on a mixed workload",
       statement="routing each request to AR, parallel or speculative "
       "decoding by its length, latency budget and difficulty beats any one "
       "decoder on a mixed workload",
       source="the first source article's hybrid section (dynamic switching "
       "by request); issue 7",
-      our_number=summary, verdict=verdict, run_command=run_command,
-      details=details, data=dict(outcomes=outcomes),
-      figures=(f"{CLAIM}.png",), smoke=smoke)
+      our_number=summary, verdict=verdict, cmd=run_command,
+      method="\n".join(details),
+      summary={}, rows=outcomes, figure=fig,
+      smoke=smoke)
   return dict(outcomes=outcomes, verdict=verdict)
 
 
 def main(argv):
   del argv
-  run(_WORKDIR.value, _SMOKE.value, _FROM.value, claim_record.command())
+  smoke = claim_record.SMOKE.value
+  run(claim_record.workdir(CLAIM),
+      smoke, _FROM.value, claim_record.command())
 
 
 if __name__ == "__main__":
