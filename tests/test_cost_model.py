@@ -13,9 +13,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-import _loading
-
-from lm_decoding.evaluation import cost, cost_model as cm, report, router
+from lm_decoding.evaluation import checklist, cost, cost_model as cm, report, router
 from lm_decoding.models import (
     KVCache, TransformerConfig, abstract_params, count_params, init_params,
     make_logits_fn)
@@ -253,10 +251,6 @@ def test_recommend_script_smoke(tmp_path):
   assert (tmp_path / "latency.png").stat().st_size > 0
 
 
-def _recommend_module():
-  return _loading.load("recommend", ROOT / "experiments" / "recommend.py")
-
-
 @pytest.mark.parametrize("predictable, limit, metric, hybrid, max_steps, "
                          "expected", [
     (False, 0.0, True, True, 32, "AR"),  # EOS needed, no limit
@@ -271,29 +265,27 @@ def _recommend_module():
 ])
 def test_checklist_answers(predictable, limit, metric, hybrid, max_steps,
                            expected):
-  rec = _recommend_module()
   # AR 1 ms per token, a parallel step 2 ms at any T: at T = 100, K* = 50.
-  curves = rec.Curves(
+  curves = checklist.Curves(
       ar=router.CostCurve("ar", "ar", (1, 1000), (1.0, 1000.0), 1.0),
       parallel_step=router.CostCurve("p", "parallel", (1, 1000), (2.0, 2.0),
                                      1.0), source="test")
-  choice = rec.recommend(curves, predictable, 100, limit, metric, hybrid,
+  choice = checklist.recommend(curves, predictable, 100, limit, metric, hybrid,
                          max_steps)
   assert str(choice) == expected
   assert choice.reasons[0].startswith("AR at T=100: 100.00 ms")
-  assert rec.crossover_length(curves, 32, 1000) == 65  # 64 ms = 64 ms: tie
+  assert checklist.crossover_length(curves, 32, 1000) == 65  # 64 ms = 64 ms: tie
 
 
 def test_recommend_reads_measured_curves(tmp_path):
-  rec = _recommend_module()
   path = tmp_path / "results.csv"
   path.write_text("decoder,batch_size,output_length,nfe,ms_min\n"
                   "AR cached,1,32,32,40.0\nAR cached,1,128,128,160.0\n"
                   "MDLM K=32,1,32,32,64.0\nMDLM K=32,1,128,32,96.0\n"
                   "AR cached,8,32,32,99.0\n")
-  curves = rec.measured_curves(str(path), 1, "AR cached", "MDLM K=32")
+  curves = checklist.measured_curves(str(path), 1, "AR cached", "MDLM K=32")
   assert curves.ar_ms(64) == 80.0
   # Per step 64 / 32 = 2 ms at T = 32, 96 / 32 = 3 ms at 128: 2 + 1/3 at 64.
   assert curves.parallel_ms(64, 10) == pytest.approx(10 * (2 + 1 / 3))
   with pytest.raises(ValueError, match="1 rows labelled .AR cached. at batch_size=8"):
-    rec.measured_curves(str(path), 8, "AR cached", "MDLM K=32")
+    checklist.measured_curves(str(path), 8, "AR cached", "MDLM K=32")
