@@ -44,7 +44,7 @@ def tokenizer():
 
 
 @pytest.fixture(scope="module")
-def test_split(tokenizer):
+def held_out_pairs(tokenizer):
   test = pt.split_pairs(pt.read_pairs())["test"][:40]
   return pt.encode_pairs(tokenizer, test, CONFIG.data.max_source_tokens,
                          CONFIG.data.max_target_tokens)
@@ -75,7 +75,7 @@ def _decoder(objective):
 
 @pytest.mark.parametrize("name", list(MEMBERS))
 def test_member_loads_with_its_manifest_and_translates(name, tokenizer,
-                                                       test_split):
+                                                       held_out_pairs):
   member = MEMBERS[name]
   params, reason = pretrained.find(member, name, tokenizer, SET)
   assert params is not None, reason
@@ -90,7 +90,7 @@ def test_member_loads_with_its_manifest_and_translates(name, tokenizer,
           f"stopped at step {steps} of"))
   assert {x.dtype for x in jax.tree.leaves(params)} == {np.dtype("float32")}
   model = base.Model(make_logits_fn(train.model_config(member)), params)
-  prompts, lengths = pt.prompts(test_split)
+  prompts, lengths = pt.prompts(held_out_pairs)
   tokens, _ = distillation.translate_all(
       _decoder(member.train.objective), model, prompts[:N], lengths[:N], N)
   hypotheses, _ = distillation.texts(tokenizer, tokens)
