@@ -41,6 +41,7 @@ from lm_decoding.decoding import base
 from lm_decoding.decoding import iterative
 from lm_decoding.evaluation import cost, quality
 from lm_decoding.evaluation.entries import Planned
+from lm_decoding.models import count_params
 from lm_decoding.parallel import sharded, sharding
 
 SPREAD_FLAG = 0.10  # timing spread (IQR / median) above which a row is flagged
@@ -91,8 +92,7 @@ def _per_device_columns(row: dict, models: Mapping[str, base.Model],
   for role, member in roles:
     params = models[member].params
     weight_bytes += row["calls"][role] * cost.param_bytes(params)
-    flops += 2.0 * row["forward_tokens"][role] * sum(
-        x.size for x in jax.tree.leaves(params))
+    flops += 2.0 * row["forward_tokens"][role] * count_params(params)
   return {"devices": devices,
           "weight_GBps_per_device": weight_bytes / seconds / devices / 1e9,
           "GFLOPs_per_device": flops / seconds / devices / 1e9}

@@ -485,8 +485,9 @@ def _fingerprint(config: ml_collections.ConfigDict) -> dict:
   fingerprint = {"data": config.data.to_dict(),
                  "model": config.model.to_dict(),
                  "objective": config.train.objective}
-  if scheduled_sampling(config) is not None:  # absent: old checkpoints fit
-    fingerprint["scheduled_sampling"] = list(scheduled_sampling(config))
+  scheduled = scheduled_sampling(config)
+  if scheduled is not None:  # absent: old checkpoints fit
+    fingerprint["scheduled_sampling"] = list(scheduled)
   return fingerprint
 
 
