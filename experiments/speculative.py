@@ -59,6 +59,7 @@ router.csv (and the router's table in speculative.md) under --out;
 from __future__ import annotations
 
 import csv
+import functools
 import os
 import platform
 import sys
@@ -168,18 +169,13 @@ def decoder_fn(decoder):
 
 def interleaved(systems: dict, runs: int) -> tuple[dict, dict]:
   """Runs each (compiled, args) of `systems` once untimed (warm-up), then
-  times each once per round, in turn, for `runs` rounds; returns
-  ({name: [seconds]}, {name: last output})."""
+  times them in turns (`cost.interleaved`); returns ({name: [seconds]},
+  {name: last output})."""
   for compiled, args in systems.values():
     jax.block_until_ready(compiled(*args))
-  times = {name: [] for name in systems}
-  outputs = {}
-  for _ in range(runs):
-    for name, (compiled, args) in systems.items():
-      start = time.perf_counter()
-      outputs[name] = jax.block_until_ready(compiled(*args))
-      times[name].append(time.perf_counter() - start)
-  return times, outputs
+  return cost.interleaved(
+      {name: functools.partial(compiled, *args)
+       for name, (compiled, args) in systems.items()}, runs)
 
 
 def build(text: str, output_length: int, temperature: float):

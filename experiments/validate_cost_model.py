@@ -25,9 +25,9 @@ one run: checks the pipeline in seconds.
 
 import csv
 import dataclasses
+import functools
 import os
 import sys
-import time
 
 from absl import app
 from absl import flags
@@ -109,16 +109,14 @@ def _decode_fn(name, config, **options):
 
 def _interleaved(calls: dict, runs: int) -> dict:
   """{name: (Timing, last output)}: each call compiled and warmed up once,
-  then timed in rounds, one run of every call per round."""
-  compiled, compile_s, times, outs = {}, {}, {n: [] for n in calls}, {}
+  then timed in turns (`cost.interleaved`)."""
+  compiled, compile_s = {}, {}
   for name, (fn, args) in calls.items():
     timing, compiled[name], _ = cost.measure(fn, args, warmup=0, runs=1)
     compile_s[name] = timing.compile_s
-  for _ in range(runs):
-    for name, (_, args) in calls.items():
-      start = time.perf_counter()
-      outs[name] = jax.block_until_ready(compiled[name](*args))
-      times[name].append(time.perf_counter() - start)
+  times, outs = cost.interleaved(
+      {name: functools.partial(compiled[name], *args)
+       for name, (_, args) in calls.items()}, runs)
   return {n: (cost.Timing(compile_s[n], float(sorted(t)[len(t) // 2]),
                           tuple(t)), outs[n]) for n, t in times.items()}
 

@@ -181,3 +181,21 @@ def test_decode_cost_structure():
   assert r.ttft_ms == pytest.approx(1.0)
   with pytest.raises(TypeError, match="DecodeResult"):
     cost.decode_cost(lambda x: x + 1, jnp.ones(3), runs=1)
+
+
+def test_interleaved_times_the_calls_in_turns_and_keeps_the_last_outputs():
+  order = []
+
+  def call(name):
+    def run():
+      order.append(name)
+      return jnp.asarray(len(order))
+    return run
+
+  times, outputs = cost.interleaved({"a": call("a"), "b": call("b")}, 3)
+  assert order == ["a", "b"] * 3
+  assert {n: len(t) for n, t in times.items()} == {"a": 3, "b": 3}
+  assert all(s >= 0 for t in times.values() for s in t)
+  assert (int(outputs["a"]), int(outputs["b"])) == (5, 6)
+  with pytest.raises(ValueError, match="runs=0 must be >= 1"):
+    cost.interleaved({"a": call("a")}, 0)

@@ -30,7 +30,6 @@ import os
 import pathlib
 import platform
 import sys
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -122,24 +121,13 @@ def hardware() -> str:
 
 def interleaved(calls: dict[str, Callable[[], Any]], runs: int
                 ) -> dict[str, float]:
-  """Median wall seconds of each call, timed in turns (A, B, A, B, ...).
-
-  On a shared machine interference drifts; timing the systems in turns
-  spreads it over all of them. Each call must be compiled already (e.g. a
-  `cost.measure` executable with its arguments bound) and is ended by
-  `jax.block_until_ready`.
+  """Median wall seconds of each (compiled) call, timed in turns
+  (`cost.interleaved`).
 
   Raises:
     ValueError: runs < 1 or no calls.
   """
-  if runs < 1 or not calls:
-    raise ValueError(f"runs={runs} must be >= 1 and calls non-empty")
-  times = {name: [] for name in calls}
-  for _ in range(runs):
-    for name, call in calls.items():
-      start = time.perf_counter()
-      jax.block_until_ready(call())
-      times[name].append(time.perf_counter() - start)
+  times, _ = cost.interleaved(calls, runs)
   return {name: float(np.median(t)) for name, t in times.items()}
 
 

@@ -130,6 +130,32 @@ class CostAnalysis:
   temp_bytes: int | None
 
 
+def interleaved(calls: dict[str, Callable[[], Any]], runs: int
+                ) -> tuple[dict[str, list[float]], dict[str, Any]]:
+  """Times zero-argument calls in turns (A, B, A, B, ...), `runs` rounds.
+
+  On a shared machine interference drifts; timing the systems in turns
+  spreads it over all of them, so their per-round ratios are robust. Each
+  call should be compiled and warmed up already; each is ended by
+  `jax.block_until_ready`.
+
+  Returns:
+    ({name: [wall seconds per round]}, {name: the last round's output}).
+  Raises:
+    ValueError: runs < 1 or no calls.
+  """
+  if runs < 1 or not calls:
+    raise ValueError(f"runs={runs} must be >= 1 and calls non-empty")
+  times = {name: [] for name in calls}
+  outputs = {}
+  for _ in range(runs):
+    for name, call in calls.items():
+      start = time.perf_counter()
+      outputs[name] = jax.block_until_ready(call())
+      times[name].append(time.perf_counter() - start)
+  return times, outputs
+
+
 def cost_analysis(compiled: Any) -> CostAnalysis:
   """FLOPs, bytes and memory of a `jax.stages.Compiled` (from `.compile()`).
 
