@@ -23,7 +23,9 @@ from lm_decoding.data import parallel_text
 from lm_decoding.decoding import base
 from lm_decoding.decoding.autoregressive import check_prompts
 from lm_decoding.special_tokens import BOS_ID, EOS_ID, MASK_ID, PAD_ID
-from lm_decoding.training.translation_objectives import ctc_frame_logits
+# A module import, not a name: translation_objectives imports the decoding
+# package (iterative.top_n), whose __init__ imports this module.
+from lm_decoding.training import translation_objectives
 
 
 def collapse(frames_BxF: jax.Array, frame_valid_BxF: jax.Array,
@@ -57,7 +59,7 @@ def collapse(frames_BxF: jax.Array, frame_valid_BxF: jax.Array,
 def _decode(decoder, models, prompts_BxP, prompt_lengths_B):
   cost = base.Cost.zero(decoder.roles)
   model = models["model"]
-  frames_BxFxV, frame_valid_BxF, _ = ctc_frame_logits(
+  frames_BxFxV, frame_valid_BxF, _ = translation_objectives.ctc_frame_logits(
       model.logits_fn, model.params, prompts_BxP, prompt_lengths_B,
       decoder.upsample)
   cost = cost.add("model", jnp.zeros(
