@@ -143,26 +143,27 @@ def test_router_workload_smoke(tmp_path):
   assert [o["budget"] for o in data["outcomes"]] == ["tight", "loose"]
 
 
+def _run_script(name, *args):
+  """Runs experiments/reproduce/{name}.py --smoke in a subprocess: the
+  experiment scripts it loads (translate.py, speculative.py) define --config
+  like compare_decoding.py, so they cannot share a test process with it."""
+  proc = subprocess.run(
+      [sys.executable, str(REPRODUCE / f"{name}.py"), "--smoke", *args],
+      capture_output=True, text=True, cwd=ROOT, check=False)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+
+
 def test_speculative_agreement_smoke(tmp_path):
-  agreement = _script("speculative_agreement")
-  data = agreement.run(tmp_path / "out", True, str(
-      ROOT / "experiments" / "results" / "speculative" / "speculative.csv"),
-                       str(tmp_path / "data"), [1], 4, 1, "cmd",
-                       loop_steps=2)
-  _record(tmp_path / "out", "speculative_agreement")
-  assert len(data["live"]) == 1 and data["live"][0]["draft"] == "random_draft"
-  assert 0.0 <= data["live"][0]["alpha"] <= 1.0
+  _run_script("speculative_agreement", f"--workdir={tmp_path / 'out'}",
+              f"--data_dir={tmp_path / 'data'}")
+  live = _record(tmp_path / "out", "speculative_agreement")["summary"]["live"]
+  assert len(live) == 1 and live[0]["draft"] == "random_draft"
+  assert 0.0 <= live[0]["alpha"] <= 1.0
 
 
 def test_length_error_smoke(tmp_path):
-  # A subprocess: experiments/translate.py and experiments/speculative.py
-  # both define --config, so they cannot share one process.
-  proc = subprocess.run(
-      [sys.executable, str(REPRODUCE / "length_error.py"), "--smoke",
-       f"--workdir={tmp_path / 'out'}",
-       f"--model_workdir={tmp_path / 'models'}"],
-      capture_output=True, text=True, cwd=ROOT, check=False)
-  assert proc.returncode == 0, proc.stderr[-2000:]
+  _run_script("length_error", f"--workdir={tmp_path / 'out'}",
+              f"--model_workdir={tmp_path / 'models'}")
   record = _record(tmp_path / "out", "length_error")
   rows = record["rows"]
   decoders = {r["decoder"] for r in rows}
