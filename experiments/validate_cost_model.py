@@ -1,4 +1,4 @@
-r"""The cost model's predictions against measured CPU decodes.
+r"""The cost model's predictions against measured decodes (CPU or GPU).
 
   python experiments/validate_cost_model.py \
       --workdir=experiments/results/cost_model
@@ -13,13 +13,16 @@ random parameters (cost does not depend on the weights):
 The two are timed interleaved (ar, mdlm, ar, mdlm, ...) after compiling both;
 the error is (predicted - measured) / measured on the fastest run (other jobs
 only ever add time), the median shown beside it. Two profiles predict each
-point: the saved CPU profile (run experiments/measure_cpu_profile.py first;
---profile_path), and one whose peak FLOP/s and bandwidth are re-measured
-right after the point's timed runs (same methods, smaller: --point_matmul_size,
---point_bandwidth_bytes), because the load of a shared machine drifts
-between minutes. Writes results.csv, report.md (with this command and the
-predicted crossovers K* and T* for H100, H200 and TPU v5e) and
-predicted_vs_measured.png under --workdir. --smoke: a tiny model, B 1,
+point: the saved profile (--profile: by default the measured CPU profile,
+run experiments/measure_cpu_profile.py first; --profile_path; or a published
+one such as h200), and the measured profile of --profile_path with its peak
+FLOP/s and bandwidth re-measured right after the point's timed runs (same
+methods, smaller: --point_matmul_size, --point_bandwidth_bytes), because the
+load of a shared machine drifts between minutes. --dtype sets the models'
+parameters and compute and the re-measured matmul (bfloat16 on a GPU:
+experiments/gpu_record.py). Writes results.csv, report.md (with this
+command and the predicted crossovers K* and T* for H100, H200 and TPU v5e)
+and predicted_vs_measured.png under --workdir. --smoke: a tiny model, B 1,
 one run: checks the pipeline in seconds.
 """
 
@@ -76,9 +79,18 @@ _OUTPUT_LENGTH = flags.DEFINE_integer("output_length", 64,
                                       "New tokens T.")
 _STEPS = flags.DEFINE_integer("steps", 2, "MDLM steps timed per decode.")
 _RUNS = flags.DEFINE_integer("runs", 3, "Timed rounds (ar, mdlm) per point.")
-_PROFILE_PATH = flags.DEFINE_string("profile_path",
-                                    cost_model.CPU_PROFILE_PATH,
-                                    "The measured CPU profile (JSON).")
+_PROFILE = flags.DEFINE_enum(
+    "profile", "cpu", cost_model.PROFILE_NAMES,
+    "The saved profile: 'cpu' reads --profile_path, the others are "
+    "published (cost_model.PROFILES).")
+_PROFILE_PATH = flags.DEFINE_string(
+    "profile_path", cost_model.CPU_PROFILE_PATH,
+    "The measured profile (JSON, experiments/measure_cpu_profile.py): the "
+    "per-point profile's step overhead, and the saved one if --profile=cpu.")
+_DTYPE = flags.DEFINE_enum(
+    "dtype", "float32", ["float32", "bfloat16"],
+    "Parameter and compute dtype of the timed models and of the per-point "
+    "matmul peak.")
 _POINT_MATMUL = flags.DEFINE_integer(
     "point_matmul_size", 1024, "Matmul size of the per-point peak FLOP/s.")
 _POINT_BYTES = flags.DEFINE_integer(
@@ -95,7 +107,8 @@ def _config(size: str, attention: str) -> TransformerConfig:
   if size not in SIZES:
     raise ValueError(f"size={size!r}; allowed: {sorted(SIZES)}")
   return TransformerConfig(max_len=_PROMPT_LEN.value + _OUTPUT_LENGTH.value,
-                           attention=attention, **SIZES[size])
+                           attention=attention, dtype=_DTYPE.value,
+                           param_dtype=_DTYPE.value, **SIZES[size])
 
 
 def _decode_fn(name, config, **options):
@@ -121,11 +134,12 @@ def _interleaved(calls: dict, runs: int) -> dict:
                           tuple(t)), outs[n]) for n, t in times.items()}
 
 
-def _point_profile(saved):
-  """`saved` with peak FLOP/s and bandwidth measured now."""
+def _point_profile(base):
+  """`base` with peak FLOP/s and bandwidth measured now."""
   return dataclasses.replace(
-      saved, name="cpu (now)",
-      peak_flops=cost.measure_peak_flops(_POINT_MATMUL.value, runs=3),
+      base, name=f"{base.name} (now)",
+      peak_flops=cost.measure_peak_flops(_POINT_MATMUL.value, runs=3,
+                                         dtype=_DTYPE.value),
       bandwidth=cost.measure_bandwidth(_POINT_BYTES.value, runs=3))
 
 
@@ -136,7 +150,7 @@ def _predict(causal, bidirectional, batch, profile):
                                                     t, profile)}
 
 
-def _measure_point(size, batch, saved):
+def _measure_point(size, batch, saved, base):
   p, t = _PROMPT_LEN.value, _OUTPUT_LENGTH.value
   causal, bidirectional = (_config(size, "causal"),
                            _config(size, "bidirectional"))
@@ -149,7 +163,7 @@ def _measure_point(size, batch, saved):
       "denoise_step": (_decode_fn("mdlm", bidirectional, steps=_STEPS.value,
                                   reuse_logits=False, early_stop=False),
                        args)}, _RUNS.value)
-  profile = _point_profile(saved)
+  profile = _point_profile(base)
   predicted = _predict(causal, bidirectional, batch, profile)
   predicted_saved = _predict(causal, bidirectional, batch, saved)
   # The roofline term that dominates a cached AR step / a full pass.
@@ -199,7 +213,8 @@ def _plot(rows, path):
                   alpha=0.15, label="within 2x")
   ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi),
          xlabel="measured ms (min of runs)", ylabel="predicted ms (roofline)",
-         title="cost model on this CPU (marker size ~ batch)")
+         title=f"cost model on {jax.devices()[0].device_kind} "
+         "(marker size ~ batch)")
   ax.grid(True, which="both", alpha=0.3)
   ax.legend(fontsize=7)
   fig.tight_layout()
@@ -232,30 +247,38 @@ def crossover_lines(prompt_len: int) -> list[str]:
 def _report(rows, profile, load, path):
   errors = sorted(abs(r["error"]) for r in rows)
   saved_errors = sorted(abs(r["error_saved"]) for r in rows)
+  device = jax.devices()[0]
+  on_cpu = device.platform == "cpu"
   lines = [
-      "# Cost model against measured CPU decodes", "",
+      f"# Cost model against measured decodes on {device.device_kind}", "",
       "Command:", "", "```",
       "python " + " ".join(sys.argv), "```", "",
-      f"Saved profile: peak {profile.peak_flops / 1e9:.1f} GFLOP/s, bandwidth "
-      f"{profile.bandwidth / 1e9:.2f} GB/s, overhead "
-      f"{profile.step_overhead_s * 1e6:.2f} us/step ({profile.source}).", "",
-      f"The machine was shared with other jobs (load average {load[0]:.1f} "
-      f"at the start, {load[1]:.1f} at the end, on {os.cpu_count()} cores): "
-      "times move by 15% or more between runs, the profile too.", "",
-      f"P = {_PROMPT_LEN.value}, T = {_OUTPUT_LENGTH.value}; ar: a whole "
+      f"Saved profile {profile.name}: peak {profile.peak_flops / 1e9:.1f} "
+      f"GFLOP/s, bandwidth {profile.bandwidth / 1e9:.2f} GB/s, overhead "
+      f"{profile.step_overhead_s * 1e6:.2f} us/step ({profile.source}).", ""]
+  if on_cpu:
+    lines += [
+        f"The machine was shared with other jobs (load average {load[0]:.1f} "
+        f"at the start, {load[1]:.1f} at the end, on {os.cpu_count()} cores): "
+        "times move by 15% or more between runs, the profile too.", ""]
+  lines += [
+      f"P = {_PROMPT_LEN.value}, T = {_OUTPUT_LENGTH.value}, {_DTYPE.value} "
+      "parameters and compute; ar: a whole "
       "decode (prefill + T - 1 cached steps); denoise_step: one full pass "
       f"over P + T positions (an MDLM decode of {_STEPS.value} steps / NFE). "
       "error = (predicted - measured min) / measured min. bound: the "
       "roofline term that dominates one step (FLOPs / peak or bytes / "
-      "bandwidth). MB: parameter megabytes (MiB); the CPU's L3 cache holds "
-      "32 MiB, so the small and medium models are read from cache, not "
-      "from DRAM, and the bandwidth term (DRAM) overestimates their "
-      "bytes-bound steps. The measured decodes also sample (Gumbel noise "
+      "bandwidth). MB: parameter megabytes (MiB)"
+      + ("; the CPU's L3 cache holds "
+         "32 MiB, so the small and medium models are read from cache, not "
+         "from DRAM, and the bandwidth term (DRAM) overestimates their "
+         "bytes-bound steps" if on_cpu else "")
+      + ". The measured decodes also sample (Gumbel noise "
       "in `mode=\"high\"`, per position and vocabulary entry) and update "
       "their state; the model counts the forward passes only.", "",
       "| size | params | MB | B | kind | bound | GFLOP/s now | GB/s now | "
       "predicted ms | measured min ms | measured median ms | error | "
-      "predicted ms (saved) | error (saved) |",
+      f"predicted ms (saved: {profile.name}) | error (saved) |",
       "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
   for r in rows:
     lines.append(
@@ -306,12 +329,13 @@ def main(argv):
   for size in _SIZES.value:
     if size not in SIZES:
       raise app.UsageError(f"--sizes: {size!r}; allowed: {sorted(SIZES)}")
-  profile = cost_model.profile_from_json(_PROFILE_PATH.value)
+  measured = cost_model.profile_from_json(_PROFILE_PATH.value)
+  profile = cost_model.load_profile(_PROFILE.value, _PROFILE_PATH.value)
   load_start = os.getloadavg()[0]
   rows = []
   for size in _SIZES.value:
     for batch in map(int, _BATCH_SIZES.value):
-      rows += _measure_point(size, batch, profile)
+      rows += _measure_point(size, batch, profile, measured)
   os.makedirs(_WORKDIR.value, exist_ok=True)
   with open(os.path.join(_WORKDIR.value, "results.csv"), "w",
             newline="") as f:

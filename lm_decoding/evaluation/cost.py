@@ -202,18 +202,23 @@ def measure_bandwidth(num_bytes: int = 1 << 28, runs: int = 5) -> float:
   return x.nbytes / time_fn(jnp.sum, x, runs=runs).median_s
 
 
-def measure_peak_flops(size: int = 2048, runs: int = 5) -> float:
-  """Measured float32 matmul throughput of the default device, FLOP/s.
+def measure_peak_flops(size: int = 2048, runs: int = 5,
+                       dtype: Any = jnp.float32) -> float:
+  """Measured matmul throughput of the default device, FLOP/s.
 
-  Times jnp.dot of two size x size float32 matrices (median of `runs`):
-  2 size^3 FLOPs over the time. About 100 GFLOP/s on an idle 2-core CPU.
+  Times jnp.dot of two size x size matrices of `dtype` (median of `runs`):
+  2 size^3 FLOPs over the time. The matrices hold random normal values, not
+  constants, which let a GPU's matrix units run faster than on real data.
+  About 100 GFLOP/s in float32 on an idle 2-core CPU; give the model's
+  compute dtype (e.g. 'bfloat16' on a GPU or TPU) and a size that fills the
+  device (8192 on an H100 / H200).
 
   Raises:
     ValueError: if size < 1 or runs < 1.
   """
   if size < 1:
     raise ValueError(f"size={size} must be >= 1")
-  a = jnp.ones((size, size), jnp.float32)
+  a = jax.random.normal(jax.random.key(0), (size, size), dtype)
   return 2 * size ** 3 / time_fn(jnp.dot, a, a, runs=runs).median_s
 
 

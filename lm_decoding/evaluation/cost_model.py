@@ -120,6 +120,20 @@ PROFILES = {p.name: p for p in (
         "275 TFLOPs bf16; HBM2 bandwidth 1,200 GBps); overhead assumed"),
 )}
 PROFILE_NAMES = ("cpu",) + tuple(PROFILES)
+# Pieces of `jax.Device.device_kind` (lower case) -> the published profile.
+# The H100's PCIe part has other figures: only the SXM part, which JAX names
+# 'NVIDIA H100 80GB HBM3', matches.
+_DEVICE_KINDS = (("h200", "h200"), ("h100 80gb hbm3", "h100_sxm"),
+                 ("tpu v5 lite", "tpu_v5e"), ("tpu v5e", "tpu_v5e"),
+                 ("tpu v4", "tpu_v4"))
+
+
+def published_profile(device_kind: str) -> str | None:
+  """The name of the published profile (`PROFILES`) of a JAX device kind,
+  e.g. 'NVIDIA H200' -> 'h200'; None when none matches (a CPU, another
+  accelerator)."""
+  kind = device_kind.lower()
+  return next((name for piece, name in _DEVICE_KINDS if piece in kind), None)
 
 
 def profile_from_json(path: str) -> HardwareProfile:
