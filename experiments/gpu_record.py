@@ -78,9 +78,13 @@ def slug(device_kind: str) -> str:
 def device_info() -> dict:
   """The default device and the software that drives it, as a dict."""
   devices = jax.devices()
+  # The PJRT client's version string (CUDA / TPU runtime); not a documented
+  # attribute of every jax version, hence the fallbacks.
+  runtime = getattr(getattr(devices[0], "client", None), "platform_version",
+                    "unknown")
   info = {"device_kind": devices[0].device_kind,
           "platform": devices[0].platform, "device_count": len(devices),
-          "runtime": " ".join(devices[0].client.platform_version.split()),
+          "runtime": " ".join(str(runtime).split()),
           "jax": jax.__version__, "host": platform.node(),
           "cpu_count": os.cpu_count(), "python": platform.python_version()}
   if shutil.which("nvidia-smi"):
