@@ -42,9 +42,6 @@ from lm_decoding.parallel import multihost, sharding
 WORKER = pathlib.Path(__file__).with_name("_multihost_worker.py")
 TIMEOUT_S = 240  # a generous bound for a busy machine; idle it takes < 60 s
 LOSS_RTOL, PARAM_ATOL = 1e-5, 1e-4
-# All three processes compile without LLVM's optimisations: half the compile
-# time, the same for the reference and the processes it is compared with.
-XLA_FLAGS = "--xla_backend_optimization_level=0"
 
 
 @pytest.mark.parametrize("args, message", [
@@ -108,7 +105,7 @@ def _start(args, log):
   return subprocess.Popen(
       [sys.executable, str(WORKER), *map(str, args)], stdout=log,
       stderr=subprocess.STDOUT, start_new_session=True,
-      env=dict(os.environ, XLA_FLAGS=XLA_FLAGS, JAX_PLATFORMS="cpu"))
+      env=dict(os.environ, JAX_PLATFORMS="cpu"))  # XLA_FLAGS: conftest.py
 
 
 def test_two_processes_equal_one_process(tmp_path):

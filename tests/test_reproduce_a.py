@@ -20,6 +20,10 @@ import pytest
 
 import _loading
 
+# Its module-scoped fixture is expensive: all its tests run in one xdist
+# worker (setup.cfg: --dist loadgroup), so the fixture runs once.
+pytestmark = pytest.mark.xdist_group("test_reproduce_a")
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "experiments" / "reproduce"
 _loading.load("claim_record", SCRIPTS / "claim_record.py")  # the sibling import

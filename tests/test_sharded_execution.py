@@ -17,13 +17,16 @@ import pytest
 
 import _sharded_execution  # imports no JAX devices
 
+# Its module-scoped fixture is expensive: all its tests run in one xdist
+# worker (setup.cfg: --dist loadgroup), so the fixture runs once.
+pytestmark = pytest.mark.xdist_group("test_sharded_execution")
+
 SCRIPT = pathlib.Path(__file__).with_name("_sharded_execution.py")
 
 
 @pytest.fixture(scope="module")
 def results():
-  env = dict(os.environ,
-             XLA_FLAGS="--xla_force_host_platform_device_count=8")
+  env = dict(os.environ)  # _sharded_execution.main adds the 8 devices
   proc = subprocess.run([sys.executable, str(SCRIPT)], env=env,
                         capture_output=True, text=True, timeout=1800)
   lines = {}
