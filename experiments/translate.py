@@ -287,6 +287,7 @@ def main(argv):
   batch = config.translate.batch_size
   rows, bucket_rows, samples = [], [], {}
   signature = ""
+  load = [os.getloadavg()[0]]  # 1-minute load average: other jobs skew timings
   for label, member, decoder in _decoders(config):
     model = members[member][0]
     distillation.translate_all(decoder, model, prompts[:batch],
@@ -332,6 +333,7 @@ def main(argv):
     row["speedup_vs_ar_beam"] = round(
         ar_beam["ms_per_sentence"] / row["ms_per_sentence"], 2)
   latency_rows = _latency(config, members, prompts, prompt_lengths)
+  load.append(os.getloadavg()[0])
   _write_csv(os.path.join(out_dir, "results.csv"), rows)
   _write_csv(os.path.join(out_dir, "buckets.csv"), bucket_rows)
   _write_csv(os.path.join(out_dir, "latency.csv"), latency_rows)
@@ -340,7 +342,7 @@ def main(argv):
   with open(os.path.join(out_dir, "speedup.md"), "w") as f:
     f.write(speedup + "\n")
   _report(config, rows, bucket_rows, latency_rows, speedup, samples, members,
-          references, data, n, signature, time.time() - start, out_dir)
+          references, data, n, signature, time.time() - start, load, out_dir)
   print(f"wrote {out_dir} ({time.time() - start:.0f} s)")
 
 
@@ -423,7 +425,7 @@ def _table(rows, keys):
 
 
 def _report(config, rows, bucket_rows, latency_rows, speedup, samples,
-            members, references, data, n, signature, seconds, out_dir):
+            members, references, data, n, signature, seconds, load, out_dir):
   models = []
   for name, (_, metrics, source) in members.items():
     line = (f"- {name}: {metrics['num_params']:,} parameters, "
@@ -440,8 +442,10 @@ def _report(config, rows, bucket_rows, latency_rows, speedup, samples,
       f"<= {config.data.max_source_tokens} / "
       f"{config.data.max_target_tokens} tokens; {data.describe()}). "
       f"Batch {t.batch_size}, argmax decoding, {seconds / 60:.1f} minutes "
-      "in all, on a shared 2-core CPU with other jobs running (timings are "
-      "noisy).", "",
+      f"in all (training included), on {os.cpu_count()} CPU cores; 1-minute "
+      f"load average {load[0]:.1f} when decoding began and {load[1]:.1f} "
+      "when it ended (above the core count, other jobs were running and "
+      "the timings are noisy).", "",
       f"Training budget per model: {config.train.num_steps} steps of batch "
       f"{config.train.batch_size}, d_model {config.model.d_model}, "
       f"{config.model.num_layers} layers (configs/translation.py).", "",
