@@ -23,9 +23,6 @@ from lm_decoding.parallel import sharding
 from lm_decoding.special_tokens import EOS_ID
 from stubs import TableLogitsFn
 
-# Its module-scoped fixture is expensive: all its tests run in one xdist
-# worker (setup.cfg: --dist loadgroup), so the fixture runs once.
-pytestmark = pytest.mark.xdist_group("test_comparison")
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 VOCAB = 400

@@ -14,10 +14,6 @@ from lm_decoding.data.tokenizer import (
 
 VOCAB = 4096
 
-# Its module-scoped fixture is expensive: all its tests run in one xdist
-# worker (setup.cfg: --dist loadgroup), so the fixture runs once.
-pytestmark = pytest.mark.xdist_group("test_data")
-
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):

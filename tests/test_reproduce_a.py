@@ -20,10 +20,6 @@ import pytest
 
 import _loading
 
-# Its module-scoped fixture is expensive: all its tests run in one xdist
-# worker (setup.cfg: --dist loadgroup), so the fixture runs once.
-pytestmark = pytest.mark.xdist_group("test_reproduce_a")
-
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "experiments" / "reproduce"
 _loading.load("claim_record", SCRIPTS / "claim_record.py")  # the sibling import
@@ -35,15 +31,25 @@ def script(name):
   return _loading.load(f"reproduce_{name}", SCRIPTS / f"{name}.py")
 
 
+class _Records(dict):
+  """{claim: (folder, numbers.json)}, each script's smoke run made when a
+  test first asks for it: a pytest-xdist worker runs only the scripts of
+  the tests it was given."""
+
+  def __init__(self, tmp_path_factory):
+    super().__init__()
+    self._tmp = tmp_path_factory
+
+  def __missing__(self, name):
+    folder = self._tmp.mktemp(name)
+    script(name).run(str(folder), smoke=True, cmd=f"smoke {name}")
+    self[name] = (folder, json.loads((folder / "numbers.json").read_text()))
+    return self[name]
+
+
 @pytest.fixture(scope="module")
 def records(tmp_path_factory):
-  """{claim: (folder, numbers.json)} after one smoke run of each script."""
-  out = {}
-  for name in CLAIMS:
-    folder = tmp_path_factory.mktemp(name)
-    script(name).run(str(folder), smoke=True, cmd=f"smoke {name}")
-    out[name] = (folder, json.loads((folder / "numbers.json").read_text()))
-  return out
+  return _Records(tmp_path_factory)
 
 
 def finite_numbers(value):
