@@ -27,15 +27,22 @@ MEMBERS = pretrained.translation_member_configs(CONFIG)
 SET = pretrained.TRANSLATION_DIR
 N = 3  # test verses decoded
 # The outputs recorded in experiments/results/translation/report.md
-# (Samples): the shipped models are barely trained (160 steps; ctc 100).
+# (Samples) for the shipped models (2000 steps each).
 EXPECTED = {
     "translation_ar": [
-        "Y de la tierra, y de la tierra, y de la tierra, y de la tierra, y "
-        "de la tierra,",
-        "Y de" + " la" * 47,
-        "Y de la tierra, y de la tierra, y de la tierra, y de" + " la" * 32],
-    "cmlm": ["," * 21, "," * 31 + ".", "," * 36 + "."],
-    "ctc": ["", "", ""]}
+        "Y HABLÓ el rey de Jehová á Moisés, diciendo:",
+        "Al Hijo, y décima, y conocimiento de su carne.",
+        "Mas Jehová se olvió en la mar, y cada uno se lloró en la mar, que "
+        "el santro."],
+    "cmlm": [
+        "Y el Jehová" + " de" * 11 + " Jehová de diciendo:",
+        "Ysssss" + "," * 20 + " su sus.",
+        "Y el" + " de" * 5 + "," * 15 + " de" * 17 + " des."],
+    "ctc": [
+        "Y palabra de á Jo hijo de Ami, diciendo:",
+        "Ata, á N, grande ciudad, y clamo contra ella; porque su maldad "
+        "delante de.",
+        "Mas envió en la mar, y en la mar, la  como."]}
 
 
 @pytest.fixture(scope="module")
