@@ -187,7 +187,6 @@ def write_readme(out: str, info: dict, command: str, published: str | None,
                  stages: list[Stage], smoke: bool) -> None:
   """{out}/README.md: the device, the command, each stage's command, wall
   time and outcome, the measured profile beside the published one."""
-  done = {s.name for s in stages if s.returncode is not None}
   lines = [
       f"# GPU record: {info['device_kind']}", "",
       *(["**Smoke run**: tiny models, T = 8, B = 1; checks the pipeline "
@@ -209,11 +208,13 @@ def write_readme(out: str, info: dict, command: str, published: str | None,
       "", "| stage | command | wall s | exit status | output |",
       "|---|---|---|---|---|"]
   for s in stages:
-    status = ("not run" if s.returncode is None
-              else "ok" if s.returncode == 0 else f"failed ({s.returncode})")
-    wall = "—" if s.returncode is None else f"{s.wall_s:.0f}"
+    if s.returncode is None:
+      wall, status, output = "—", "not run", "—"
+    else:
+      wall, output = f"{s.wall_s:.0f}", s.output
+      status = "ok" if s.returncode == 0 else f"failed ({s.returncode})"
     lines.append(f"| {s.name} | `python {shlex.join(s.args)}` | {wall} | "
-                 f"{status} | {s.output if s.name in done else '—'} |")
+                 f"{status} | {output} |")
   lines += ["", *_profile_lines(out, published),
             "Reports: [cost model](cost_model/report.md), "
             "[main job](compare/report.md).", ""]
