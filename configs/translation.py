@@ -15,10 +15,10 @@ Usage:
 
 Budget of the shipped models: num_steps 2000 of batch 32 (64,000 verse
 pairs, about 3.2 epochs of the 19,754 train pairs under the limits), 0.8M
-parameters, limits 48 / 48 tokens, trained one at a time on 2 CPU cores
-(2.2-2.5 steps/s; CTC's upsampled rows 1.6-1.8): about 14, 16 and 21
-minutes for translation_ar, cmlm and ctc (lm_decoding/pretrained/
-translation/TRAINING.md). Validation: AR loss 3.20 nats per token
+parameters, limits 48 / 48 tokens, trained one at a time on 2 CPU cores:
+14 min 8 s for translation_ar (2.4 steps/s), 19 min 31 s for ctc (its
+upsampled rows are longer: 1.7 steps/s), 30 min 56 s for cmlm (a test
+suite shared the machine) (lm_decoding/pretrained/translation/TRAINING.md). Validation: AR loss 3.20 nats per token
 (perplexity 24), CTC 3.86, CMLM 5.15 (the masked tokens' loss, which
 learns slowest). The distilled students (translate.distill) are not in the
 shipped set yet.
