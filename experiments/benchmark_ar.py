@@ -27,6 +27,11 @@ Bounds, measured in the same process:
            per layer; summed over the T steps.
   forward  % of peak = FLOPs / time / peak, FLOPs = 2 B L (matmul parameters)
            + 4 B L^2 H Dh per layer.
+  matmul floor per step, both libraries: x[B, D] through float32 matrices
+           [D, 4D] holding the model's matmul parameters, nothing else
+           (`matmul_floor`); the step time the dot kernels alone allow
+           (XLA's, torch's) where the roofline assumes perfect ones. "x
+           floor" = a decoder's step time over its own library's floor.
 
 Writes results.csv, results.json, results.md (with the command) and
 tokens_per_s.png under --workdir. `--smoke` runs a tiny model for seconds
@@ -133,6 +138,40 @@ def attention_flops(config, queries: float, keys: float) -> float:
       config.num_layers)
 
 
+def matmul_floor(d_model: int, n_params: int, batch: int, runs: int
+                 ) -> dict:
+  """Seconds per call of x[batch, D] through float32 matrices W[D, 4D] that
+  hold `n_params` parameters (at least one), in XLA (jitted, unrolled) and
+  in torch, interleaved (`_interleaved`): one decode step's matmul work
+  with the dot kernels alone. Each product [B, 4D] is summed over its
+  four D-wide quarters to give the next input, so every column is used."""
+  import torch
+  count = max(1, round(n_params / (4 * d_model * d_model)))
+  rng = np.random.RandomState(0)
+  weights = [rng.standard_normal((d_model, 4 * d_model)).astype(np.float32)
+             * d_model ** -0.5 for _ in range(count)]
+  x = rng.standard_normal((batch, d_model)).astype(np.float32)
+
+  @jax.jit
+  def chain(h, ws):
+    for w in ws:
+      h = (h @ w).reshape(batch, 4, d_model).sum(1)
+    return h
+
+  args = (jnp.asarray(x), [jnp.asarray(w) for w in weights])
+  torch_x, torch_ws = torch.tensor(x), [torch.tensor(w) for w in weights]
+
+  def theirs():
+    h = torch_x
+    with torch.no_grad():
+      for w in torch_ws:
+        h = (h @ w).view(batch, 4, d_model).sum(1)
+    return h
+
+  return _interleaved(lambda: jax.block_until_ready(chain(*args)), theirs,
+                      runs)
+
+
 def _timed(fn):
   start = time.perf_counter()
   fn()
@@ -191,8 +230,14 @@ def _decode_row(model, config, params, batch, new_tokens, prompt_length,
   flops = new_tokens * (2 * batch * matmul_params(config)
                         + attention_flops(config, batch, context))
   bound_s = max(bytes_s, flops / peak)
+  floor = matmul_floor(config.d_model, matmul_params(config), batch, runs)
   tokens = batch * new_tokens
   return {
+      "ours_floor_ms": floor["ours_median_s"] * 1e3,
+      "hf_floor_ms": floor["hf_median_s"] * 1e3,
+      "ours_x_floor": times["ours_median_s"] / new_tokens / floor[
+          "ours_median_s"],
+      "hf_x_floor": times["hf_median_s"] / new_tokens / floor["hf_median_s"],
       "kind": "decode", "batch": batch, "new_tokens": new_tokens,
       "same_tokens": same, "compile_s": compile_s,
       "ours_tok_s": tokens / times["ours_median_s"],
@@ -248,16 +293,19 @@ def _markdown(out: dict, rows: list[dict]) -> str:
       f"threads, transformers {m['transformers']}, jax {m['jax']}; "
       f"{m['cpus']} CPUs. Measured bandwidth {m['bandwidth_GBps']:.1f} GB/s "
       f"(sum over {m['bandwidth_array_MiB']} MiB), matmul peak "
-      f"{m['peak_GFLOPs']:.1f} GFLOP/s (jnp.dot {m['matmul_n']}^2 f32). Other "
-      f"jobs were "
-      f"running on the machine (load average at start "
-      f"{m['load_average_start']}, at end {m['load_average_end']}): "
-      f"absolute figures are noisy, the per-pair ratios less so.", "",
+      f"{m['peak_GFLOPs']:.1f} GFLOP/s (jnp.dot {m['matmul_n']}^2 f32). "
+      f"Load average (2 = both cores busy) at start "
+      f"{m['load_average_start']:.2f}, at end "
+      f"{m['load_average_end']:.2f}. Matmul floor: the step time of x[B, D] "
+      f"through [D, 4D] f32 matrices holding the model's matmul parameters, "
+      f"each library's own kernels (ms/step, ours / torch); x floor = "
+      f"step time / own floor.", "",
       "## Decode", "",
       "| size | params | batch | T | ours tok/s | HF tok/s | speedup | "
       "ours x roofline | HF x roofline | roofline (bytes, FLOPs) ms/step | "
+      "matmul floor ms/step | ours x floor | HF x floor | "
       "ours compile s | same tokens |",
-      "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
   for r in rows:
     if r["kind"] == "decode":
       lines.append(
@@ -267,6 +315,8 @@ def _markdown(out: dict, rows: list[dict]) -> str:
           f"{r['hf_x_roofline']:.2f} | "
           f"{r['bytes_roofline_s'] / r['new_tokens'] * 1e3:.2f}, "
           f"{r['flops_roofline_s'] / r['new_tokens'] * 1e3:.2f} | "
+          f"{r['ours_floor_ms']:.2f}, {r['hf_floor_ms']:.2f} | "
+          f"{r['ours_x_floor']:.2f} | {r['hf_x_floor']:.2f} | "
           f"{r['compile_s']:.1f} | {r['same_tokens']} |")
   lines += ["", "## Full-sequence forward (one denoising step)", "",
             "| size | batch | L | ours ms | HF ms | speedup | ours % peak | "

@@ -26,6 +26,7 @@ def test_smoke_run_writes_results(tmp_path):
   assert decode["same_tokens"] is True
   assert decode["ours_tok_s"] > 0 and decode["hf_tok_s"] > 0
   assert decode["ours_x_roofline"] > 0 and forward["ours_pct_peak"] > 0
+  assert decode["ours_floor_ms"] > 0 and decode["hf_floor_ms"] > 0
   with open(tmp_path / "results.csv") as f:
     assert len(list(csv.DictReader(f))) == 2
   markdown = (tmp_path / "results.md").read_text()

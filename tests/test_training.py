@@ -106,7 +106,17 @@ def test_interrupted_run_resumes_bit_exactly(data_dir, tmp_path, monkeypatch):
   summary = train_lib.train(config, interrupted, progress=False)
   assert summary["steps"] == 30
   # Steps 21-25 were trained twice but are logged once.
-  assert [r["step"] for r in read_metrics(interrupted)] == list(range(31))
+  records = read_metrics(interrupted)
+  assert [r["step"] for r in records] == list(range(31))
+  # The training time is the logged steps' (both calls'), not the resume's.
+  tokens_per_step = config.train.batch_size * config.data.seq_len
+  seconds = [tokens_per_step / r["tokens_per_s"] for r in records[1:]]
+  assert summary["train_s"] == pytest.approx(sum(seconds))
+  assert summary["train_tokens_per_s"] == pytest.approx(
+      tokens_per_step / np.median(seconds))
+  again = train_lib.train(config, interrupted, progress=False)  # finished
+  assert (again["train_s"], again["train_tokens_per_s"]) == (
+      summary["train_s"], summary["train_tokens_per_s"])
 
   from lm_decoding.training import pretrained
   a = pretrained.load_trained_params(config, straight)

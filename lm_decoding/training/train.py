@@ -464,6 +464,17 @@ def _rewind_metrics(path: str, last_step: int) -> None:
   os.replace(staging, path)
 
 
+def _logged_step_seconds(path: str, tokens_per_step: int) -> list[float]:
+  """Seconds of every training step recorded in `path` (each record's
+  tokens_per_s), over every process that trained this run; [] if none."""
+  if not os.path.exists(path):
+    return []
+  with open(path) as f:
+    records = [json.loads(line) for line in f if line.endswith("\n")]
+  return [tokens_per_step / r["tokens_per_s"] for r in records
+          if r.get("tokens_per_s")]
+
+
 def _check_workdir(workdir: str) -> None:
   """Creates `workdir` if needed.
 
@@ -524,7 +535,11 @@ def train(config: ml_collections.ConfigDict, workdir: str,
 
   Returns:
     A summary: parameter count, steps, final validation loss and perplexity
-    (AR: perplexity; MDLM: perplexity bound), train tokens/s, wall seconds.
+    (AR: perplexity; MDLM: perplexity bound); `train_s`, the seconds of
+    the run's training steps (from metrics.jsonl, so over every call that
+    trained them, resumes included; validation and checkpointing excluded),
+    and `train_tokens_per_s`, train tokens over the median step's seconds;
+    `wall_s`, this call's wall seconds (a resume of a finished run: its own).
   Raises:
     ValueError: any error of `check_config` or of the mesh (a bad
       `config.mesh`, a batch size or parameter it cannot split; raised
@@ -587,7 +602,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
                          block_length, **options)
   desc = f"train {objective}"
   valid_loss = float("nan")
-  timed_steps, timed_s = 0, 0.0  # excludes each process's first (compiling) step
+  step_seconds = []  # this call's
   with contextlib.ExitStack() as stack:
     checkpoints = stack.enter_context(Checkpoints(
         os.path.join(workdir, "checkpoints"), train_cfg.keep_checkpoints))
@@ -642,8 +657,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
                                   jax.random.fold_in(step_key, step))
       loss = float(metrics["loss"])  # waits for the step, so the time is real
       seconds = time.time() - tick
-      if step > first:
-        timed_steps, timed_s = timed_steps + 1, timed_s + seconds
+      step_seconds.append(seconds)
       done = step + 1
       record = {"step": done, "loss": loss,
                 "tokens_per_s": tokens_per_step / seconds,
@@ -672,10 +686,13 @@ def train(config: ml_collections.ConfigDict, workdir: str,
                else "perplexity bound")
     print(f"{desc}: final validation {measure} {valid_ppl:.2f} at step "
           f"{int(state.step)} ({workdir})")
+  if primary:  # the whole run's steps, whichever calls trained them
+    step_seconds = _logged_step_seconds(log_path, tokens_per_step)
   return {"objective": objective,
           "num_params": count_params(state.params),
           "steps": int(state.step), "valid_loss": valid_loss,
           "valid_ppl": valid_ppl,
-          "train_tokens_per_s": (timed_steps * tokens_per_step / timed_s
-                                 if timed_steps else 0.0),
+          "train_s": float(np.sum(step_seconds)),
+          "train_tokens_per_s": (tokens_per_step / np.median(step_seconds)
+                                 if step_seconds else 0.0),
           "wall_s": time.time() - start_time}
