@@ -201,3 +201,68 @@ def test_tiny_config_fits_the_main_job():
   longest = config.compare.prompt_len + max(config.compare.output_lengths)
   assert longest <= config.model.max_len
   assert config.data.seq_len <= config.model.max_len
+
+
+# Issue 10: the MDLM training itself, checked where the answer is known. A
+# first-order Markov chain over 4 symbols (ids 5-8), started from its
+# stationary distribution, has the exact entropy per sequence
+# H(pi) + (L - 1) sum_i pi_i H(T_i); its per-token value is the floor that
+# any model's expected NLL, and so the MDLM bound, can reach. Fresh samples
+# every step (no overfitting), a tiny bidirectional model.
+_CHAIN = np.array([[0.70, 0.10, 0.10, 0.10],
+                   [0.05, 0.05, 0.85, 0.05],
+                   [0.25, 0.25, 0.25, 0.25],
+                   [0.40, 0.40, 0.10, 0.10]])
+
+
+def _markov_samples(rng, batch, length):
+  pi = _stationary(_CHAIN)
+  x = np.empty((batch, length), np.int64)
+  x[:, 0] = rng.choice(4, size=batch, p=pi)
+  for i in range(1, length):
+    u = rng.random(batch)[:, None]
+    x[:, i] = (u > np.cumsum(_CHAIN[x[:, i - 1]], axis=1)).sum(1)
+  return (x + 5).astype(np.int32)
+
+
+def _stationary(chain):
+  values, vectors = np.linalg.eig(chain.T)
+  pi = np.real(vectors[:, np.argmin(np.abs(values - 1))])
+  return pi / pi.sum()
+
+
+def _entropy(p):
+  return -float(np.sum(p * np.log(p)))
+
+
+def test_mdlm_training_bound_approaches_the_exact_entropy():
+  length, steps, batch = 8, 600, 64
+  pi = _stationary(_CHAIN)
+  exact = (_entropy(pi) + (length - 1) * sum(
+      p * _entropy(row) for p, row in zip(pi, _CHAIN))) / length
+  config = tiny_config("mdlm", num_steps=steps)
+  config.data.vocab_size = 16  # ids 0-4 reserved, 5-8 used
+  config.data.seq_len = length
+  config.model.update(dict(max_len=length, d_model=64, mlp_dim=256))
+  config.train.update(dict(batch_size=batch, learning_rate=3e-3,
+                           warmup_steps=20, weight_decay=0.0))
+  model_cfg = train_lib.model_config(config)
+  optimizer = train_lib.make_optimizer(config.train)
+  state = train_lib.init_state(model_cfg, optimizer, jax.random.key(0))
+  step = train_lib.make_train_step(model_cfg, "mdlm", optimizer)
+  eval_fn = train_lib.make_eval_fn(model_cfg, "mdlm", num_timesteps=64)
+  rng = np.random.default_rng(0)
+  held_out = np.stack([_markov_samples(rng, 256, length) for _ in range(4)])
+  before = train_lib.evaluate(eval_fn, state.params, held_out)
+  for i in range(steps):
+    state, _ = step(state, _markov_samples(rng, batch, length),
+                    jax.random.key(i + 1))
+  after = train_lib.evaluate(eval_fn, state.params, held_out)
+  assert before > exact + 0.5  # untrained: far above (nats per token)
+  # A bound: never below the entropy beyond the estimate's noise (1024
+  # sequences x 64 mask draws: the standard deviation of the mean over the
+  # four held-out batches measured 0.007), and trained to within 4% of it
+  # (measured: 2.575 untrained, 1.0957 after 600 steps, exact 1.0647,
+  # +2.9%; still falling, by 0.2% per 100 steps).
+  assert after > exact - 0.02, (after, exact)
+  assert after < exact * 1.03, (after, exact)
