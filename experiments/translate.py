@@ -424,6 +424,14 @@ def _table(rows, keys):
   return "\n".join(lines)
 
 
+def _load_note(load) -> str:
+  """What the load averages say: this run alone keeps up to every core
+  busy; more means other jobs shared the machine."""
+  if max(load) > os.cpu_count() + 0.5:
+    return "above the core count: other jobs were running, timings are noisy"
+  return "at most the core count: this run alone"
+
+
 def _report(config, rows, bucket_rows, latency_rows, speedup, samples,
             members, references, data, n, signature, seconds, load, out_dir):
   models = []
@@ -444,8 +452,7 @@ def _report(config, rows, bucket_rows, latency_rows, speedup, samples,
       f"Batch {t.batch_size}, argmax decoding, {seconds / 60:.1f} minutes "
       f"in all (training included), on {os.cpu_count()} CPU cores; 1-minute "
       f"load average {load[0]:.1f} when decoding began and {load[1]:.1f} "
-      "when it ended (above the core count, other jobs were running and "
-      "the timings are noisy).", "",
+      f"when it ended ({_load_note(load)}).", "",
       f"Training budget per model: {config.train.num_steps} steps of batch "
       f"{config.train.batch_size}, d_model {config.model.d_model}, "
       f"{config.model.num_layers} layers (configs/translation.py).", "",

@@ -42,7 +42,15 @@ EXPECTED = {
         "Y palabra de á Jo hijo de Ami, diciendo:",
         "Ata, á N, grande ciudad, y clamo contra ella; porque su maldad "
         "delante de.",
-        "Mas envió en la mar, y en la mar, la  como."]}
+        "Mas envió en la mar, y en la mar, la  como."],
+    "cmlm_distilled": [
+        "Y los" + " de" * 19 + " Jehová.",
+        "Al oo  ,,,   ,,,  y y, y y ylll sus.",
+        "Mas el  ss" + " " * 29 + "lts."],
+    "ctc_distilled": [
+        "Y fué palabra de Jehová á Jo hijo de Jo, diciendo:",
+        "Al , y, y ó, su carne.",
+        "Mas Jehová  en la, y se  en, que el ó."]}
 
 
 @pytest.fixture(scope="module")
