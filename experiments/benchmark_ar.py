@@ -28,7 +28,7 @@ Bounds, measured in the same process:
   forward  % of peak = FLOPs / time / peak, FLOPs = 2 B L (matmul parameters)
            + 4 B L^2 H Dh per layer.
   matmul floor per step, both libraries: x[B, D] through float32 matrices
-           [D, 4D] holding the model's matmul parameters, nothing else
+           of the model's shapes in its order, nothing else
            (`matmul_floor`); the step time the dot kernels alone allow
            (XLA's, torch's) where the roofline assumes perfect ones. "x
            floor" = a decoder's step time over its own library's floor.
@@ -138,38 +138,59 @@ def attention_flops(config, queries: float, keys: float) -> float:
       config.num_layers)
 
 
-def matmul_floor(d_model: int, n_params: int, batch: int, runs: int
-                 ) -> dict:
-  """Seconds per call of x[batch, D] through float32 matrices W[D, 4D] that
-  hold `n_params` parameters (at least one), in XLA (jitted, unrolled) and
-  in torch, interleaved (`_interleaved`): one decode step's matmul work
-  with the dot kernels alone. Each product [B, 4D] is summed over its
-  four D-wide quarters to give the next input, so every column is used."""
+def matmul_floor(config, batch: int, runs: int, steps: int = 16) -> dict:
+  """Seconds per step of a decode step's matmuls alone, in XLA (jitted)
+  and in torch, interleaved (`_interleaved`; medians of `runs` calls of
+  steps steps each): random float32 matrices of
+  the model's shapes (per layer query, key, value, output, the MLP's; the
+  LM head), applied to x[batch, D] in the model's order, with nothing
+  else (no attention over the cache, norms or sampling): the step time
+  the two libraries' dot kernels allow."""
   import torch
-  count = max(1, round(n_params / (4 * d_model * d_model)))
+  d, h, hkv, dh, m = (config.d_model, config.num_heads, config.num_kv_heads,
+                      config.head_dim, config.mlp_dim)
   rng = np.random.RandomState(0)
-  weights = [rng.standard_normal((d_model, 4 * d_model)).astype(np.float32)
-             * d_model ** -0.5 for _ in range(count)]
-  x = rng.standard_normal((batch, d_model)).astype(np.float32)
+  w = lambda i, o: rng.standard_normal((i, o)).astype(np.float32) * i ** -0.5
+  gates = 2 if config.mlp_activation == "swiglu" else 1
+  layers = [(w(d, h * dh), w(d, hkv * dh), w(d, hkv * dh), w(h * dh, d),
+             [w(d, m) for _ in range(gates)], w(m, d))
+            for _ in range(config.num_layers)]
+  # A tied head reads the [V, D] embedding table, an untied one a [D, V]
+  # kernel: the model's layouts.
+  tied = config.tie_embeddings
+  table = w(config.vocab_size, d) if tied else w(d, config.vocab_size)
+  x = rng.standard_normal((batch, d)).astype(np.float32)
 
-  @jax.jit
-  def chain(h, ws):
-    for w in ws:
-      h = (h @ w).reshape(batch, 4, d_model).sum(1)
-    return h
+  def step(x, layers, table, act):
+    for wq, wk, wv, wo, wi, wd in layers:
+      keys_values = (x @ wk).sum(-1, keepdims=True) + (x @ wv).sum(
+          -1, keepdims=True)  # keeps both products live
+      x = x + (x @ wq) @ wo + 1e-6 * keys_values
+      inner = act(x @ wi[0])
+      for gate in wi[1:]:
+        inner = inner * (x @ gate)
+      x = x + inner @ wd
+    logits = x @ (table.T if tied else table)
+    return x + 1e-6 * logits.sum(-1, keepdims=True)  # every column live
 
-  args = (jnp.asarray(x), [jnp.asarray(w) for w in weights])
-  torch_x, torch_ws = torch.tensor(x), [torch.tensor(w) for w in weights]
+  # steps steps per call, as in a decode loop (XLA: one jitted loop, so no
+  # per-step dispatch; torch: a Python loop, as `generate` runs).
+  ours = jax.jit(lambda x, *a: jax.lax.fori_loop(
+      0, steps, lambda _, y: step(y, *a, jax.nn.gelu), x))
+  args = jax.tree.map(jnp.asarray, (x, layers, table))
+  torch_args = jax.tree.map(torch.tensor, (x, layers, table))
+  gelu = lambda t: torch.nn.functional.gelu(t, approximate="tanh")
 
   def theirs():
-    h = torch_x
+    y, rest = torch_args[0], torch_args[1:]
     with torch.no_grad():
-      for w in torch_ws:
-        h = (h @ w).view(batch, 4, d_model).sum(1)
-    return h
+      for _ in range(steps):
+        y = step(y, *rest, gelu)
+    return y
 
-  return _interleaved(lambda: jax.block_until_ready(chain(*args)), theirs,
-                      runs)
+  times = _interleaved(lambda: jax.block_until_ready(ours(*args)), theirs,
+                       runs)
+  return {k: v / steps for k, v in times.items() if k.endswith("median_s")}
 
 
 def _timed(fn):
@@ -230,7 +251,7 @@ def _decode_row(model, config, params, batch, new_tokens, prompt_length,
   flops = new_tokens * (2 * batch * matmul_params(config)
                         + attention_flops(config, batch, context))
   bound_s = max(bytes_s, flops / peak)
-  floor = matmul_floor(config.d_model, matmul_params(config), batch, runs)
+  floor = matmul_floor(config, batch, runs)
   tokens = batch * new_tokens
   return {
       "ours_floor_ms": floor["ours_median_s"] * 1e3,
@@ -297,8 +318,8 @@ def _markdown(out: dict, rows: list[dict]) -> str:
       f"Load average (2 = both cores busy) at start "
       f"{m['load_average_start']:.2f}, at end "
       f"{m['load_average_end']:.2f}. Matmul floor: the step time of x[B, D] "
-      f"through [D, 4D] f32 matrices holding the model's matmul parameters, "
-      f"each library's own kernels (ms/step, ours / torch); x floor = "
+      f"through random f32 matrices of the model's shapes in its order and "
+      f"nothing else, each library's own kernels (ms/step, ours / torch); x floor = "
       f"step time / own floor.", "",
       "## Decode", "",
       "| size | params | batch | T | ours tok/s | HF tok/s | speedup | "
