@@ -215,7 +215,7 @@ def _interleaved(ours, theirs, runs: int, warmup: bool = True) -> dict:
 
 
 def _decode_row(model, config, params, batch, new_tokens, prompt_length,
-                runs, bandwidth, peak):
+                runs, bandwidth, peak, floor):
   import torch
   rng = np.random.RandomState(batch * 1000 + new_tokens)
   prompts = rng.randint(5, config.vocab_size, (batch, prompt_length))
@@ -251,7 +251,6 @@ def _decode_row(model, config, params, batch, new_tokens, prompt_length,
   flops = new_tokens * (2 * batch * matmul_params(config)
                         + attention_flops(config, batch, context))
   bound_s = max(bytes_s, flops / peak)
-  floor = matmul_floor(config, batch, runs)
   tokens = batch * new_tokens
   return {
       "ours_floor_ms": floor["ours_median_s"] * 1e3,
@@ -419,9 +418,10 @@ def main(argv):
                           family.params_from_hf(model.state_dict(), config))
     n_params = count_params(params)
     for batch in batches:
+      floor = matmul_floor(config, batch, runs)  # the same for every T
       for t in new_tokens:
         row = _decode_row(model, config, params, batch, t, prompt_length,
-                          runs, bandwidth, peak)
+                          runs, bandwidth, peak, floor)
         rows.append({"size": name, "params": n_params, **row})
         print(json.dumps({k: v for k, v in rows[-1].items()
                           if not k.endswith("_s") or "roofline" in k}),
