@@ -85,6 +85,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.compare.temperature = 1.0      # one sampling temperature for every decoder
   config.compare.timed_runs = 5         # timed runs per row: minimum, median and spread
   config.compare.baseline = "AR cached"  # the entry the crossover and K* compare against
+  config.compare.pretrained_set = ""    # '' = lm_decoding/pretrained; 'base' its subfolder
   # One decoder per line: "label | decoder | role=member ... | option=value ...".
   # The label is a template showing every option it sets; the value T means the
   # output length; steps, block_length and draft_steps above T are clamped to

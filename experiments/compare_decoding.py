@@ -79,6 +79,7 @@ def plan(config, workdir: str):
   entries.check_baseline(cmp.baseline, parsed)
   planned = entries.plan(parsed, cmp.output_lengths, cmp.temperature,
                          members)
+  pretrained.set_dir(cmp.pretrained_set)
   check_workdir(workdir)
   return planned, members
 
@@ -104,7 +105,8 @@ def main(argv):
   needed = {m for p in planned for _, m in p.roles} | {entries.EVALUATOR}
   loaded = pretrained.load_models(
       {n: m for n, m in members.items() if n in needed}, workdir,
-      corpus.tokenizer, retrain=_RETRAIN.value)
+      corpus.tokenizer, retrain=_RETRAIN.value,
+      out_dir=pretrained.set_dir(cmp.pretrained_set))
   models = {name: member.model for name, member in loaded.items()}
   lines = [member.describe(name) for name, member in loaded.items()]
   prompts, references = pipeline.prompts(

@@ -16,8 +16,15 @@ checkpoint that does not fit, or a write that fails (full disk, read-only
 workdir) ends the run with one line on stderr and exit status 1. With
 --export_pretrained=NAME the trained parameters, tokenizer and a manifest (this
 exact command, config, commit, validation metrics) are written into the
-shipped pretrained set (`lm_decoding/pretrained/NAME`) that the main job uses
-when its config matches.
+shipped pretrained set (`lm_decoding/pretrained/NAME`, or --export_dir) that
+the main job uses when its config matches.
+
+With --member=NAME the config is that member's
+(`pretrained.member_configs`: 'ar', 'mdlm', 'bd3lm', 'evaluator' or a draft of
+config.drafts), the recipe the main job looks for:
+
+  python experiments/train.py --config=configs/base.py --member=evaluator \
+      --workdir=/tmp/base/evaluator
 """
 
 import json
@@ -40,11 +47,24 @@ _CONFIG = config_flags.DEFINE_config_file(
     "Experiment configuration file.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.",
                                required=True)
+_MEMBER = flags.DEFINE_string(
+    "member", None,
+    "Train this member of pretrained.member_configs(config) (ar, mdlm, bd3lm, "
+    "evaluator or a draft of config.drafts) instead of the config as given.")
 _EXPORT = flags.DEFINE_string(
     "export_pretrained", None,
     "If set, export the trained model into the shipped pretrained set under "
     "this name (a member of pretrained.member_configs: ar, mdlm, bd3lm, "
     "evaluator, draft_small, ...).")
+_EXPORT_DIR = flags.DEFINE_string(
+    "export_dir", str(pretrained.DEFAULT_DIR),
+    "The pretrained set --export_pretrained writes into (and whose tokenizer "
+    "--pretrained_tokenizer reads): the shipped set by default; "
+    "lm_decoding/pretrained/base for configs/base.py's members.")
+_STORED_DTYPE = flags.DEFINE_enum(
+    "stored_dtype", None, ["bfloat16"],
+    "Export the parameters cast to this dtype (half the bytes of float32); "
+    "loading casts them back to model.param_dtype. Unset: as trained.")
 _DATA_DIR = flags.DEFINE_string(
     "data_dir", None,
     "Where the tokenizer and encoded splits are cached (runs on the same data "
@@ -64,6 +84,19 @@ _PRETRAINED_TOKENIZER = flags.DEFINE_bool(
     "the set matches its tokenizer byte for byte.")
 
 
+def member_config(config, name: str):
+  """`pretrained.member_configs(config)[name]`.
+
+  Raises:
+    ValueError: naming --member and the config's members.
+  """
+  members = pretrained.member_configs(config)
+  if name not in members:
+    raise ValueError(f"--member={name!r}; the config's members: "
+                     + ", ".join(members))
+  return members[name]
+
+
 def main(argv):
   del argv
   # orbax logs every failure of its writer threads with full tracebacks; the
@@ -72,10 +105,12 @@ def main(argv):
   config, workdir = _CONFIG.value, _WORKDIR.value
   data_dir = _DATA_DIR.value or workdir
   try:
+    if _MEMBER.value is not None:
+      config = member_config(config, _MEMBER.value)
     multihost.initialize(_COORDINATOR.value, _NUM_PROCESSES.value,
                          _PROCESS_ID.value)
     if _PRETRAINED_TOKENIZER.value:
-      pretrained.seed_data_cache(config, data_dir)
+      pretrained.seed_data_cache(config, data_dir, _EXPORT_DIR.value)
     summary = train.train(config, workdir, data_dir=data_dir)
   except (ValueError, OSError) as e:  # CheckpointError, CheckpointWriteError
     sys.exit(f"error: {e}")
@@ -85,7 +120,8 @@ def main(argv):
                               data_dir, config.data.format)
     command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
     path = pretrained.export(config, workdir, _EXPORT.value, corpus.tokenizer,
-                             command, summary)
+                             command, summary, _EXPORT_DIR.value,
+                             stored_dtype=_STORED_DTYPE.value)
     print(f"exported to {path}")
 
 

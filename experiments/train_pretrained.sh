@@ -3,10 +3,18 @@
 # AR, MDLM and BD3-LM on the tiny config's backbone, the larger evaluator AR
 # model with another seed, and the smaller AR drafts of speculative decoding
 # (config.drafts), all on the bundled corpus with one tokenizer and one
-# training budget (configs/tiny.py; pretrained.member_configs). Each run
-# resumes if interrupted; each manifest records its exact command.
+# training budget (configs/tiny.py; pretrained.member_configs, which
+# train.py --member applies). Each run resumes if interrupted; each manifest
+# records its exact command.
 #
 #   bash experiments/train_pretrained.sh [WORKDIR [MEMBER ...]]
+#
+# CONFIG (default configs/tiny.py), SET_DIR (default lm_decoding/pretrained)
+# and STORED_DTYPE (default: as trained) choose another set, e.g. the base
+# set of configs/base.py (about an hour per member on 2 CPU cores):
+#
+#   CONFIG=configs/base.py SET_DIR=lm_decoding/pretrained/base \
+#     STORED_DTYPE=bfloat16 bash experiments/train_pretrained.sh /tmp/base ar mdlm
 #
 # WORKDIR defaults to /tmp/pretrain. Without members the whole set is removed,
 # tokenizer included, and retrained. With members (ar mdlm bd3lm evaluator
@@ -17,27 +25,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 work="${1:-/tmp/pretrain}"
 shift $(( $# > 0 ))
-set_dir=lm_decoding/pretrained
+config="${CONFIG:-configs/tiny.py}"
+set_dir="${SET_DIR:-lm_decoding/pretrained}"
 all=(ar mdlm bd3lm evaluator draft_small draft_medium)
-
-# The flags that turn configs/tiny.py into member $1's config.
-member_flags() {
-  case "$1" in
-    ar) flags=(--config.train.objective=ar) ;;
-    mdlm) flags=(--config.train.objective=mdlm) ;;
-    bd3lm) flags=(--config.train.objective=bd3lm) ;;
-    evaluator) flags=(--config.train.objective=ar --config.seed=1
-        --config.model.d_model=192 --config.model.num_heads=6
-        --config.model.num_kv_heads=6 --config.model.mlp_dim=768) ;;
-    draft_small) flags=(--config.train.objective=ar
-        --config.model.d_model=64 --config.model.num_layers=1
-        --config.model.num_heads=2 --config.model.num_kv_heads=2
-        --config.model.mlp_dim=256) ;;
-    draft_medium) flags=(--config.train.objective=ar
-        --config.model.num_layers=1) ;;
-    *) echo "unknown member '$1'; members: ${all[*]}" >&2; exit 2 ;;
-  esac
-}
 
 run() {
   if [[ -n "${DRY_RUN:-}" ]]; then
@@ -49,21 +39,25 @@ run() {
 
 if (( $# > 0 )); then
   members=("$@")
-  for name in "${members[@]}"; do member_flags "$name"; done
+  for name in "${members[@]}"; do
+    if [[ " ${all[*]} " != *" $name "* ]]; then
+      echo "unknown member '$name'; members: ${all[*]}" >&2; exit 2
+    fi
+  done
   if [[ ! -f "$set_dir/tokenizer.model" ]]; then
     echo "no $set_dir/tokenizer.model: retrain the whole set" >&2; exit 2
   fi
-  extra=(--pretrained_tokenizer)
+  extra=(--pretrained_tokenizer --export_dir="$set_dir")
   remove=("${members[@]/#/$set_dir/}")
 else
   members=("${all[@]}")
-  extra=()
+  extra=(--export_dir="$set_dir")
   remove=("${all[@]/#/$set_dir/}" "$set_dir/tokenizer.model")
 fi
 run rm -rf "${remove[@]}"
+if [[ -n "${STORED_DTYPE:-}" ]]; then extra+=(--stored_dtype="$STORED_DTYPE"); fi
 for name in "${members[@]}"; do
-  member_flags "$name"
-  run python experiments/train.py --config=configs/tiny.py \
+  run python experiments/train.py --config="$config" --member="$name" \
       --workdir="$work/$name" --data_dir="$work/data" \
-      --export_pretrained="$name" ${extra[@]+"${extra[@]}"} "${flags[@]}"
+      --export_pretrained="$name" "${extra[@]}"
 done

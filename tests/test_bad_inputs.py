@@ -218,6 +218,11 @@ COMPARE_ROWS = [
     compare_row("compare.output_lengths", (32, 400),
                 r"prompt_len \+ max\(compare.output_lengths\) = 416 must be "
                 r"<= the ar model's max_len=320"),
+    compare_row("compare.pretrained_set", "bass",
+                r"compare.pretrained_set='bass' must be '' \(the shipped set\) "
+                r"or one of the sets in .*'base'"),
+    compare_row("compare.pretrained_set", "../pretrained",
+                r"compare.pretrained_set='../pretrained' must be ''"),
     compare_row("compare.baseline", "AR fast",
                 r"compare.baseline='AR fast' must be the label of an entry"),
     compare_row("compare.decoders", (ONE, "X | greedy | model=ar"),
@@ -397,9 +402,13 @@ def test_the_table_is_large():
      r"must show every option"),
     ("train.py", ["--config.train.num_steps=0"],
      r"^error: train.num_steps=0 must be an integer >= 1$"),
+    ("train.py", ["--member=draft_huge"],
+     r"^error: --member='draft_huge'; the config's members: ar, mdlm, bd3lm, "
+     r"evaluator, draft_medium, draft_small$"),
     ("train.py", ["--config.data.path=/no/such/file.txt"],
      r"^error: data.path='/no/such/file.txt' does not exist"),
-], ids=["compare-label", "train-num-steps", "train-missing-data"])
+], ids=["compare-label", "train-num-steps", "train-unknown-member",
+        "train-missing-data"])
 def test_entry_points_exit_with_one_line(script, flags, message, tmp_path):
   workdir = tmp_path / "work"
   proc = subprocess.run(

@@ -23,7 +23,6 @@ from lm_decoding.training import pretrained
 from lm_decoding.training import train as train_lib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-TINY = ROOT / "configs" / "tiny.py"
 SCRIPT = ROOT / "experiments" / "train_pretrained.sh"
 SHIPPED = ("ar", "mdlm", "bd3lm", "evaluator", "draft_small", "draft_medium")
 
@@ -98,11 +97,17 @@ def test_recipe_differences():
 # ---- members of the tiny config, drafts included -----------------------------
 
 
-def tiny_config() -> ml_collections.ConfigDict:
-  spec = importlib.util.spec_from_file_location("tiny", TINY)
+def load_config(name: str) -> ml_collections.ConfigDict:
+  """configs/{name}.py's get_config()."""
+  spec = importlib.util.spec_from_file_location(name, ROOT / "configs" /
+                                                f"{name}.py")
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module.get_config()
+
+
+def tiny_config() -> ml_collections.ConfigDict:
+  return load_config("tiny")
 
 
 def test_member_configs_include_the_ar_drafts():
@@ -174,14 +179,19 @@ def dry_run(*args: str) -> subprocess.CompletedProcess:
 
 
 def script_config(command: list[str]) -> ml_collections.ConfigDict:
-  """The config train.py builds from `command`'s --config flags."""
-  argv = (["train.py", f"--config={TINY}"]
+  """The config train.py builds from `command`'s --config and --member flags."""
+  config_file = next(a.split("=", 1)[1] for a in command
+                     if a.startswith("--config="))
+  argv = (["train.py", f"--config={ROOT / config_file}"]
           + [a for a in command if a.startswith("--config.")])
   flag_values = flags.FlagValues()
   config_flags.DEFINE_config_file("config", flag_values=flag_values,
                                   sys_argv=argv)
   flag_values(argv)
-  return flag_values.config
+  member = next((a.split("=", 1)[1] for a in command
+                 if a.startswith("--member=")), None)
+  return (flag_values.config if member is None
+          else pretrained.member_configs(flag_values.config)[member])
 
 
 def planned(stdout: str) -> tuple[list[str], dict[str, list[str]]]:
@@ -225,6 +235,25 @@ def test_script_retrains_only_the_named_members_on_the_set_tokenizer():
                      "lm_decoding/pretrained/draft_medium"]
   assert list(commands) == ["draft_small", "draft_medium"]
   assert all("--pretrained_tokenizer" in c for c in commands.values())
+
+
+def test_script_retrains_the_base_set_in_its_folder_in_bfloat16():
+  run = subprocess.run(
+      ["bash", str(SCRIPT), "/tmp/work", "ar", "mdlm"], capture_output=True,
+      text=True, env={**os.environ, "DRY_RUN": "1", "CONFIG": "configs/base.py",
+                      "SET_DIR": "lm_decoding/pretrained/base",
+                      "STORED_DTYPE": "bfloat16"})
+  assert run.returncode == 0, run.stderr
+  removed, commands = planned(run.stdout)
+  assert removed == ["lm_decoding/pretrained/base/ar",
+                     "lm_decoding/pretrained/base/mdlm"]
+  members = pretrained.member_configs(load_config("base"))
+  for name, command in commands.items():
+    assert "--export_dir=lm_decoding/pretrained/base" in command
+    assert "--stored_dtype=bfloat16" in command
+    assert (pretrained.recipe(script_config(command))
+            == pretrained.recipe(members[name])), name
+  assert members["ar"].model.d_model == 256
 
 
 def test_script_refuses_an_unknown_member_before_removing_anything():

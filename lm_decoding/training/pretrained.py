@@ -39,6 +39,24 @@ TOKENIZER_FILE = "tokenizer.model"
 MANIFEST_FILE = "manifest.json"
 
 
+def set_dir(name: str) -> pathlib.Path:
+  """The pretrained set `name`: '' is the shipped tiny set (`DEFAULT_DIR`),
+  'base' its subfolder of configs/base.py's members (`config.compare.pretrained_set`).
+
+  Raises:
+    ValueError: `name` is not '' or the name of a set folder in `DEFAULT_DIR`.
+  """
+  if name == "":
+    return DEFAULT_DIR
+  path = DEFAULT_DIR / str(name)
+  if (not isinstance(name, str) or pathlib.Path(name).name != name
+      or not (path / TOKENIZER_FILE).exists()):
+    sets = sorted(p.parent.name for p in DEFAULT_DIR.glob(f"*/{TOKENIZER_FILE}"))
+    raise ValueError(f"compare.pretrained_set={name!r} must be '' (the shipped "
+                     f"set) or one of the sets in {DEFAULT_DIR}: {sets}")
+  return path
+
+
 def recipe(config: ml_collections.ConfigDict) -> dict:
   """Everything that determines the trained parameters."""
   return {"seed": config.seed, "data": config.data.to_dict(),
