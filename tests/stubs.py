@@ -51,7 +51,14 @@ exact and independent of the other rows. It records `executed` like
 `TableLogitsFn`.
 
 `RaisingLogitsFn` fails on any use: a decoder that raises ValueError with it
-has checked its input before tracing or compiling anything.
+has checked its input before tracing or compiling anything. Its `config`, if
+given, is only read (checks of the model's attention kind). Its variants
+differ in KV cache support only, and still fail on any call:
+`NoInitCacheLogitsFn` has no init_cache, `NoneCacheLogitsFn`'s returns None
+(a model that keeps no cache, as `HashDenoiser`), and `ConfigCacheLogitsFn`'s
+builds a `KVCache` from `config`: with a `TransformerConfig` it supports a
+cache, with a config that cannot build one (None by default) it raises
+AttributeError.
 
 Both are frozen dataclasses hashed by identity (eq=False), so they are valid
 static jit arguments even though they hold numpy arrays.
@@ -60,7 +67,7 @@ static jit arguments even though they hold numpy arrays.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import flax.struct
 import jax
@@ -68,6 +75,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from lm_decoding.decoding.base import Model
+from lm_decoding.models import KVCache
 from lm_decoding.models.output import ModelOutput
 
 
@@ -231,16 +239,46 @@ class HashDenoiser:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class RaisingLogitsFn:
-  """A logits_fn that fails on any use (call or init_cache)."""
+  """A logits_fn that fails on any use (call or init_cache).
+
+  Attributes:
+    config: None, or a config (e.g. a `TransformerConfig`) that checks read
+      as a Transformer's (its `attention`).
+  """
 
   max_len: int = 16
   vocab_size: int = 16
+  config: Any = None
 
   def __call__(self, *args, **kwargs):
     raise AssertionError("logits_fn was called; the check must come first")
 
   def init_cache(self, batch_size: int, length: int):
     raise AssertionError("init_cache was called; the check must come first")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class NoInitCacheLogitsFn(RaisingLogitsFn):
+  """A `RaisingLogitsFn` with no init_cache at all."""
+
+  init_cache = None
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class NoneCacheLogitsFn(RaisingLogitsFn):
+  """A `RaisingLogitsFn` whose init_cache returns None (no cache support)."""
+
+  def init_cache(self, batch_size: int, length: int):
+    del batch_size, length
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ConfigCacheLogitsFn(RaisingLogitsFn):
+  """A `RaisingLogitsFn` whose init_cache builds a `KVCache` from `config`
+  (which must then be a `TransformerConfig`; None: AttributeError)."""
+
+  def init_cache(self, batch_size: int, length: int) -> KVCache:
+    return KVCache.init(self.config, batch_size, length)
 
 
 def bind_roles(decoder, logits_fn, params=None) -> dict:

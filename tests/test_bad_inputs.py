@@ -31,6 +31,8 @@ import stubs
 from lm_decoding.data.tokenizer import Tokenizer
 from lm_decoding.decoding import base, make_decoder, registered, sampling
 from lm_decoding.decoding.iterative import IterativeDecoder, ScheduledDecoder
+from lm_decoding.decoding.speculative import DraftVerifyDecoder
+from lm_decoding.models import TransformerConfig
 from lm_decoding.training import train as train_lib
 from lm_decoding.training.checkpoints import CheckpointError, Checkpoints
 
@@ -63,11 +65,15 @@ def decoder(name: str, **options):
   return make_decoder(name, **options)
 
 
-def decode(name: str, prompts=((5, 6),), lengths=(2,), key=KEY, **options):
-  """Builds decoder `name` and decodes on a stub that fails on any use."""
+def decode(name: str, prompts=((5, 6),), lengths=(2,), key=KEY, roles=None,
+           **options):
+  """Builds decoder `name` and decodes on stubs that fail on any use:
+  `roles` ({role: logits_fn}) binds some roles, `RaisingLogitsFn()` the
+  others."""
   built = decoder(name, **options)
-  built.decode(stubs.bind_roles(built, stubs.RaisingLogitsFn(), None),
-               jnp.asarray(prompts), jnp.asarray(lengths), key)
+  models = stubs.bind_roles(built, stubs.RaisingLogitsFn(), None)
+  models.update({r: base.Model(fn, None) for r, fn in (roles or {}).items()})
+  built.decode(models, jnp.asarray(prompts), jnp.asarray(lengths), key)
 
 
 def has_field(name, field):
@@ -77,6 +83,36 @@ def has_field(name, field):
 ALL = registered()
 PARALLEL = tuple(n for n in ALL
                  if issubclass(base.decoder_class(n), IterativeDecoder))
+DRAFT_VERIFY = tuple(n for n in ALL
+                     if issubclass(base.decoder_class(n), DraftVerifyDecoder))
+
+
+def transformer(attention: str) -> TransformerConfig:
+  """A tiny Transformer config of `attention` kind: read by the checks, its
+  KV cache built abstractly at most; no model of it ever runs."""
+  return TransformerConfig(vocab_size=V, d_model=8, num_layers=1, num_heads=1,
+                           num_kv_heads=1, head_dim=8, mlp_dim=8, max_len=16,
+                           attention=attention)
+
+
+# Models without KV cache support (the draft-and-verify decoders keep one for
+# the target, and for speculative's draft), and how the message shows each;
+# the cache asked for has B = 1 rows, P + T + gamma - 1 = 2 + 4 + 4 - 1 slots.
+NO_CACHE = [
+    ("no-init-cache", stubs.NoInitCacheLogitsFn(),
+     r"NoInitCacheLogitsFn has no init_cache$"),
+    ("init-cache-none", stubs.NoneCacheLogitsFn(),
+     r"NoneCacheLogitsFn\.init_cache returned NoneType$"),
+    ("config-cannot-build-a-cache", stubs.ConfigCacheLogitsFn(),
+     r"ConfigCacheLogitsFn\.init_cache\(1, 9\) raised AttributeError: "
+     r"'NoneType' object has no attribute"),
+]
+NEEDS_CACHE = (r"must support a KV cache: its logits_fn needs "
+               r"init_cache\(batch_size, length\) returning a cache with "
+               r"at\(\) and rollback\(\) \(as models.KVCache\); ")
+# A target that supports a cache and fails on any call: speculative's draft
+# cache is checked after the target's.
+CACHED = stubs.ConfigCacheLogitsFn(config=transformer("causal"))
 
 DECODER_ROWS = [
     *[pytest.param(lambda n=n: decode(n, prompts=((5, V),)), ValueError,
@@ -175,6 +211,44 @@ DECODER_ROWS = [
     pytest.param(lambda: make_decoder("greedy"), ValueError,
                  r"unknown decoder name='greedy'; registered: \(",
                  id="unknown-decoder-name"),
+    *[pytest.param(lambda n=n, fn=fn: decode(n, roles={"target": fn}),
+                   ValueError, rf"^the target model {NEEDS_CACHE}{got}",
+                   id=f"{n}-target-{kind}")
+      for n in DRAFT_VERIFY for kind, fn, got in NO_CACHE],
+    *[pytest.param(lambda fn=fn: decode(
+        "speculative", roles={"target": CACHED, "draft": fn}), ValueError,
+                   rf"^the draft model {NEEDS_CACHE}{got}",
+                   id=f"speculative-draft-{kind}")
+      for kind, fn, got in NO_CACHE],
+    *[pytest.param(lambda n=n: decode(n, roles={"target": stubs.RaisingLogitsFn(
+        config=transformer("bidirectional"))}), ValueError,
+                   r"^the target model of \w+Decoder needs 'causal' "
+                   r"attention; logits_fn.config.attention='bidirectional'$",
+                   id=f"{n}-bidirectional-target") for n in DRAFT_VERIFY],
+    pytest.param(lambda: decode("speculative", roles={
+        "draft": stubs.RaisingLogitsFn(config=transformer("bidirectional"))}),
+                 ValueError, r"^the draft model of SpeculativeDecoder needs "
+                 r"'causal' attention; logits_fn.config.attention="
+                 r"'bidirectional'$", id="speculative-bidirectional-draft"),
+    *[pytest.param(lambda n=n: decode(n, roles={
+        "draft": stubs.RaisingLogitsFn(config=transformer("causal"))}),
+                   ValueError, r"^the draft model of \w+Decoder needs "
+                   r"non-causal \(e.g. 'bidirectional'\) attention; "
+                   r"logits_fn.config.attention='causal'$",
+                   id=f"{n}-causal-diffusion-draft")
+      for n in ("diffusion_draft", "skeleton_polish")],
+    # The boundary below the one that works (tests/test_speculative.py: a
+    # skeleton draft of max_len P + T = 6, a target of P + T + gamma - 1 = 9).
+    pytest.param(lambda: decode("skeleton_polish", roles={
+        "draft": stubs.RaisingLogitsFn(max_len=5)}), ValueError,
+                 r"^6 positions \(prompt width P=2 \+ output_length=4: the "
+                 r"skeleton\) must be <= the draft model's max_len=5$",
+                 id="skeleton_polish-draft-shorter-than-prompt-plus-output"),
+    pytest.param(lambda: decode("skeleton_polish", roles={
+        "target": stubs.RaisingLogitsFn(max_len=8)}), ValueError,
+                 r"^9 positions \(prompt width P=2 \+ output_length=4 \+ "
+                 r"gamma=4 - 1\) must be <= the target model's max_len=8$",
+                 id="skeleton_polish-target-shorter-than-its-cache"),
 ]
 
 

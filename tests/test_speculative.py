@@ -9,8 +9,6 @@ same processors) and the decoders' samples are compared by chi-square.
 
 from __future__ import annotations
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -336,7 +334,8 @@ SKELETON_T, SKELETON_GAMMA = 12, 4
 
 def test_skeleton_with_threshold_zero_is_the_mdlm_sample():
   """Also the max_len boundary that works: a draft of max_len exactly
-  P + T (the skeleton's span), a target of exactly P + T + gamma - 1."""
+  P + T (the skeleton's span), a target of exactly P + T + gamma - 1 (the
+  boundary below is refused: tests/test_bad_inputs.py)."""
   width = RAGGED.shape[1]
   target = stubs.TableLogitsFn.random(
       1, 12, width + SKELETON_T + SKELETON_GAMMA - 1, masked_ids=(PAD,))
@@ -391,99 +390,3 @@ def test_draft_and_target_of_different_vocabularies_raise_before_compiling():
         models(stubs.RaisingLogitsFn(max_len=64),
                stubs.RaisingLogitsFn(max_len=16)),
         RAGGED, RAGGED_LENGTHS, KEY)
-
-
-# --- Models each role must be: refused before tracing. ----------------------
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class NoCacheLogitsFn:
-  """Fails on any call and has no init_cache at all."""
-
-  max_len: int = 64
-  vocab_size: int = 16
-
-  def __call__(self, *args, **kwargs):
-    raise AssertionError("logits_fn was called; the check must come first")
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class NoneCacheLogitsFn(NoCacheLogitsFn):
-  """init_cache returns None (a model without cache support)."""
-
-  def init_cache(self, batch_size, length):
-    del batch_size, length
-
-
-@pytest.mark.parametrize("stub", [NoCacheLogitsFn, NoneCacheLogitsFn])
-@pytest.mark.parametrize("name", DRAW_VERIFY)
-def test_a_target_without_kv_cache_is_refused_before_tracing(name, stub):
-  raising = stubs.RaisingLogitsFn(max_len=64, vocab_size=16)
-  with pytest.raises(ValueError, match=r"the target model must support a KV "
-                     r"cache: .*init_cache\(batch_size, length\) returning "
-                     r"a cache with at\(\) and rollback\(\)"):
-    make_decoder(name, output_length=8).decode(
-        roles_for(name, stub(), raising), RAGGED, RAGGED_LENGTHS, KEY)
-
-
-@pytest.mark.parametrize("stub, got", [
-    (NoCacheLogitsFn, " has no init_cache"),
-    (NoneCacheLogitsFn, r"\.init_cache returned NoneType")])
-def test_a_speculative_draft_without_kv_cache_is_refused_before_tracing(
-    stub, got):
-  target = stubs.TableLogitsFn.random(1, 16, 64)
-  with pytest.raises(ValueError, match=rf"the draft model must support a KV "
-                     rf"cache: .*; {stub.__name__}{got}"):
-    make_decoder("speculative", output_length=8).decode(
-        models(target, stub()), RAGGED, RAGGED_LENGTHS, KEY)
-
-
-def transformer(attention):
-  """A Transformer logits_fn of `attention` kind (never called here)."""
-  return make_logits_fn(TransformerConfig(
-      vocab_size=16, d_model=32, num_layers=1, num_heads=2, num_kv_heads=1,
-      head_dim=16, mlp_dim=64, max_len=64, attention=attention))
-
-
-@pytest.mark.parametrize("name, role, kind, wanted", [
-    *[(n, "target", "bidirectional", "causal") for n in DRAW_VERIFY],
-    ("speculative", "draft", "bidirectional", "causal"),
-    ("diffusion_draft", "draft", "causal", "bidirectional"),
-    ("skeleton_polish", "draft", "causal", "bidirectional"),
-])
-def test_a_model_of_the_wrong_attention_kind_is_refused(name, role, kind,
-                                                        wanted):
-  """An MDLM given as the AR target (its verification would see the draft
-  tokens to its right), or a causal model as the diffusion draft."""
-  right = {"target": "causal",
-           "draft": "causal" if name == "speculative" else "bidirectional"}
-  bound = {r: base.Model(transformer(kind if r == role else right[r]), None)
-           for r in base.decoder_class(name).roles}
-  with pytest.raises(ValueError, match=(
-      rf"the {role} model has attention='{kind}' \(logits_fn.config."
-      rf"attention\); \w+ needs a '{wanted}' {role} model")):
-    make_decoder(name, output_length=8).decode(bound, RAGGED, RAGGED_LENGTHS,
-                                               KEY)
-
-
-def test_skeleton_draft_of_one_position_less_than_prompt_plus_t_is_refused():
-  """The boundary below the one that works (the threshold-0 test): a draft
-  of max_len P + T - 1, or a target of P + T + gamma - 2, is refused before
-  tracing, naming the role and how its length is counted."""
-  width, t, gamma = RAGGED.shape[1], SKELETON_T, SKELETON_GAMMA
-  decoder = make_decoder("skeleton_polish", output_length=t, gamma=gamma)
-  raising = lambda max_len: base.Model(
-      stubs.RaisingLogitsFn(max_len=max_len, vocab_size=12), None)
-  with pytest.raises(ValueError, match=(
-      rf"{width + t} positions \(prompt width P={width} \+ output_length="
-      rf"{t}: the skeleton\) must be <= the draft model's max_len="
-      rf"{width + t - 1}")):
-    decoder.decode({"target": raising(width + t + gamma - 1),
-                    "draft": raising(width + t - 1)},
-                   RAGGED, RAGGED_LENGTHS, KEY)
-  with pytest.raises(ValueError, match=(
-      rf"{width + t + gamma - 1} positions \(prompt width P={width} \+ "
-      rf"output_length={t} \+ gamma={gamma} - 1\) must be <= the target "
-      rf"model's max_len={width + t + gamma - 2}")):
-    decoder.decode({"target": raising(width + t + gamma - 2),
-                    "draft": raising(width + t)},
-                   RAGGED, RAGGED_LENGTHS, KEY)

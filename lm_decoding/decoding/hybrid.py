@@ -65,8 +65,8 @@ from lm_decoding.models import masks
 from lm_decoding.special_tokens import MASK_ID
 
 ORDERS = ("left_to_right", "confidence")
-# Both decoders' models: a causal AR target, a bidirectional denoiser draft.
-DIFFUSION_ROLES = {"target": "causal", "draft": "bidirectional"}
+# Both decoders' models: a causal AR target, a non-causal denoiser draft.
+DIFFUSION_ROLES = {"target": True, "draft": False}
 
 
 def _check_draft_options(decoder):
@@ -97,7 +97,7 @@ class DiffusionDraftDecoder(DraftVerifyDecoder):
   order: str = "left_to_right"
   mask_id: int = MASK_ID
   roles: ClassVar[tuple[str, ...]] = ("target", "draft")
-  role_attention: ClassVar[Mapping[str, str]] = DIFFUSION_ROLES
+  role_causal: ClassVar[Mapping[str, bool]] = DIFFUSION_ROLES
 
   def __post_init__(self):
     super().__post_init__()
@@ -178,7 +178,7 @@ class SkeletonPolishDecoder(DraftVerifyDecoder):
   threshold: float = 0.01
   mask_id: int = MASK_ID
   roles: ClassVar[tuple[str, ...]] = ("target", "draft")
-  role_attention: ClassVar[Mapping[str, str]] = DIFFUSION_ROLES
+  role_causal: ClassVar[Mapping[str, bool]] = DIFFUSION_ROLES
 
   def __post_init__(self):
     super().__post_init__()

@@ -66,6 +66,7 @@ from lm_decoding import debug
 from lm_decoding.decoding import base, sampling
 from lm_decoding.decoding.autoregressive import SequenceConfig, check_prompts
 from lm_decoding.decoding.base import DecodeResult, Model, is_count, register
+from lm_decoding.models.config import check_attention
 
 
 @flax.struct.dataclass
@@ -140,10 +141,11 @@ class DraftVerifyDecoder(SequenceConfig):
   gamma: int = 4
   sampling: sampling.SamplingConfig = sampling.SamplingConfig()
   roles: ClassVar[tuple[str, ...]] = ("target",)
-  # What each role's model must be, checked before tracing: its attention
-  # kind (`logits_fn.config.attention`, where the logits_fn has a config) and
-  # whether the loop keeps a KV cache for it.
-  role_attention: ClassVar[Mapping[str, str]] = {"target": "causal"}
+  # What each role's model must be, checked before tracing: causal or not
+  # (read from `logits_fn.config.attention` by `config.check_attention`,
+  # where the logits_fn has a config), and whether the loop keeps a KV cache
+  # for it (`check_cache`).
+  role_causal: ClassVar[Mapping[str, bool]] = {"target": True}
   cached_roles: ClassVar[tuple[str, ...]] = ("target",)
 
   def __post_init__(self):
@@ -225,7 +227,9 @@ class DraftVerifyDecoder(SequenceConfig):
     length = self.cache_length_for(prompts.shape[1])
     vocab = base.vocab_size(models["target"])
     for role, model in models.items():
-      check_attention(self, role, model)
+      if role in self.role_causal:
+        check_attention(model.logits_fn, causal=self.role_causal[role],
+                        user=f"the {role} model of {type(self).__name__}")
       needed, counted = self.role_length(role, prompts.shape[1])
       if needed > model.logits_fn.max_len:
         raise ValueError(
@@ -259,10 +263,14 @@ class DraftVerifyDecoder(SequenceConfig):
       int32[output_length, B] per round; stats `rounds`, `accept_counts`.
     Raises:
       ValueError: roles not exactly `roles`; bad prompts or ids; models of
-        different vocabularies; P + output_length + gamma - 1 above a
-        model's max_len (`role_length`); a model of the wrong attention kind
-        (`role_attention`) or, for a role in `cached_roles`, without KV
-        cache support. All before compiling.
+        different vocabularies; more positions than a model's max_len
+        (`role_length`: P + output_length + gamma - 1 unless a subclass
+        needs fewer); a causal model where `role_causal`
+        wants a non-causal one or the reverse (a bidirectional target would
+        let each verified position see the draft tokens after it; a causal
+        diffusion draft was not trained to fill masks); a model without KV
+        cache support in a role of `cached_roles` (`check_cache`). All
+        before compiling.
     """
     length, prompts, prompt_lengths = self._check(models, prompts,
                                                   prompt_lengths)
@@ -275,23 +283,9 @@ class DraftVerifyDecoder(SequenceConfig):
     return _decode(self, length, models, prompts, prompt_lengths, keys_B)
 
 
-def check_attention(decoder: DraftVerifyDecoder, role: str,
-                    model: Model) -> None:
-  """Raises ValueError if the `role` model's attention kind is not the one
-  `decoder.role_attention` requires.
-
-  The kind is read from `model.logits_fn.config.attention` (a Transformer's
-  `ModelLogitsFn`); a logits_fn without one (a stub) is accepted. A
-  bidirectional target would let each verified position see the draft
-  tokens after it; a causal diffusion draft was not trained to fill masks.
-  """
-  wanted = decoder.role_attention.get(role)
-  kind = getattr(getattr(model.logits_fn, "config", None), "attention", None)
-  if wanted is not None and kind is not None and kind != wanted:
-    raise ValueError(
-        f"the {role} model has attention={kind!r} (logits_fn.config."
-        f"attention); {type(decoder).__name__} needs a {wanted!r} {role} "
-        f"model")
+# What a model's init_cache raises when it cannot build a cache (e.g. a
+# config without the cache's shape fields); anything else propagates.
+_CACHE_ERRORS = (AttributeError, TypeError, ValueError, NotImplementedError)
 
 
 def check_cache(role: str, model: Model, batch: int, length: int) -> None:
@@ -300,19 +294,32 @@ def check_cache(role: str, model: Model, batch: int, length: int) -> None:
   The loop needs `logits_fn.init_cache(batch_size, length)` returning a
   cache with per-row `at(index)` and `rollback(length)` (as
   `models.KVCache`). The cache is built abstractly (`jax.eval_shape`):
-  nothing is allocated or compiled.
+  nothing is allocated or compiled. A model fails the check if it has no
+  init_cache, if init_cache returns no such cache (None: a model without
+  cache support, as the test denoisers), or if it raises one of
+  `_CACHE_ERRORS` (its config cannot build a cache); the message names the
+  role, what is needed and what was found.
   """
+  name = type(model.logits_fn).__name__
   init = getattr(model.logits_fn, "init_cache", None)
-  cache = (jax.eval_shape(lambda: init(batch, length)) if callable(init)
-           else None)
-  if not (hasattr(cache, "at") and hasattr(cache, "rollback")):
-    name = type(model.logits_fn).__name__
-    got = (f"{name} has no init_cache" if not callable(init) else
-           f"{name}.init_cache returned {type(cache).__name__}")
+  got, error = None, None
+  if not callable(init):
+    got = f"{name} has no init_cache"
+  else:
+    try:
+      cache = jax.eval_shape(lambda: init(batch, length))
+    except _CACHE_ERRORS as e:
+      error = e
+      got = (f"{name}.init_cache({batch}, {length}) raised "
+             f"{type(e).__name__}: {e}")
+    else:
+      if not (hasattr(cache, "at") and hasattr(cache, "rollback")):
+        got = f"{name}.init_cache returned {type(cache).__name__}"
+  if got is not None:
     raise ValueError(
         f"the {role} model must support a KV cache: its logits_fn needs "
         f"init_cache(batch_size, length) returning a cache with at() and "
-        f"rollback() (as models.KVCache); {got}")
+        f"rollback() (as models.KVCache); {got}") from error
 
 
 def start(decoder: DraftVerifyDecoder, cache_length: int, models, prompts_BxP,
@@ -494,8 +501,8 @@ class SpeculativeDecoder(DraftVerifyDecoder):
   """
 
   roles: ClassVar[tuple[str, ...]] = ("target", "draft")
-  role_attention: ClassVar[Mapping[str, str]] = {"target": "causal",
-                                                 "draft": "causal"}
+  role_causal: ClassVar[Mapping[str, bool]] = {"target": True,
+                                               "draft": True}
   cached_roles: ClassVar[tuple[str, ...]] = ("target", "draft")
 
   def start(self, models, prompts_BxP, prompt_lengths_B, cache_length, cost,

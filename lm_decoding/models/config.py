@@ -129,3 +129,30 @@ class TransformerConfig:
 
   def replace(self, **changes) -> "TransformerConfig":
     return dataclasses.replace(self, **changes)
+
+
+def check_attention(logits_fn, causal: bool, user: str) -> None:
+  """Raises ValueError unless the model's attention kind is the one `user`
+  needs.
+
+  The kind is read from `logits_fn.config.attention` (a Transformer's
+  `ModelLogitsFn`, or a wrapper exposing its `config`); a logits_fn without
+  one (a stub, a plain function) is accepted, there being nothing to read.
+  Shared by the training objectives and the decoders that bind several
+  models, so both read the kind the same way.
+
+  Args:
+    logits_fn: the model (the decoder boundary, `decoding.base.LogitsFn`).
+    causal: True if 'causal' attention is needed, False if any other kind
+      (e.g. 'bidirectional', a masked-diffusion denoiser) is.
+    user: who needs it, the message's subject (e.g. "mdlm_loss", "the
+      target model of JacobiDecoder").
+  Raises:
+    ValueError: the kind read is causal where `causal` is False, or the
+      reverse; the message names `user`, the kind needed and the kind found.
+  """
+  kind = getattr(getattr(logits_fn, "config", None), "attention", None)
+  if kind is not None and (kind == "causal") != causal:
+    wanted = "'causal'" if causal else "non-causal (e.g. 'bidirectional')"
+    raise ValueError(f"{user} needs {wanted} attention; "
+                     f"logits_fn.config.attention={kind!r}")

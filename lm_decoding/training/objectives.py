@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 
 from lm_decoding.models import diffusion, masks
+from lm_decoding.models.config import check_attention
 from lm_decoding.models.diffusion import (
     EPS, log_linear_alpha, log_linear_alpha_prime, subs_log_probs)
 from lm_decoding.special_tokens import MASK_ID, PAD_ID
@@ -46,14 +47,6 @@ def _check_tokens(tokens_BxL, min_length: int) -> None:
   if tokens_BxL.shape[1] < min_length:
     raise ValueError(f"tokens length L={tokens_BxL.shape[1]} must be >= "
                      f"{min_length}")
-
-
-def _check_attention(logits_fn, causal: bool, objective: str) -> None:
-  config = getattr(logits_fn, "config", None)
-  if config is not None and (config.attention == "causal") != causal:
-    wanted = "'causal'" if causal else "non-causal (e.g. 'bidirectional')"
-    raise ValueError(f"{objective} needs {wanted} attention; "
-                     f"logits_fn.config.attention={config.attention!r}")
 
 
 def _positions(tokens_BxL):
@@ -88,7 +81,7 @@ def ar_eval(logits_fn, params, tokens_BxL: jax.Array):
     ValueError: tokens not int[B, L] with L >= 2, or a non-causal model.
   """
   _check_tokens(tokens_BxL, min_length=2)
-  _check_attention(logits_fn, causal=True, objective="ar_eval")
+  check_attention(logits_fn, causal=True, user="ar_eval")
   return _next_token_nll(logits_fn, params, tokens_BxL[:, :-1],
                          tokens_BxL[:, 1:])
 
@@ -199,7 +192,7 @@ def ar_scheduled_sampling_loss(logits_fn, params, tokens_BxL: jax.Array,
     ValueError: tokens not int[B, L] with L >= 2, or a non-causal model.
   """
   _check_tokens(tokens_BxL, min_length=2)
-  _check_attention(logits_fn, causal=True, objective="ar_scheduled_sampling")
+  check_attention(logits_fn, causal=True, user="ar_scheduled_sampling")
   inputs_BxT = tokens_BxL[:, :-1]
   first_BxTxV = logits_fn(params, inputs_BxT, _positions(inputs_BxT)).logits
   mixed_BxT, replaced_BxT = scheduled_sampling_inputs(key, inputs_BxT,
@@ -316,7 +309,7 @@ def mdlm_loss(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array, *,
   _check_tokens(tokens_BxL, min_length=1)
   if not 0.0 < eps < 1.0:
     raise ValueError(f"eps={eps} must be in (0, 1)")
-  _check_attention(logits_fn, causal=False, objective="mdlm_loss")
+  check_attention(logits_fn, causal=False, user="mdlm_loss")
   key_t, key_mask = jax.random.split(key)
   t_B = sample_times(key_t, tokens_BxL.shape[0], t_min=eps)
   x_t_BxL = mask_tokens(key_mask, tokens_BxL, t_B, mask_id, eps)
@@ -351,7 +344,7 @@ def mdlm_bound(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array,
   if not isinstance(num_timesteps, int) or num_timesteps < 1:
     raise ValueError(f"num_timesteps={num_timesteps!r} must be an int >= 1")
   _check_tokens(tokens_BxL, min_length=1)
-  _check_attention(logits_fn, causal=False, objective="mdlm_bound")
+  check_attention(logits_fn, causal=False, user="mdlm_bound")
   batch = tokens_BxL.shape[0]
 
   def nelbo_at(step):
@@ -464,7 +457,7 @@ def bd3lm_loss(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array, *,
   _check_block_length(block_length, tokens_BxL.shape[1])
   if not 0.0 < eps < 1.0:
     raise ValueError(f"eps={eps} must be in (0, 1)")
-  _check_attention(logits_fn, causal=False, objective="bd3lm_loss")
+  check_attention(logits_fn, causal=False, user="bd3lm_loss")
   t_BxL, x_t_BxL = bd3lm_noise(key, tokens_BxL, block_length, mask_id=mask_id,
                                eps=eps)
   logits = _bd3lm_logits(logits_fn, params, tokens_BxL, x_t_BxL, block_length)
@@ -515,7 +508,7 @@ def bd3lm_bound(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array,
     raise ValueError(f"num_timesteps={num_timesteps!r} must be an int >= 1")
   _check_tokens(tokens_BxL, min_length=1)
   _check_block_length(block_length, tokens_BxL.shape[1])
-  _check_attention(logits_fn, causal=False, objective="bd3lm_bound")
+  check_attention(logits_fn, causal=False, user="bd3lm_bound")
   batch, length = tokens_BxL.shape
   num_blocks = length // block_length
   strata = min(num_timesteps, block_length)

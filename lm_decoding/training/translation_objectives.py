@@ -28,9 +28,10 @@ import optax
 from lm_decoding.data import parallel_text
 from lm_decoding.decoding.iterative import top_n
 from lm_decoding.models import masks
+from lm_decoding.models.config import check_attention
 from lm_decoding.special_tokens import MASK_ID, PAD_ID
 from lm_decoding.training.objectives import (
-    _check_attention, _check_tokens, _gather, _positions, _summarise)
+    _check_tokens, _gather, _positions, _summarise)
 
 
 def translation_ar_eval(logits_fn, params, tokens_BxL: jax.Array):
@@ -50,7 +51,7 @@ def translation_ar_eval(logits_fn, params, tokens_BxL: jax.Array):
     ValueError: tokens not int[B, L] with L >= 3, or a non-causal model.
   """
   _check_tokens(tokens_BxL, min_length=3)
-  _check_attention(logits_fn, causal=True, objective="translation_ar")
+  check_attention(logits_fn, causal=True, user="translation_ar")
   prefix_B, _ = parallel_text.prefix_and_target_lengths(tokens_BxL)
   inputs_BxT, targets_BxT = tokens_BxL[:, :-1], tokens_BxL[:, 1:]
   mask = masks.prefix_lm_mask(prefix_B, inputs_BxT.shape[1])
