@@ -214,7 +214,7 @@ def main(only: tuple[str, ...] = ("",)):
     full = jax.jit(logits_fn)(model.params, sharded_prompts, positions).logits
     kv = "tensor" if 2 % shape[2] == 0 else None
     want_kv = jax.sharding.NamedSharding(
-        mesh, P(("data", "fsdp"), None, kv, None))
+        mesh, P(("data", "fsdp"), kv, None, None))
     want_index = jax.sharding.NamedSharding(mesh, P(("data", "fsdp")))
     for array in cache.k + cache.v:
       assert array.sharding.is_equivalent_to(want_kv, 4), array.sharding

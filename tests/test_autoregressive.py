@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -62,6 +64,57 @@ def test_batch_equals_rows_alone_on_transformer(transformer):
   for row, (prompt, length) in enumerate(zip(*RAGGED)):
     alone = _greedy("ar", transformer, [prompt[:length]], [length])
     np.testing.assert_array_equal(batch.tokens[row], alone.tokens[0])
+
+
+_HEADER = re.compile(r"^(?:ENTRY )?%([\w.\-]+) \(.*\{$")
+_INSTRUCTION = re.compile(
+    r"^\s*(?:ROOT )?%\S+ = \w+\[([\d,]*)\]\S* ([\w\-]+)\(")
+_CALLEE = re.compile(r"(?:calls|to_apply|body|condition)=%([\w.\-]+)")
+
+
+def _while_body_ops(hlo: str) -> list[tuple[str, tuple[int, ...]]]:
+  """(opcode, dims) of every instruction the one while loop of a compiled
+  module's text runs per iteration, fused computations included."""
+  ops, callees, name = {}, {}, None
+  for line in hlo.splitlines():
+    if match := _HEADER.match(line):
+      name = match.group(1)
+      ops[name], callees[name] = [], set()
+    elif name and (match := _INSTRUCTION.match(line)):
+      dims = tuple(int(d) for d in match.group(1).split(",") if d)
+      ops[name].append((match.group(2), dims))
+      callees[name].update(_CALLEE.findall(line))
+  pending = re.findall(r" while\(.*?body=%([\w.\-]+)", hlo)
+  assert len(pending) == 1, "expected one decode loop"
+  seen = set()
+  while pending:
+    name = pending.pop()
+    if name not in seen:
+      seen.add(name)
+      pending.extend(callees[name])
+  return [op for name in seen for op in ops[name]]
+
+
+def test_decode_step_reads_the_kv_cache_in_place(transformer):
+  """The cache is stored heads-major [B, Hkv, S, Dh], the layout of the
+  attention dots: the compiled decode loop neither transposes nor copies a
+  cache-sized array (with a [B, S, Hkv, Dh] cache it did both, for keys and
+  values in every layer: experiments/results/benchmark_ar/NOTES.md)."""
+  logits_fn, params = transformer
+  config = logits_fn.config
+  batch, prompt, new = 3, 4, 6
+  decoder = base.make_decoder("ar", output_length=new, eos_ids=(),
+                              sampling=GREEDY)
+  hlo = jax.jit(lambda p, x, n: decoder.decode(
+      bind(logits_fn, p), x, n, KEY).tokens).lower(
+          params, jnp.zeros((batch, prompt), jnp.int32),
+          jnp.full((batch,), prompt, jnp.int32)).compile().as_text()
+  cache_dims = sorted((batch, config.num_kv_heads, prompt + new,
+                       config.head_dim))
+  cache_ops = [op for op, dims in _while_body_ops(hlo)
+               if sorted(dims) == cache_dims]
+  assert cache_ops, "no cache-sized array found: the parser missed the loop"
+  assert not {"transpose", "copy"} & set(cache_ops), cache_ops
 
 
 def test_step_logits_of_padded_rows_match_rows_alone(transformer):

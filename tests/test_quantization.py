@@ -219,8 +219,8 @@ def test_int8_cached_attention_equals_uncached_attention_on_quantised_kv():
     outputs.append(np.asarray(y))
   got = np.concatenate(outputs, 1).reshape(expected.shape)
   np.testing.assert_allclose(got, expected, atol=2e-5, rtol=1e-5)
-  np.testing.assert_allclose(cache.k[0].dequantize()[:, :length], k,
-                             atol=1e-6)
+  np.testing.assert_allclose(cache.k[0].dequantize()[:, :, :length],
+                             k.transpose(0, 2, 1, 3), atol=1e-6)
 
 
 def test_int8_cache_decoding_one_token_at_a_time_equals_one_prefill():
@@ -253,7 +253,7 @@ def test_rollback_and_reorder_move_scales_with_their_rows():
       np.testing.assert_array_equal(got.values[0], want.values[2])
       np.testing.assert_array_equal(got.scale[0], want.scale[2])
       np.testing.assert_array_equal(got.scale[2], want.scale[0])
-      assert np.all(np.asarray(got.scale[:, :4]) > 0)
+      assert np.all(np.asarray(got.scale[:, :, :4]) > 0)  # 4 slots written
   rolled = cache.rollback(jnp.array([1, 4, 2]))
   np.testing.assert_array_equal(rolled.index, [1, 4, 2])
   for a, b in zip(jax.tree.leaves(rolled.k), jax.tree.leaves(cache.k)):

@@ -292,7 +292,8 @@ def test_transformer_caches_equal_a_fresh_prefill_of_the_accepted_prefix():
       for got, want in ((cache.k[layer], fresh.k[layer]),
                         (cache.v[layer], fresh.v[layer])):
         for b in range(4):
-          np.testing.assert_allclose(got[b, :index[b]], want[b, :index[b]],
+          np.testing.assert_allclose(got[b, :, :index[b]],
+                                     want[b, :, :index[b]],
                                      atol=1e-5, rtol=1e-5)
 
 

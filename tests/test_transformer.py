@@ -13,6 +13,7 @@ import pytest
 from lm_decoding.models import (KVCache, TransformerConfig, abstract_params,
                                 count_params, init_params, make_logits_fn)
 from lm_decoding.models import masks
+from lm_decoding.models.kv_cache import write_rows
 from lm_decoding.models.transformer import Attention
 
 PAD = 0
@@ -238,7 +239,7 @@ def test_f2_gqa_query_head_reads_kv_head_h_div_group(constant_values):
     expected = _gqa_reference(x, params, kv_heads)
   np.testing.assert_allclose(y_BxLxHxD, expected, atol=1e-5)
 
-  zeros = jnp.zeros((1, 8, kv_heads, head_dim))
+  zeros = jnp.zeros((1, kv_heads, 8, head_dim))  # [B, Hkv, S, Dh]
   cache = KVCache(k=(zeros,), v=(zeros,), index=jnp.zeros((1,), jnp.int32))
   cached = []
   for start, stop in ((0, 3), (3, 4), (4, 5)):  # prefill 3, then decode
@@ -468,6 +469,40 @@ def test_kv_cache_rollback_and_reorder():
   np.testing.assert_array_equal(reordered.k[1][1], cache.k[1][0])
   np.testing.assert_array_equal(reordered.k[0][0], cache.k[0][2])
   assert reordered.k[0].shape == cache.k[0].shape
+
+
+@pytest.mark.parametrize("kv_cache_dtype", ["compute", "int8"])
+def test_kv_cache_is_heads_major_and_writes_each_row_at_its_index(
+    kv_cache_dtype):
+  """Keys/values [B, Hkv, S, Dh] (int8: scales [B, Hkv, S]); `write_rows`
+  puts new[b, h, j] at slot index[b] + j of row b, head h, and leaves every
+  other slot as it was."""
+  config = BASE.replace(num_kv_heads=2, kv_cache_dtype=kv_cache_dtype)
+  cache = KVCache.init(config, 2, 7)
+  assert cache.length == 7
+  int8 = kv_cache_dtype == "int8"
+  values = (lambda a: a.values) if int8 else (lambda a: a)
+  assert values(cache.k[0]).shape == (2, 2, 7, 8)
+  if int8:
+    assert cache.k[0].scale.shape == (2, 2, 7)
+  # Integer-valued head vectors with absmax 127: int8 stores them exactly.
+  new = np.arange(2 * 2 * 3 * 8, dtype=np.float32).reshape(2, 2, 3, 8) % 255
+  new = new - 127
+  new[..., 0] = 127
+  written = write_rows(cache.k[0], jnp.asarray(new), jnp.asarray([1, 4]))
+  got = np.asarray(written.dequantize() if int8 else written)
+  want = np.zeros((2, 2, 7, 8), np.float32)
+  want[0, :, 1:4] = new[0]
+  want[1, :, 4:7] = new[1]
+  np.testing.assert_array_equal(got, want)
+  if int8:
+    scale = np.zeros((2, 2, 7), np.float32)
+    scale[0, :, 1:4] = scale[1, :, 4:7] = 1.0
+    np.testing.assert_array_equal(written.scale, scale)
+  # Per slot: keys and values of 2 layers x 2 KV heads x 8 dims, and int8's
+  # float32 scale per KV head.
+  per_layer = 2 * (2 * 8 + 2 * 4) if int8 else 2 * 2 * 8 * 4
+  assert cache.bytes_per_slot() == config.num_layers * per_layer
 
 
 def test_hidden_states_are_the_final_norm_output():

@@ -53,7 +53,7 @@ class TransformerConfig:
       `lm_decoding.models.quantization.quantize_params`. Inference only.
     kv_cache_dtype: 'compute' (default: keys/values cached in the compute
       dtype) or 'int8': int8 keys/values with a float32 absmax scale per
-      (row, slot, KV head) (see `lm_decoding.models.kv_cache`). Calls
+      (row, KV head, slot) (see `lm_decoding.models.kv_cache`). Calls
       without a cache are unaffected.
     norm_eps: epsilon added to the mean square (RMSNorm) or variance
       (LayerNorm) of every norm; 1e-6 by default, 1e-5 for GPT-2, the HF

@@ -11,7 +11,7 @@ scheme of LLM.int8() (Dettmers et al. 2022) without its outlier split, and
 the per-channel absmax of Jacob et al. (2018) made symmetric: a matmul kernel
 keeps its output axes (one scale per output channel), an embedding keeps
 its rows (one scale per token, which is also the tied LM head's output
-channel), cached keys/values keep (row, slot, KV head) (one scale per head
+channel), cached keys/values keep (row, KV head, slot) (one scale per head
 vector, `lm_decoding.models.kv_cache`).
 
 The matmul of `Int8Dense` is (x @ float(q)) * s, the scale applied to the
@@ -51,7 +51,7 @@ def quantize(x: jax.Array, axes: int | Sequence[int]
   Args:
     x: a float array.
     axes: the reduced axes (sharing one scale), e.g. 0 for a [in, out]
-      kernel (per output channel) or -1 for [B, S, Hkv, Dh] keys (per head).
+      kernel (per output channel) or -1 for [B, Hkv, S, Dh] keys (per head).
   Returns:
     (q, scale): q int8 of x's shape, values in [-127, 127]; scale float32 of
     x's shape without `axes`, max |x| / 127 over them (0 for an all-zero

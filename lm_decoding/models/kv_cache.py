@@ -3,23 +3,31 @@
 The cache is passed into and returned from `Transformer.apply` (no mutable
 collections), so it can be the carry of `lax.scan`, sharded and donated.
 
-Layout, for a batch of B rows and a cache of S slots:
-  k[l], v[l]: [B, S, Hkv, Dh] for layer l, in the model's compute dtype; with
+Layout, for a batch of B rows and a cache of S slots (heads-major):
+  k[l], v[l]: [B, Hkv, S, Dh] for layer l, in the model's compute dtype; with
               `config.kv_cache_dtype == 'int8'` an `Int8KV` instead: int8
-              values [B, S, Hkv, Dh] and a float32 absmax scale [B, S, Hkv]
-              per (row, slot, KV head) (`lm_decoding.models.int8`), written
+              values [B, Hkv, S, Dh] and a float32 absmax scale [B, Hkv, S]
+              per (row, KV head, slot) (`lm_decoding.models.int8`), written
               by `write_rows` (which quantises) and read by the attention,
               which folds the scales into the scores (keys) and the
               probabilities (values) instead of dequantising the cache.
   index:      int32[B], per-row write index: slots [0, index[b]) hold row b's
               tokens, in order; the next call writes at index[b].
+The attention dots batch over (row, KV head) and contract over Dh (scores) or
+S (values), so with (B, Hkv) leading they read each layer's cache in place;
+a [B, S, Hkv, Dh] cache was copied whole into this layout by XLA in every
+layer of every decode step (experiments/results/benchmark_ar/NOTES.md). The
+L new keys/values of a call arrive from the projection as [B, L, Hkv, Dh];
+the attention moves them heads-major once (L slots, not S) before
+`write_rows`.
 
 Worked example (S = 6, two rows, prompts of 3 and 2 tokens right-padded to 3):
-  prefill  tokens [[5,6,7],[8,9,PAD]], index [0,0] -> writes slots 0..2 of both
-           rows, index [3,3]; the decoder then sets index to the prompt
-           lengths [3,2], so row 1's PAD slot 2 is overwritten next.
-  step 1   tokens [[a],[b]] -> a lands in slot 3 of row 0, b in slot 2 of row 1;
-           index [4,3]. A query sees only slots < its own write slot + 1.
+  prefill  tokens [[5,6,7],[8,9,PAD]], index [0,0] -> writes k[l][b, :, 0:3]
+           of both rows, index [3,3]; the decoder then sets index to the
+           prompt lengths [3,2], so row 1's PAD slot 2 is overwritten next.
+  step 1   tokens [[a],[b]] -> a lands in k[l][0, :, 3], b in k[l][1, :, 2]
+           (every KV head); index [4,3]. A query sees only slots < its own
+           write slot + 1.
 Writes past S would be clamped by `dynamic_update_slice`; callers must check
 `prompt_len + output_length <= S` before compiling (see
 `lm_decoding.decoding.autoregressive`).
@@ -34,15 +42,13 @@ Operations decoders need, all per row and pure:
                      int8 scales are gathered with their values.
 
 The arrays carry their own logical axes, `LOGICAL_AXES` = ('cache_batch',
-'cache_length', 'cache_kv_heads', 'cache_head_dim'), distinct from the
+'cache_kv_heads', 'cache_length', 'cache_head_dim'), distinct from the
 parameters' 'heads', so a mesh can shard the cache by batch and KV heads
 independently of the weights (as MaxText does); int8 scales carry the first
 three (`SCALE_LOGICAL_AXES`).
 """
 
 from __future__ import annotations
-
-import math
 
 import flax.struct
 import jax
@@ -54,11 +60,11 @@ from lm_decoding.models.config import TransformerConfig
 
 @flax.struct.dataclass
 class Int8KV:
-  """One layer's int8 keys (or values): x[b, s, h, :] ~ values * scale[b, s, h].
+  """One layer's int8 keys (or values): x[b, h, s, :] ~ values * scale[b, h, s].
 
   Attributes:
-    values: int8[B, S, Hkv, Dh].
-    scale: float32[B, S, Hkv], absmax / 127 of each cached head vector.
+    values: int8[B, Hkv, S, Dh].
+    scale: float32[B, Hkv, S], absmax / 127 of each cached head vector.
   """
 
   values: jax.Array
@@ -69,7 +75,7 @@ class Int8KV:
     return self.values.shape
 
   def dequantize(self, dtype=jnp.float32) -> jax.Array:
-    """[B, S, Hkv, Dh] values * scale in `dtype`."""
+    """[B, Hkv, S, Dh] values * scale in `dtype`."""
     return int8.dequantize(self.values, self.scale, -1, dtype)
 
 
@@ -78,8 +84,8 @@ class KVCache:
   """Per-layer keys and values plus a per-row write index.
 
   Attributes:
-    k: tuple of num_layers arrays [B, S, Hkv, Dh] (or `Int8KV`s).
-    v: tuple of num_layers arrays [B, S, Hkv, Dh] (or `Int8KV`s).
+    k: tuple of num_layers arrays [B, Hkv, S, Dh] (or `Int8KV`s).
+    v: tuple of num_layers arrays [B, Hkv, S, Dh] (or `Int8KV`s).
     index: int32[B], number of slots already written in each row.
   """
 
@@ -87,14 +93,14 @@ class KVCache:
   v: tuple[jax.Array | Int8KV, ...]
   index: jax.Array
 
-  LOGICAL_AXES = ("cache_batch", "cache_length", "cache_kv_heads",
+  LOGICAL_AXES = ("cache_batch", "cache_kv_heads", "cache_length",
                   "cache_head_dim")
   SCALE_LOGICAL_AXES = LOGICAL_AXES[:3]
 
   @property
   def length(self) -> int:
     """Number of slots S (static)."""
-    return self.k[0].shape[1]
+    return self.k[0].shape[2]
 
   @classmethod
   def init(cls, config: TransformerConfig, batch_size: int,
@@ -108,7 +114,7 @@ class KVCache:
     if not 1 <= length <= config.max_len:
       raise ValueError(
           f"cache length={length} must be in [1, max_len={config.max_len}]")
-    shape = (batch_size, length, config.num_kv_heads, config.head_dim)
+    shape = (batch_size, config.num_kv_heads, length, config.head_dim)
     if config.kv_cache_dtype == "int8":
       zeros = lambda: Int8KV(values=jnp.zeros(shape, jnp.int8),
                              scale=jnp.zeros(shape[:3], jnp.float32))
@@ -147,29 +153,38 @@ class KVCache:
 
   def bytes_per_slot(self) -> int:
     """Bytes of keys and values (and int8 scales) one token occupies across
-    all layers."""
-    return sum(math.prod(a.shape[2:]) * a.dtype.itemsize
+    all layers: each array's size without its batch and slot axes."""
+    return sum(a.size // (a.shape[0] * a.shape[2]) * a.dtype.itemsize
                for a in jax.tree.leaves((self.k, self.v)))
 
 
-def _write(buffer_BxSx: jax.Array, new_BxLx: jax.Array,
+def _write(buffer_BxKxSx: jax.Array, new_BxKxLx: jax.Array,
            index_B: jax.Array) -> jax.Array:
+  """Row b of `new` written into row b of `buffer` at slot index[b] (axis 2)."""
   def one(buf, new, i):
     return jax.lax.dynamic_update_slice(
-        buf, new, (i,) + (0,) * (buf.ndim - 1))
-  return jax.vmap(one)(buffer_BxSx, new_BxLx.astype(buffer_BxSx.dtype),
+        buf, new, (0, i) + (0,) * (buf.ndim - 2))
+  return jax.vmap(one)(buffer_BxKxSx, new_BxKxLx.astype(buffer_BxKxSx.dtype),
                        index_B)
 
 
-def write_rows(buffer_BxSxHxD: jax.Array | Int8KV, new_BxLxHxD: jax.Array,
+def write_rows(buffer_BxKxSxD: jax.Array | Int8KV, new_BxKxLxD: jax.Array,
                index_B: jax.Array) -> jax.Array | Int8KV:
-  """Writes `new[b]` into `buffer[b]` at slot `index[b]`, per row.
+  """Writes `new[b]` into `buffer[b]` at slots index[b]..index[b] + L - 1,
+  per row.
 
-  An `Int8KV` buffer receives `new` quantised per head vector
-  (`int8.quantize` over Dh) and its scales.
+  Args:
+    buffer_BxKxSxD: one layer's keys or values [B, Hkv, S, Dh] (or an
+      `Int8KV`).
+    new_BxKxLxD: the L new keys or values [B, Hkv, L, Dh], heads-major like
+      the buffer.
+    index_B: int32[B] first slot written in each row.
+  Returns:
+    The buffer with the new slots written. An `Int8KV` buffer receives `new`
+    quantised per head vector (`int8.quantize` over Dh) and its scales.
   """
-  if isinstance(buffer_BxSxHxD, Int8KV):
-    q_BxLxHxD, scale_BxLxH = int8.quantize(new_BxLxHxD, -1)
-    return Int8KV(values=_write(buffer_BxSxHxD.values, q_BxLxHxD, index_B),
-                  scale=_write(buffer_BxSxHxD.scale, scale_BxLxH, index_B))
-  return _write(buffer_BxSxHxD, new_BxLxHxD, index_B)
+  if isinstance(buffer_BxKxSxD, Int8KV):
+    q_BxKxLxD, scale_BxKxL = int8.quantize(new_BxKxLxD, -1)
+    return Int8KV(values=_write(buffer_BxKxSxD.values, q_BxKxLxD, index_B),
+                  scale=_write(buffer_BxKxSxD.scale, scale_BxKxL, index_B))
+  return _write(buffer_BxKxSxD, new_BxKxLxD, index_B)

@@ -49,9 +49,9 @@ def _dense(cfg: TransformerConfig, features, axes, name, axis=-1,
       bias_init=_init(nn.initializers.zeros, *bias_axes))
 
 
-def _per_key(scale_BxSxK: jax.Array) -> jax.Array:
-  """int8 cache scales [B, S, Hkv] broadcast against scores [B, Hkv, G, L, S]."""
-  return jnp.transpose(scale_BxSxK, (0, 2, 1))[:, :, None, None, :]
+def _per_key(scale_BxKxS: jax.Array) -> jax.Array:
+  """int8 cache scales [B, Hkv, S] broadcast against scores [B, Hkv, G, L, S]."""
+  return scale_BxKxS[:, :, None, None, :]
 
 
 class Norm(nn.Module):
@@ -95,8 +95,11 @@ class Attention(nn.Module):
   """Multi-head / grouped-query / multi-query self-attention.
 
   Query head h reads key/value head h // (num_heads // num_kv_heads).
+  Keys and values are attended heads-major, [B, Hkv, S, Dh], the cache's
+  layout, so the dots (batched over row and KV head) read the cache in place;
+  the L new keys/values are moved to that layout once, before the write.
   With an int8 cache (`Int8KV`), keys and values are read as int8 and their
-  per-(row, slot, KV head) scales are folded in: into the scores (q . k_q *
+  per-(row, KV head, slot) scales are folded in: into the scores (q . k_q *
   k_scale[s]) and into the probabilities (sum_s p[s] * v_scale[s] * v_q[s]),
   which equals attending over the dequantised cache without writing it.
   """
@@ -116,6 +119,8 @@ class Attention(nn.Module):
     if cfg.positional == "rope":
       q = rotary(q, positions_BxL, cfg.rope_base)
       k = rotary(k, positions_BxL, cfg.rope_base)
+    k = jnp.swapaxes(k, 1, 2)  # [B, Hkv, L, Dh]
+    v = jnp.swapaxes(v, 1, 2)
     if k_cache is not None:
       k_cache = write_rows(k_cache, k, index_B)
       v_cache = write_rows(v_cache, v, index_B)
@@ -126,7 +131,7 @@ class Attention(nn.Module):
     b, l = q.shape[:2]
     groups = cfg.num_heads // cfg.num_kv_heads
     q_BxLxKxGxD = q.reshape(b, l, cfg.num_kv_heads, groups, cfg.head_dim)
-    scores = jnp.einsum("blkgd,bskd->bkgls", q_BxLxKxGxD,
+    scores = jnp.einsum("blkgd,bksd->bkgls", q_BxLxKxGxD,
                         k.astype(cfg.compute_dtype),
                         preferred_element_type=jnp.float32)
     if k_scale is not None:
@@ -137,7 +142,7 @@ class Attention(nn.Module):
     if v_scale is not None:
       probs = probs * _per_key(v_scale)
     probs = probs.astype(cfg.compute_dtype)
-    out = jnp.einsum("bkgls,bskd->blkgd", probs, v.astype(cfg.compute_dtype))
+    out = jnp.einsum("bkgls,bksd->blkgd", probs, v.astype(cfg.compute_dtype))
     out_BxLxHxD = out.reshape(b, l, cfg.num_heads, cfg.head_dim)
     y = _dense(cfg, cfg.d_model, ("heads", "kv", "embed"), "out",
                axis=(-2, -1))(out_BxLxHxD)

@@ -2,7 +2,7 @@
 
 Parameters carry logical axis names ('batch', 'length', 'embed', 'heads',
 'kv_heads', 'kv', 'mlp', 'vocab') and KV caches their own ('cache_batch',
-'cache_length', 'cache_kv_heads', 'cache_head_dim'); a rule table maps them to
+'cache_kv_heads', 'cache_length', 'cache_head_dim'); a rule table maps them to
 mesh axes ('data', 'fsdp', 'tensor'). A name missing from the rules is an
 error, not a silently replicated dimension, and a sharded dimension its
 mesh axes do not divide is an error naming it (`check_divisible`), except KV
@@ -44,12 +44,12 @@ DEFAULT_RULES: tuple[tuple[str, str | tuple[str, ...] | None], ...] = (
     ("mlp", "tensor"),
     ("vocab", "tensor"),
     ("cache_batch", ("data", "fsdp")),
-    ("cache_length", None),
     ("cache_kv_heads", "tensor"),
+    ("cache_length", None),
     ("cache_head_dim", None),
 )
 
-# Logical axes of one layer's cached keys/values [B, S, Hkv, Dh].
+# Logical axes of one layer's cached keys/values [B, Hkv, S, Dh].
 KV_CACHE_AXES = KVCache.LOGICAL_AXES
 
 
@@ -293,7 +293,7 @@ def shard_params(params, config: TransformerConfig, mesh: Mesh,
 def place_cache(cache, mesh: Mesh, place, rules=DEFAULT_RULES):
   """`cache` with every array passed through `place(array, sharding)`.
 
-  Keys/values [B, S, Hkv, Dh] get KV_CACHE_AXES, int8 scales [B, S, Hkv]
+  Keys/values [B, Hkv, S, Dh] get KV_CACHE_AXES, int8 scales [B, Hkv, S]
   KVCache.SCALE_LOGICAL_AXES and the write index 'cache_batch'. `place` is
   `jax.device_put` (placing a cache, `shard_cache`) or
   `jax.lax.with_sharding_constraint` (inside a jitted step).
