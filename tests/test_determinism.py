@@ -37,9 +37,12 @@ def test_same_seed_same_tokens_in_one_process(name):
 
 
 def test_same_seed_same_tokens_across_processes():
-  """One subprocess decodes every decoder; its hashes equal this process's."""
-  env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-      [str(HERE), str(HERE.parent), os.environ.get("PYTHONPATH", "")]))
+  """One subprocess decodes every decoder; its hashes equal this process's.
+  It compiles every program itself (no persistent compilation cache)."""
+  env = dict(os.environ, JAX_ENABLE_COMPILATION_CACHE="false",
+             PYTHONPATH=os.pathsep.join(
+                 [str(HERE), str(HERE.parent),
+                  os.environ.get("PYTHONPATH", "")]))
   proc = subprocess.run([sys.executable, str(HERE / "_determinism_hashes.py")],
                         capture_output=True, text=True, timeout=300, env=env)
   assert proc.returncode == 0, proc.stderr[-2000:]

@@ -306,6 +306,17 @@ def test_seed_data_cache_refuses_another_cached_tokenizer(
 # ---- the base set (configs/base.py) ------------------------------------------
 
 
+SIZE_LIMIT_BYTES = 60 * 10 ** 6  # issue 10: the whole shipped set
+
+
+def test_shipped_sets_fit_the_size_limit():
+  """Every file under lm_decoding/pretrained (the tiny, base and translation
+  sets, tokenizers and manifests) adds up to at most 60 MB."""
+  total = sum(path.stat().st_size
+              for path in pretrained.DEFAULT_DIR.rglob("*") if path.is_file())
+  assert 0 < total <= SIZE_LIMIT_BYTES, f"{total / 1e6:.1f} MB"
+
+
 def test_set_dir_names_the_shipped_sets():
   assert pretrained.set_dir("") == pretrained.DEFAULT_DIR
   assert pretrained.set_dir("base") == pretrained.DEFAULT_DIR / "base"
@@ -313,10 +324,12 @@ def test_set_dir_names_the_shipped_sets():
           == (pretrained.DEFAULT_DIR / pretrained.TOKENIZER_FILE).read_bytes())
 
 
-BASE_PARAMS = 5_245_184  # d256, 4 layers, mlp 1024, vocab 4096, tied
+# Parameters of each shipped base member: d256, 4 layers, mlp 1024, vocab
+# 4096, tied embeddings.
+BASE_PARAMS = {"ar": 5_245_184, "mdlm": 5_245_184}
 
 
-@pytest.mark.parametrize("name", ("ar", "mdlm"))
+@pytest.mark.parametrize("name", BASE_PARAMS)
 def test_base_member_matches_configs_base(name, shipped_tokenizer):
   base_set = pretrained.set_dir("base")
   member = pretrained.member_configs(load_config("base"))[name]
@@ -324,7 +337,8 @@ def test_base_member_matches_configs_base(name, shipped_tokenizer):
   assert params is not None, reason
   manifest = pretrained.read_manifest(name, base_set)
   assert manifest["stored_dtype"] == "bfloat16"
-  assert manifest["metrics"]["num_params"] == count_params(params) == BASE_PARAMS
+  assert (manifest["metrics"]["num_params"] == count_params(params)
+          == BASE_PARAMS[name])
   assert manifest["metrics"]["steps"] == member.train.num_steps == 1500
   assert all(x.dtype == np.float32 for x in jax.tree.leaves(params))
 
