@@ -138,6 +138,22 @@ def test_member_configs_include_the_ar_drafts():
     assert set(member) == {"seed", "data", "model", "train"}
 
 
+@pytest.mark.parametrize("config_name", ("tiny", "base"))
+def test_evaluator_is_larger_than_the_models_it_scores(config_name):
+  """The evaluator (issue 10: "a separate, stronger AR model") has more
+  parameters than every decoded member, trains at least as long, and has
+  its own seed."""
+  members = pretrained.member_configs(load_config(config_name))
+  size = {name: count_params(abstract_params(
+      train_lib.model_config(member))) for name, member in members.items()}
+  evaluator = members["evaluator"]
+  for name in ("ar", "mdlm", "bd3lm"):
+    assert size["evaluator"] > 1.8 * size[name], (name, size)
+    assert evaluator.train.num_steps >= members[name].train.num_steps
+    assert evaluator.seed != members[name].seed
+  assert evaluator.train.objective == "ar"
+
+
 def test_drafts_section_changes_no_other_member():
   config = tiny_config()
   before = {name: pretrained.recipe(member) for name, member
