@@ -62,9 +62,10 @@ _EXPORT_DIR = flags.DEFINE_string(
     "--pretrained_tokenizer reads): the shipped set by default; "
     "lm_decoding/pretrained/base for configs/base.py's members.")
 _STORED_DTYPE = flags.DEFINE_enum(
-    "stored_dtype", None, ["bfloat16"],
-    "Export the parameters cast to this dtype (half the bytes of float32); "
-    "loading casts them back to model.param_dtype. Unset: as trained.")
+    "stored_dtype", None, list(pretrained.STORED_DTYPES),
+    "Export the parameters rounded: 'bfloat16' (half the bytes of float32) "
+    "or 'int8' (weight-only int8, per-channel scales: about a quarter); "
+    "loading turns them back into model.param_dtype. Unset: as trained.")
 _DATA_DIR = flags.DEFINE_string(
     "data_dir", None,
     "Where the tokenizer and encoded splits are cached (runs on the same data "

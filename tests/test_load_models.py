@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import pathlib
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
+import pytest
 
 from lm_decoding.data import corpus
 from lm_decoding.data import pipeline
@@ -59,3 +62,62 @@ def test_load_models_trains_then_takes_the_exported_member(tmp_path):
   assert jax.tree.all(jax.tree.map(np.array_equal, shipped.model.params,
                                    trained.model.params))
   assert shipped.model.logits_fn.vocab_size == MIN_VOCAB_SIZE
+
+
+@pytest.fixture(scope="module")
+def trained_member(tmp_path_factory):
+  """(config, workdir, tokenizer, float params) of a member trained 2 steps."""
+  tmp_path = tmp_path_factory.mktemp("member")
+  text = tmp_path / "text.txt"
+  text.write_text("\n\n".join(corpus.load_paragraphs(None)[:400]))
+  config = make_config(str(text))
+  workdir = str(tmp_path / "work")
+  tokenizer = pipeline.prepare(str(text), MIN_VOCAB_SIZE, workdir).tokenizer
+  params = pretrained.load_models({"ar": config}, workdir, tokenizer,
+                                  progress=False, out_dir=tmp_path / "none"
+                                  )["ar"].model.params
+  return config, f"{workdir}/ar", tokenizer, params
+
+
+def _stored_bytes(member: pathlib.Path) -> int:
+  return sum(p.stat().st_size for p in (member / "params").rglob("*")
+             if p.is_file())
+
+
+@pytest.mark.parametrize("stored_dtype", [None, "bfloat16", "int8"])
+def test_stored_dtype_round_trips_within_its_rounding(trained_member,
+                                                      tmp_path, stored_dtype):
+  """`find` gives float32 parameters back: the trained ones exactly (None),
+  each rounded to bfloat16, or each within half its int8 scale; the manifest
+  says how they were stored, and the int8 member takes under half the bytes
+  of the float32 one."""
+  config, workdir, tokenizer, params = trained_member
+  member = pretrained.export(config, workdir, "ar", tokenizer, "cmd", {},
+                             out_dir=tmp_path, stored_dtype=stored_dtype)
+  assert pretrained.read_manifest("ar", tmp_path).get(
+      "stored_dtype") == stored_dtype
+  loaded, reason = pretrained.find(config, "ar", tokenizer, tmp_path)
+  assert loaded is not None, reason
+  assert jax.tree.structure(loaded) == jax.tree.structure(params)
+  for got, want in zip(jax.tree.leaves(loaded), jax.tree.leaves(params)):
+    assert got.dtype == np.float32 and got.shape == want.shape
+    got, want = np.asarray(got), np.asarray(want)
+    if stored_dtype is None:
+      np.testing.assert_array_equal(got, want)
+    elif stored_dtype == "bfloat16":
+      np.testing.assert_array_equal(
+          got, want.astype(jnp.bfloat16).astype(np.float32))
+    else:  # per-channel absmax: |error| <= max |w| / 254 over the channel
+      assert np.max(np.abs(got - want)) <= np.max(np.abs(want)) / 254 + 1e-7
+  if stored_dtype == "int8":  # int8 kernels and embedding on disk
+    float_member = pretrained.export(config, workdir, "f32", tokenizer, "cmd",
+                                     {}, out_dir=tmp_path)
+    assert _stored_bytes(member) < 0.5 * _stored_bytes(float_member)
+
+
+def test_export_refuses_an_unknown_stored_dtype(trained_member, tmp_path):
+  config, workdir, tokenizer, _ = trained_member
+  with pytest.raises(ValueError, match=r"stored_dtype='float16'; allowed"):
+    pretrained.export(config, workdir, "ar", tokenizer, "cmd", {},
+                      out_dir=tmp_path, stored_dtype="float16")
+  assert not (tmp_path / "ar").exists()

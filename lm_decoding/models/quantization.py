@@ -1,8 +1,10 @@
-"""Converts a float checkpoint into the weight-only int8 layout.
+"""Converts a float checkpoint into the weight-only int8 layout and back.
 
 The shipped float32 models decode with `quantization='int8_weights'` without
 retraining: `quantize_params` quantises each parameter the int8 model stores
 as int8 (`lm_decoding.models.int8`, symmetric absmax), keeping the rest.
+`dequantize_params` turns such a tree back into float parameters (a shipped
+member stored as int8 is loaded that way: `pretrained.export`).
 """
 
 from __future__ import annotations
@@ -22,18 +24,27 @@ def _layout(config: TransformerConfig):
   return nn.meta.unbox(abstract_params(config))
 
 
+def _reduced_axes(name: str, values, scale) -> tuple[int, ...]:
+  """Axes of int8 parameter `name` that share one scale: a kernel keeps its
+  trailing output axes, the embedding its rows."""
+  if name == "kernel":
+    return tuple(range(values.ndim - scale.ndim))
+  return tuple(range(scale.ndim, values.ndim))
+
+
+def _is_scale(name: str, tree: dict) -> bool:
+  return name.endswith("_scale") and name[:-len("_scale")] in tree
+
+
 def _convert(float_tree: dict, int8_tree: dict) -> dict:
   out = {}
   for name, target in int8_tree.items():
     if isinstance(target, dict):
       out[name] = _convert(float_tree[name], target)
-    elif name.endswith("_scale") and name[:-len("_scale")] in int8_tree:
+    elif _is_scale(name, int8_tree):
       continue  # made with its int8 values below
     elif target.dtype == jnp.int8:
-      scale = int8_tree[f"{name}_scale"]
-      # A kernel keeps its trailing output axes, the embedding its rows.
-      axes = (tuple(range(target.ndim - scale.ndim)) if name == "kernel"
-              else tuple(range(scale.ndim, target.ndim)))
+      axes = _reduced_axes(name, target, int8_tree[f"{name}_scale"])
       out[name], out[f"{name}_scale"] = int8.quantize(float_tree[name], axes)
     else:
       out[name] = float_tree[name]
@@ -71,3 +82,34 @@ def quantize_params(params: Any, config: TransformerConfig) -> Any:
           f"params{jax.tree_util.keystr(path)} is {show(have)}; the float "
           f"parameters of this config have {show(want)}")
   return _convert(params, _layout(config.replace(quantization="int8_weights")))
+
+
+def dequantize_params(params: Any, dtype: Any = jnp.float32) -> Any:
+  """The float parameters an int8-weights tree stands for.
+
+  Each int8 parameter times its '{name}_scale' (which is dropped), in
+  `dtype`; every other parameter as it is. Inverts `quantize_params` up to
+  its rounding: each weight within half its channel's scale.
+
+  Args:
+    params: parameters of a config with quantization 'int8_weights' (e.g.
+      `quantize_params`'s output).
+    dtype: the float dtype of the dequantised parameters.
+  Returns:
+    Parameters of the same config with quantization 'none'.
+  """
+  def convert(tree: dict) -> dict:
+    out = {}
+    for name, value in tree.items():
+      if isinstance(value, dict):
+        out[name] = convert(value)
+      elif _is_scale(name, tree):
+        continue
+      elif value.dtype == jnp.int8:
+        scale = tree[f"{name}_scale"]
+        out[name] = int8.dequantize(value, scale,
+                                    _reduced_axes(name, value, scale), dtype)
+      else:
+        out[name] = value
+    return out
+  return convert(params)

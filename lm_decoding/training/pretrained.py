@@ -31,12 +31,15 @@ from lm_decoding.data import pipeline
 from lm_decoding.data.tokenizer import Tokenizer
 from lm_decoding.decoding.base import Model
 from lm_decoding.models import abstract_params, make_logits_fn
+from lm_decoding.models import quantization
 from lm_decoding.training import train as train_lib
 from lm_decoding.training.checkpoints import CheckpointError, Checkpoints
 
 DEFAULT_DIR = pathlib.Path(__file__).resolve().parent.parent / "pretrained"
 TOKENIZER_FILE = "tokenizer.model"
 MANIFEST_FILE = "manifest.json"
+# How `export` may store parameters: rounded to bfloat16, or weight-only int8.
+STORED_DTYPES = ("bfloat16", "int8")
 
 
 def set_dir(name: str) -> pathlib.Path:
@@ -125,15 +128,22 @@ def export(config: ml_collections.ConfigDict, workdir: str, name: str,
            stored_dtype: str | None = None) -> pathlib.Path:
   """Copies the trained parameters of `workdir` into the pretrained set.
 
-  With `stored_dtype` (e.g. 'bfloat16': half the bytes of float32) the
-  parameters are cast to it before they are written, the manifest records
-  it, and `find` casts them back to model.param_dtype: the shipped model is
-  the rounded one (its metrics in the manifest are those of the unrounded
-  parameters).
+  With `stored_dtype` (one of STORED_DTYPES) the parameters are written
+  rounded and `find` turns them back into model.param_dtype: 'bfloat16'
+  casts them (half the bytes of float32); 'int8' stores the weight-only int8
+  layout of `quantization.quantize_params` (a quarter of the bytes of the
+  matmul kernels and the embedding, one float32 scale per output channel or
+  token) and `find` dequantises it. The manifest records it; the shipped
+  model is the rounded one (its metrics in the manifest are those of the
+  unrounded parameters).
 
   Raises:
-    ValueError: the set already holds a different tokenizer.
+    ValueError: the set already holds a different tokenizer, or
+      `stored_dtype` is not None or one of STORED_DTYPES.
   """
+  if stored_dtype is not None and stored_dtype not in STORED_DTYPES:
+    raise ValueError(f"stored_dtype={stored_dtype!r}; allowed: None or one of "
+                     f"{STORED_DTYPES}")
   out_dir = pathlib.Path(out_dir)
   out_dir.mkdir(parents=True, exist_ok=True)
   tok_path = out_dir / TOKENIZER_FILE
@@ -144,7 +154,10 @@ def export(config: ml_collections.ConfigDict, workdir: str, name: str,
   else:
     tok_path.write_bytes(tokenizer.model_proto)
   params = load_trained_params(config, workdir)
-  if stored_dtype is not None:
+  if stored_dtype == "int8":
+    params = quantization.quantize_params(params,
+                                          train_lib.model_config(config))
+  elif stored_dtype is not None:
     params = jax.tree.map(lambda x: x.astype(stored_dtype), params)
   member = out_dir / name
   staging = pathlib.Path(tempfile.mkdtemp(dir=out_dir, prefix=f".{name}-"))
@@ -224,15 +237,22 @@ def find(config: ml_collections.ConfigDict, name: str, tokenizer: Tokenizer,
         f"pretrained {name!r} was trained with another tokenizer (sha256 "
         f"{shipped_sha[:12]}, here {tokenizer_sha256(tokenizer)[:12]}: the "
         "corpus text, its split or the tokenizer training differ)")
-  abstract = train_lib.unbox(abstract_params(train_lib.model_config(config)))
+  model_config = train_lib.model_config(config)
   stored = manifest.get("stored_dtype")
-  if stored is not None:
-    abstract = jax.tree.map(
-        lambda a: jax.ShapeDtypeStruct(a.shape, stored), abstract)
+  if stored == "int8":
+    abstract = train_lib.unbox(abstract_params(
+        model_config.replace(quantization="int8_weights")))
+  else:
+    abstract = train_lib.unbox(abstract_params(model_config))
+    if stored is not None:
+      abstract = jax.tree.map(
+          lambda a: jax.ShapeDtypeStruct(a.shape, stored), abstract)
   with Checkpoints(str(member / "params")) as checkpoints:
     params, _ = checkpoints.restore(abstract)
-  if stored is not None:
-    params = jax.tree.map(lambda x: x.astype(config.model.param_dtype), params)
+  if stored == "int8":
+    params = quantization.dequantize_params(params, model_config.param_dtype)
+  elif stored is not None:
+    params = jax.tree.map(lambda x: x.astype(model_config.param_dtype), params)
   return params, f"pretrained {name!r} (commit {manifest['commit'][:10]})"
 
 
