@@ -31,9 +31,8 @@ from lm_decoding.data import corpus
 from lm_decoding.data.tokenizer import Tokenizer
 from lm_decoding.decoding import base, make_decoder, registered
 from lm_decoding.decoding.iterative import ScheduledDecoder
-from lm_decoding.models import abstract_params, make_logits_fn
+from lm_decoding.models import make_logits_fn
 from lm_decoding.training import pretrained, train
-from lm_decoding.training.checkpoints import Checkpoints
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", os.path.join(os.path.dirname(__file__), "..", "configs", "tiny.py"),
@@ -49,10 +48,18 @@ BF16 = "bfloat16"
 
 
 def bf16_member(config, name: str) -> base.Model:
-  """Shipped member `name`, parameters cast to bf16, bf16 activations."""
-  cfg = train.model_config(pretrained.member_configs(config)[name])
-  with Checkpoints(str(pretrained.DEFAULT_DIR / name / "params")) as ckpt:
-    params, _ = ckpt.restore(train.unbox(abstract_params(cfg)))
+  """Shipped member `name`, parameters cast to bf16, bf16 activations.
+
+  Raises:
+    ValueError: the shipped set has no member `name` matching `config`.
+  """
+  member = pretrained.member_configs(config)[name]
+  tokenizer = Tokenizer.load(
+      str(pretrained.DEFAULT_DIR / pretrained.TOKENIZER_FILE))
+  params, reason = pretrained.find(member, name, tokenizer)
+  if params is None:
+    raise ValueError(reason)
+  cfg = train.model_config(member)
   params = jax.tree.map(lambda p: p.astype(jnp.bfloat16), params)
   return base.Model(make_logits_fn(cfg.replace(dtype=BF16, param_dtype=BF16)),
                     params)

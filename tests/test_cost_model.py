@@ -55,8 +55,11 @@ def test_param_count_by_hand_and_against_the_model():
 
 def test_kv_bytes_per_slot_by_hand_and_against_the_cache():
   assert cm.kv_bytes_per_slot(TINY) == 16
+  int8_cache = TINY.replace(kv_cache_dtype="int8")
+  assert cm.kv_bytes_per_slot(int8_cache) == 2 * (1 * 1 * (2 + 4))
   for config in (TINY, TransformerConfig(num_kv_heads=2),
-                 TINY.replace(dtype="bfloat16")):
+                 TINY.replace(dtype="bfloat16"), int8_cache,
+                 TransformerConfig(num_kv_heads=2, kv_cache_dtype="int8")):
     assert (cm.kv_bytes_per_slot(config)
             == KVCache.init(config, 1, 4).bytes_per_slot())
 

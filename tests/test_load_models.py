@@ -14,7 +14,10 @@ import pytest
 from lm_decoding.data import corpus
 from lm_decoding.data import pipeline
 from lm_decoding.data.tokenizer import MIN_VOCAB_SIZE
+from lm_decoding.models import quantization
 from lm_decoding.training import pretrained
+from lm_decoding.training import train
+from lm_decoding.training.checkpoints import CheckpointError
 
 
 def make_config(path: str) -> ml_collections.ConfigDict:
@@ -88,7 +91,8 @@ def _stored_bytes(member: pathlib.Path) -> int:
 def test_stored_dtype_round_trips_within_its_rounding(trained_member,
                                                       tmp_path, stored_dtype):
   """`find` gives float32 parameters back: the trained ones exactly (None),
-  each rounded to bfloat16, or each within half its int8 scale; the manifest
+  each rounded to bfloat16, or their int8 quantisation dequantised (per
+  channel: tests/test_quantization.py); the manifest
   says how they were stored, and the int8 member's files are well under the
   float32 one's."""
   config, workdir, tokenizer, params = trained_member
@@ -107,9 +111,10 @@ def test_stored_dtype_round_trips_within_its_rounding(trained_member,
     elif stored_dtype == "bfloat16":
       np.testing.assert_array_equal(
           got, want.astype(jnp.bfloat16).astype(np.float32))
-    else:  # per-channel absmax: |error| <= max |w| / 254 over the channel
-      assert np.max(np.abs(got - want)) <= np.max(np.abs(want)) / 254 + 1e-7
-  if stored_dtype == "int8":  # int8 kernels and embedding on disk
+  if stored_dtype == "int8":  # exactly the dequantised int8 layout
+    want_tree = quantization.dequantize_params(quantization.quantize_params(
+        params, train.model_config(config)))
+    jax.tree.map(np.testing.assert_array_equal, loaded, want_tree)
     float_member = pretrained.export(config, workdir, "f32", tokenizer, "cmd",
                                      {}, out_dir=tmp_path)
     # A quarter of the weights' bytes; this 1-layer model's float32 norms,
@@ -124,3 +129,15 @@ def test_export_refuses_an_unknown_stored_dtype(trained_member, tmp_path):
     pretrained.export(config, workdir, "ar", tokenizer, "cmd", {},
                       out_dir=tmp_path, stored_dtype="float16")
   assert not (tmp_path / "ar").exists()
+
+
+def test_find_refuses_a_manifest_with_an_unknown_stored_dtype(trained_member,
+                                                              tmp_path):
+  config, workdir, tokenizer, _ = trained_member
+  member = pretrained.export(config, workdir, "ar", tokenizer, "cmd", {},
+                             out_dir=tmp_path, stored_dtype="bfloat16")
+  manifest = json.loads((member / pretrained.MANIFEST_FILE).read_text())
+  manifest["stored_dtype"] = "int4"
+  (member / pretrained.MANIFEST_FILE).write_text(json.dumps(manifest))
+  with pytest.raises(CheckpointError, match=r"stored_dtype='int4'; allowed"):
+    pretrained.find(config, "ar", tokenizer, tmp_path)

@@ -19,7 +19,8 @@ from lm_decoding.models import (KVCache, TransformerConfig, abstract_params,
                                 init_params, make_logits_fn, masks)
 from lm_decoding.models import int8
 from lm_decoding.models.kv_cache import Int8KV
-from lm_decoding.models.quantization import quantize_params
+from lm_decoding.models.quantization import (dequantize_params,
+                                              quantize_params)
 from lm_decoding.models.transformer import Attention
 from lm_decoding.parallel import sharding
 
@@ -102,6 +103,50 @@ def test_quantize_params_quantises_each_kernel_per_output_channel():
   np.testing.assert_array_equal(  # norms are kept as they are
       quantized["final_norm"]["scale"], floats["final_norm"]["scale"])
   assert embedding.dtype == jnp.int8
+
+
+@pytest.mark.parametrize("overrides", [
+    {}, {"tie_embeddings": False, "use_bias": True},
+    {"param_dtype": "bfloat16", "use_bias": True, "length_classes": 5}])
+def test_dequantize_params_inverts_quantize_params_per_channel(overrides):
+  """Back to the float tree of the config (names, shapes, its param_dtype):
+  each int8 weight within half its own channel's scale (plus bfloat16's
+  rounding), every other parameter unchanged. Covers the query/key/value
+  kernels [D, H, Dh], the output kernel [H, Dh, D], the MLP's, an untied LM
+  head, the embedding (a scale per row), biases and the length head."""
+  config = BASE.replace(**overrides)
+  floats = init_params(config, jax.random.key(0))
+  quantized = quantize_params(floats, config)
+  back = dequantize_params(quantized, config.param_dtype)
+  layout = lambda tree: jax.tree.map(lambda x: (x.shape, x.dtype), tree)
+  assert layout(back) == layout(nn.meta.unbox(abstract_params(config)))
+  flat_q = {jax.tree_util.keystr(p): x
+            for p, x in jax.tree_util.tree_leaves_with_path(quantized)}
+  checked = 0
+  for path, want in jax.tree_util.tree_leaves_with_path(floats):
+    name = jax.tree_util.keystr(path)
+    got = np.asarray(_get(back, path), np.float32)
+    want = np.asarray(want, np.float32)
+    if flat_q[name].dtype != jnp.int8:
+      np.testing.assert_array_equal(got, want)
+      continue
+    scale = np.asarray(flat_q[name[:-2] + "_scale']"])
+    # A kernel's scale covers its trailing (output) axes, the embedding's its
+    # leading (row) axis.
+    scale = (scale.reshape((1,) * (want.ndim - scale.ndim) + scale.shape)
+             if name.endswith("['kernel']") else scale[:, None])
+    rounding = np.abs(want) * (2.0 ** -8 if config.param_dtype == "bfloat16"
+                               else 0.0)
+    assert np.all(np.abs(got - want) <= scale / 2 * (1 + 1e-5) + rounding
+                  + 1e-7), name
+    checked += 1
+  assert checked >= 7 + (not config.tie_embeddings)
+
+
+def _get(tree, path):
+  for key in path:
+    tree = tree[key.key]
+  return tree
 
 
 def test_quantize_params_names_the_parameter_that_does_not_fit():

@@ -201,11 +201,13 @@ def param_bytes(config: TransformerConfig) -> int:
 
 
 def kv_bytes_per_slot(config: TransformerConfig) -> int:
-  """KV-cache bytes of one token position of one row, all layers:
-  2 L Hkv Dh x itemsize (the cache is in the compute dtype), as
-  `KVCache.bytes_per_slot`."""
-  return (2 * config.num_layers * config.num_kv_heads * config.head_dim
-          * config.compute_dtype.itemsize)
+  """KV-cache bytes of one token position of one row, all layers, as
+  `KVCache.bytes_per_slot`: 2 L Hkv Dh x itemsize in the compute dtype, or
+  with `kv_cache_dtype='int8'` 2 L Hkv (Dh + 4): int8 values and a float32
+  scale per head vector."""
+  per_head = (config.head_dim + 4 if config.kv_cache_dtype == "int8"
+              else config.head_dim * config.compute_dtype.itemsize)
+  return 2 * config.num_layers * config.num_kv_heads * per_head
 
 
 def _check_counts(**counts) -> None:

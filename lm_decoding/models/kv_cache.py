@@ -158,33 +158,33 @@ class KVCache:
                for a in jax.tree.leaves((self.k, self.v)))
 
 
-def _write(buffer_BxKxSx: jax.Array, new_BxKxLx: jax.Array,
+def _write(buffer_BxHxSx: jax.Array, new_BxHxLx: jax.Array,
            index_B: jax.Array) -> jax.Array:
   """Row b of `new` written into row b of `buffer` at slot index[b] (axis 2)."""
   def one(buf, new, i):
     return jax.lax.dynamic_update_slice(
         buf, new, (0, i) + (0,) * (buf.ndim - 2))
-  return jax.vmap(one)(buffer_BxKxSx, new_BxKxLx.astype(buffer_BxKxSx.dtype),
+  return jax.vmap(one)(buffer_BxHxSx, new_BxHxLx.astype(buffer_BxHxSx.dtype),
                        index_B)
 
 
-def write_rows(buffer_BxKxSxD: jax.Array | Int8KV, new_BxKxLxD: jax.Array,
+def write_rows(buffer_BxHxSxD: jax.Array | Int8KV, new_BxHxLxD: jax.Array,
                index_B: jax.Array) -> jax.Array | Int8KV:
   """Writes `new[b]` into `buffer[b]` at slots index[b]..index[b] + L - 1,
   per row.
 
   Args:
-    buffer_BxKxSxD: one layer's keys or values [B, Hkv, S, Dh] (or an
+    buffer_BxHxSxD: one layer's keys or values [B, Hkv, S, Dh] (or an
       `Int8KV`).
-    new_BxKxLxD: the L new keys or values [B, Hkv, L, Dh], heads-major like
+    new_BxHxLxD: the L new keys or values [B, Hkv, L, Dh], heads-major like
       the buffer.
     index_B: int32[B] first slot written in each row.
   Returns:
     The buffer with the new slots written. An `Int8KV` buffer receives `new`
     quantised per head vector (`int8.quantize` over Dh) and its scales.
   """
-  if isinstance(buffer_BxKxSxD, Int8KV):
-    q_BxKxLxD, scale_BxKxL = int8.quantize(new_BxKxLxD, -1)
-    return Int8KV(values=_write(buffer_BxKxSxD.values, q_BxKxLxD, index_B),
-                  scale=_write(buffer_BxKxSxD.scale, scale_BxKxL, index_B))
-  return _write(buffer_BxKxSxD, new_BxKxLxD, index_B)
+  if isinstance(buffer_BxHxSxD, Int8KV):
+    q_BxHxLxD, scale_BxHxL = int8.quantize(new_BxHxLxD, -1)
+    return Int8KV(values=_write(buffer_BxHxSxD.values, q_BxHxLxD, index_B),
+                  scale=_write(buffer_BxHxSxD.scale, scale_BxHxL, index_B))
+  return _write(buffer_BxHxSxD, new_BxHxLxD, index_B)

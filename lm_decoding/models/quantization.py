@@ -46,8 +46,8 @@ def _convert(float_tree: dict, int8_tree: dict) -> dict:
     elif target.dtype == jnp.int8:
       axes = _reduced_axes(name, target, int8_tree[f"{name}_scale"])
       out[name], out[f"{name}_scale"] = int8.quantize(float_tree[name], axes)
-    else:
-      out[name] = float_tree[name]
+    else:  # in the int8 model's dtype (Int8Dense keeps float32 biases)
+      out[name] = float_tree[name].astype(target.dtype)
   return out
 
 
@@ -87,9 +87,9 @@ def quantize_params(params: Any, config: TransformerConfig) -> Any:
 def dequantize_params(params: Any, dtype: Any = jnp.float32) -> Any:
   """The float parameters an int8-weights tree stands for.
 
-  Each int8 parameter times its '{name}_scale' (which is dropped), in
-  `dtype`; every other parameter as it is. Inverts `quantize_params` up to
-  its rounding: each weight within half its channel's scale.
+  Each int8 parameter times its '{name}_scale' (which is dropped); every
+  parameter in `dtype`. Inverts `quantize_params` up to its rounding: each
+  weight within half its channel's scale.
 
   Args:
     params: parameters of a config with quantization 'int8_weights' (e.g.
@@ -110,6 +110,6 @@ def dequantize_params(params: Any, dtype: Any = jnp.float32) -> Any:
         out[name] = int8.dequantize(value, scale,
                                     _reduced_axes(name, value, scale), dtype)
       else:
-        out[name] = value
+        out[name] = value.astype(dtype)
     return out
   return convert(params)

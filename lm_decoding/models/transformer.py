@@ -49,9 +49,9 @@ def _dense(cfg: TransformerConfig, features, axes, name, axis=-1,
       bias_init=_init(nn.initializers.zeros, *bias_axes))
 
 
-def _per_key(scale_BxKxS: jax.Array) -> jax.Array:
+def _per_key(scale_BxHxS: jax.Array) -> jax.Array:
   """int8 cache scales [B, Hkv, S] broadcast against scores [B, Hkv, G, L, S]."""
-  return scale_BxKxS[:, :, None, None, :]
+  return scale_BxHxS[:, :, None, None, :]
 
 
 class Norm(nn.Module):

@@ -214,7 +214,8 @@ def find(config: ml_collections.ConfigDict, name: str, tokenizer: Tokenizer,
     (params, reason): params None when the member is missing or does not
     match, with `reason` saying why.
   Raises:
-    CheckpointError: the member matches but its parameters are unreadable.
+    CheckpointError: the member matches but its parameters are unreadable,
+      or its manifest names an unknown stored_dtype.
   """
   member = pathlib.Path(out_dir) / name
   manifest_path = member / MANIFEST_FILE
@@ -239,6 +240,10 @@ def find(config: ml_collections.ConfigDict, name: str, tokenizer: Tokenizer,
         "corpus text, its split or the tokenizer training differ)")
   model_config = train_lib.model_config(config)
   stored = manifest.get("stored_dtype")
+  if stored is not None and stored not in STORED_DTYPES:
+    raise CheckpointError(f"manifest {manifest_path} has stored_dtype="
+                          f"{stored!r}; allowed: absent or one of "
+                          f"{STORED_DTYPES}")
   if stored == "int8":
     abstract = train_lib.unbox(abstract_params(
         model_config.replace(quantization="int8_weights")))
