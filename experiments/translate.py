@@ -71,6 +71,7 @@ from lm_decoding.decoding.autoregressive import EarlyExitDecoder  # noqa: E402
 from lm_decoding.decoding.beam_search import BeamSearchDecoder  # noqa: E402
 from lm_decoding.decoding.ctc import CTCDecoder  # noqa: E402
 from lm_decoding.decoding.mask_predict import MaskPredictDecoder  # noqa: E402
+from lm_decoding.evaluation import cost  # noqa: E402
 from lm_decoding.evaluation import translation_metrics as tm  # noqa: E402
 from lm_decoding.models import make_logits_fn  # noqa: E402
 from lm_decoding.special_tokens import EOS_ID, PAD_ID  # noqa: E402
@@ -424,14 +425,6 @@ def _table(rows, keys):
   return "\n".join(lines)
 
 
-def _load_note(load) -> str:
-  """What the load averages say: this run alone keeps up to every core
-  busy; more means other jobs shared the machine."""
-  if max(load) > os.cpu_count() + 0.5:
-    return "above the core count: other jobs were running, timings are noisy"
-  return "at most the core count: this run alone"
-
-
 def _report(config, rows, bucket_rows, latency_rows, speedup, samples,
             members, references, data, n, signature, seconds, load, out_dir):
   models = []
@@ -453,7 +446,7 @@ def _report(config, rows, bucket_rows, latency_rows, speedup, samples,
       f"in all (training included, if any member trained), on "
       f"{os.cpu_count()} CPU cores; 1-minute "
       f"load average {load[0]:.1f} when decoding began and {load[1]:.1f} "
-      f"when it ended ({_load_note(load)}).", "",
+      f"when it ended ({cost.load_note(load)}).", "",
       f"Training budget per model: {config.train.num_steps} steps of batch "
       f"{config.train.batch_size}, d_model {config.model.d_model}, "
       f"{config.model.num_layers} layers (configs/translation.py).", "",

@@ -199,3 +199,10 @@ def test_interleaved_times_the_calls_in_turns_and_keeps_the_last_outputs():
   assert (int(outputs["a"]), int(outputs["b"])) == (5, 6)
   with pytest.raises(ValueError, match="runs=0 must be >= 1"):
     cost.interleaved({"a": call("a")}, 0)
+
+
+def test_load_note_says_whether_other_jobs_shared_the_cores(monkeypatch):
+  monkeypatch.setattr(cost.os, "cpu_count", lambda: 2)
+  assert cost.load_note([1.9, 2.5]) == "at most the core count: this run alone"
+  assert cost.load_note([0.4, 2.6]).startswith(
+      "above the core count: other jobs were running")

@@ -110,12 +110,18 @@ def command() -> str:
   return " ".join(["python", *sys.argv])
 
 
+_LOAD_AT_START = os.getloadavg()[0]  # when the claim script imported this
+
+
 def hardware() -> str:
-  """'cpu (x86_64), 2 cores' or the accelerator's kind and count."""
+  """The CPU, its cores and what the 1-minute load averages at the script's
+  start and now say about sharing it; or the accelerator's kind and count."""
   device = jax.devices()[0]
   if device.platform == "cpu":
-    return (f"CPU ({platform.machine()}), {os.cpu_count()} cores, "
-            "shared with other jobs running at the same time")
+    load = (_LOAD_AT_START, os.getloadavg()[0])
+    return (f"CPU ({platform.machine()}), {os.cpu_count()} cores; load "
+            f"average {load[0]:.1f} at the start and {load[1]:.1f} at the "
+            f"end ({cost.load_note(load)})")
   return f"{jax.device_count()} x {device.device_kind}"
 
 

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -154,6 +155,15 @@ def interleaved(calls: dict[str, Callable[[], Any]], runs: int
       outputs[name] = jax.block_until_ready(call())
       times[name].append(time.perf_counter() - start)
   return times, outputs
+
+
+def load_note(load_averages: Sequence[float]) -> str:
+  """What 1-minute load averages taken during a run say about its timings:
+  the run alone keeps at most every core busy (os.cpu_count()); more means
+  other jobs shared the machine."""
+  if max(load_averages) > os.cpu_count() + 0.5:
+    return "above the core count: other jobs were running, timings are noisy"
+  return "at most the core count: this run alone"
 
 
 def cost_analysis(compiled: Any) -> CostAnalysis:
