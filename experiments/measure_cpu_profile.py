@@ -44,12 +44,17 @@ def measure(matmul_size: int, bandwidth_bytes: int, scan_steps: int,
   """The profile's fields (and the inputs that made them) as a dict, for
   JAX's default device."""
   device = jax.devices()[0]
-  shared = ", shared with other jobs" if device.platform == "cpu" else ""
-  return {
-      "name": name,
+  load = [os.getloadavg()[0]]
+  fields = {
       "peak_flops": cost.measure_peak_flops(matmul_size, runs, dtype),
       "bandwidth": cost.measure_bandwidth(bandwidth_bytes, runs),
-      "step_overhead_s": cost.measure_step_overhead(scan_steps, runs),
+      "step_overhead_s": cost.measure_step_overhead(scan_steps, runs)}
+  load.append(os.getloadavg()[0])
+  shared = (f"; load average {load[0]:.1f} -> {load[1]:.1f}, "
+            f"{cost.load_note(load)}" if device.platform == "cpu" else "")
+  return {
+      "name": name,
+      **fields,
       "source": (f"measured by experiments/measure_cpu_profile.py on "
                  f"{platform.node() or 'this machine'} "
                  f"({os.cpu_count()} cores, {device.device_kind}{shared}), "

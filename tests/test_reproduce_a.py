@@ -101,6 +101,17 @@ def test_latency_rows(records):
     assert 0 <= fits["ar_ms_vs_T"]["r2"] <= 1 + 1e-9
 
 
+def test_fitted_crossover_only_where_ar_grows_faster():
+  crossover = script("ar_vs_parallel_latency").crossover_length
+  line = lambda slope, intercept: {"slope": slope, "intercept": intercept}
+  # AR 2 ms/token from 0, MDLM 1 ms/token from 10 ms: equal at T = 10.
+  assert crossover(line(2.0, 0.0), line(1.0, 10.0)) == pytest.approx(10.0)
+  # MDLM grows faster: beyond the crossing it is the slower one.
+  assert crossover(line(0.7, -3.49), line(4.0, -3.59)) is None
+  assert crossover(line(1.0, 0.0), line(1.0, 5.0)) is None  # parallel
+  assert crossover(line(2.0, 5.0), line(1.0, 1.0)) is None  # at T < 0
+
+
 def test_training_rows(records):
   _, record = records["parallel_training"]
   rows = record["rows"]

@@ -77,10 +77,11 @@ def measure(smoke: bool) -> tuple[list[dict], dict]:
 
 
 def crossover_length(ar_fit: dict, mdlm_fit: dict) -> float | None:
-  """T where the fitted lines cross (AR slower beyond it when its slope is
-  larger), or None if they are parallel or cross at T <= 0."""
+  """T beyond which the fitted lines say AR is slower: where they cross,
+  when AR's slope is the larger; None when it is not (MDLM never catches up
+  as T grows) or the lines cross at T <= 0."""
   slope = ar_fit["slope"] - mdlm_fit["slope"]
-  if slope == 0:
+  if slope <= 0:
     return None
   t = (mdlm_fit["intercept"] - ar_fit["intercept"]) / slope
   return t if t > 0 else None
