@@ -79,6 +79,7 @@ def run(workdir: str, smoke: bool, config, model_workdir: str,
   members, data = translate.load_members(config, model_workdir,
                                          retrain=False, export=False)
   summaries = {name: metrics for name, (_, metrics, _) in members.items()}
+  sources = {name: source for name, (_, _, source) in members.items()}
   test = data.splits["test"]
   n = config.translate.test_pairs or len(test.pairs)
   prompts, prompt_lengths = parallel_text.prompts(test)
@@ -129,14 +130,14 @@ def run(workdir: str, smoke: bool, config, model_workdir: str,
   steps = {o: s["steps"] for o, s in summaries.items()}
   best_bleu = max(r["bleu"] for r in rows)
   details = [
-      f"- models under {model_workdir}: "
+      "- models: "
       + ", ".join(f"{o} {steps[o]} steps (valid loss "
-                  f"{summaries[o]['valid_loss']:.2f})" for o in steps)
+                  f"{summaries[o]['valid_loss']:.2f}; {sources[o]})"
+                  for o in steps)
       + f"; best bucket BLEU here {best_bleu}: "
       + ("the models are barely trained, so BLEU is near 0 everywhere and "
-         "only the length columns carry signal (better models are being "
-         "trained on branch h-translate: rerun with --model_workdir)"
-         if best_bleu < 5 else "trained translation models"),
+         "only the length columns carry signal" if best_bleu < 5
+         else "trained translation models"),
       f"- {n} test pairs (file order: Jonah, Micah, Mark, 1 Peter) under "
       f"the length limits; buckets of reference length "
       f"{translate.BUCKETS}; buckets of < 5 sentences are not used in the "
@@ -150,7 +151,7 @@ def run(workdir: str, smoke: bool, config, model_workdir: str,
       "Mask-Predict), the length error AND the BLEU gap to AR grow from the "
       "shortest bucket to the longest; contradicted when neither; mixed "
       "otherwise",
-      f"- whole run {time.time() - start:.0f} s (other jobs were running)",
+      f"- whole run {time.time() - start:.0f} s",
       "", "| decoder | bucket | sentences | BLEU | mean abs len err | "
       "signed | relative | exact |", "|---|---|---|---|---|---|---|---|",
       *[f"| {r['decoder']} | {r['bucket']} | {r['sentences']} | {r['bleu']}"

@@ -141,8 +141,8 @@ would also attend to a growing prefix).
 Reading: one step covers all L positions for both objectives; how much
 faster that is than a loop over positions depends on the parallel width the
 hardware has to fill. An accelerator runs a step's L positions at nearly the
-cost of one; a CPU that one short sequence already keeps busy (2 cores,
-shared with other jobs) saves little more than the per-step overhead, and
+cost of one; a CPU that one short sequence already keeps busy (2 cores)
+saves little more than the per-step overhead, and
 its time per token can even rise with L (attention's L² term, caches). The
 sequential estimate is a lower bound of a real position loop. Verdict rule: supported if both objectives' step at the largest L is at
 least 5x faster than the sequential estimate.

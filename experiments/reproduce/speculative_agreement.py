@@ -196,7 +196,7 @@ def run(workdir: str, smoke: bool, from_results: str, data_dir: str,
       "- verdict: contradicted if a low-agreement row reaches 1x; supported "
       "if low-agreement rows stay below 1x and a high-agreement row exceeds "
       "it; mixed otherwise (no row exceeds 1x, or no low-agreement row)",
-      f"- whole run {time.time() - start:.0f} s (other jobs were running)",
+      f"- whole run {time.time() - start:.0f} s",
   ]
   data = dict(low_alpha_max_speedup=low_max, high_alpha_max_speedup=high_max,
               correlation=corr, live=[_columns(r) for r in live])
