@@ -82,6 +82,7 @@ from lm_decoding.decoding import base, speculative
 from lm_decoding.evaluation import cost, entries, quality, router
 from lm_decoding.training import pretrained
 
+_LOAD_AT_START = os.getloadavg()[0]  # 1-minute load average at import
 _CONFIG = config_flags.DEFINE_config_file(
     "config", os.path.join(os.path.dirname(__file__), "..", "configs",
                            "tiny.py"), "Experiment configuration file.")
@@ -632,7 +633,9 @@ def write_markdown(out, rows, router_lines, loaded, models, run):
       "", f"Command: `{command}`", "",
       f"- device: {jax.devices()[0].device_kind} x{jax.device_count()} "
       f"({platform.processor() or platform.machine()}, {os.cpu_count()} "
-      "cores, shared with other jobs: timings are noisy)",
+      f"cores; load average {_LOAD_AT_START:.1f} at the start and "
+      f"{os.getloadavg()[0]:.1f} at the end: "
+      f"{cost.load_note((_LOAD_AT_START, os.getloadavg()[0]))})",
       "- models (all decoded in float32):",
       *[f"  - {loaded[n].describe(n)}" for n in loaded],
       *model_lines(models),
