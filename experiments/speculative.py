@@ -80,6 +80,7 @@ import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 from lm_decoding.data import pipeline
 from lm_decoding.decoding import base, speculative
 from lm_decoding.evaluation import cost, entries, quality, router
+from lm_decoding.models import KVCache
 from lm_decoding.training import pretrained
 
 _LOAD_AT_START = os.getloadavg()[0]  # 1-minute load average at import
@@ -91,7 +92,9 @@ _OUT = flags.DEFINE_string("out", "experiments/results/speculative",
 _WORKDIR = flags.DEFINE_string("workdir", "/tmp/lm_decoding_speculative",
                                "Data cache folder (pipeline.prepare).")
 _QUICK = flags.DEFINE_bool("quick", False, "Smoke run: T=8, gamma 2, B=1, "
-                           "temperature 1, 1 run, target 'ar' only.")
+                           "temperature 1, 1 run, target 'ar' only (with "
+                           "the self-drafting and diffusion rows unless "
+                           "--noextras).")
 _T = flags.DEFINE_integer("output_length", 128, "T, tokens per row.")
 _GAMMAS = flags.DEFINE_list("gammas", ["1", "2", "4", "8"], "gamma values.")
 _BATCHES = flags.DEFINE_list("batch_sizes", ["1", "8"], "Batch sizes.")
@@ -266,7 +269,7 @@ def component_systems(decoder, bound, prompts_BxP, key, steps):
       keys_Bx3 = speculative.round_keys(state, keys_B)
       draft, q, draft_state, _ = decoder.propose(m, state, keys_Bx3[:, 0])
       moved = draft_state
-      if hasattr(draft_state, "at"):  # a cache: back to where it was
+      if isinstance(draft_state, KVCache):  # back to where it was
         moved = draft_state.at(state.draft.index)
       return state.replace(draft=moved), draft, q, draft_state
     first = jax.eval_shape(lambda: decoder.propose(
@@ -777,8 +780,7 @@ def main(argv):
     print(f"target {target} B={batch} temperature {temp:g} "
           f"({time.time() - start:.0f} s)", flush=True)
     rows += measure_group(target, target_drafts, gammas,
-                          extras and _EXTRAS.value and not quick
-                          and batch == batches[0],
+                          extras and _EXTRAS.value and batch == batches[0],
                           models, prompts, t, batch,
                           temp, runs, config.seed, loop_steps)
     # Written after every group, so that a run stopped early leaves the
