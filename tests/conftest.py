@@ -13,10 +13,13 @@ compiled, the other and later ones load instead of compiling again (a fifth
 off the subprocess-heavy files on 2 cores). The directory is made fresh for
 the session by the process that loads this file first (pytest itself, whose
 xdist workers and subprocesses inherit its environment) and removed when
-its session ends, so no entry outlives it; a size limit makes JAX lock the
-cache while writing, so two workers never read a half-written entry. The
-test of determinism across processes turns the cache off for its
-subprocess, which must compile for itself.
+its session ends, so no entry outlives it. It has no size limit: with one,
+JAX scans the whole directory on every write (thousands of entries here,
+which made the suite slower than without a cache). Without the limit JAX
+takes no lock, so a worker may read an entry the other is still writing;
+JAX then warns and compiles the program itself. The test of determinism
+across processes turns the cache off for its subprocess, which must compile
+for itself.
 """
 
 import os
@@ -33,7 +36,6 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
   os.environ["JAX_COMPILATION_CACHE_DIR"] = _OWN_CACHE
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
-os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(2 * 1024 ** 3))
 
 
 def pytest_unconfigure(config):
