@@ -631,14 +631,14 @@ def write_markdown(out, rows, router_lines, loaded, models, run):
   noisy = np.asarray([max(r["spec_spread"], r["round_spread"])
                       for r in rows])
   within_10 = np.abs(errors) <= 0.10
+  load = (_LOAD_AT_START, os.getloadavg()[0])
   lines = [
       "# Speculative decoding: measured vs predicted speed-up, and the router",
       "", f"Command: `{command}`", "",
       f"- device: {jax.devices()[0].device_kind} x{jax.device_count()} "
       f"({platform.processor() or platform.machine()}, {os.cpu_count()} "
-      f"cores; load average {_LOAD_AT_START:.1f} at the start and "
-      f"{os.getloadavg()[0]:.1f} at the end: "
-      f"{cost.load_note((_LOAD_AT_START, os.getloadavg()[0]))})",
+      f"cores; load average {load[0]:.1f} at the start and {load[1]:.1f} "
+      f"at the end: {cost.load_note(load)})",
       "- models (all decoded in float32):",
       *[f"  - {loaded[n].describe(n)}" for n in loaded],
       *model_lines(models),

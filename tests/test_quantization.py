@@ -120,12 +120,12 @@ def test_dequantize_params_inverts_quantize_params_per_channel(overrides):
   back = dequantize_params(quantized, config.param_dtype)
   layout = lambda tree: jax.tree.map(lambda x: (x.shape, x.dtype), tree)
   assert layout(back) == layout(nn.meta.unbox(abstract_params(config)))
-  flat_q = {jax.tree_util.keystr(p): x
-            for p, x in jax.tree_util.tree_leaves_with_path(quantized)}
+  flat = lambda tree: {jax.tree_util.keystr(p): x
+                       for p, x in jax.tree_util.tree_leaves_with_path(tree)}
+  flat_q, flat_back = flat(quantized), flat(back)
   checked = 0
-  for path, want in jax.tree_util.tree_leaves_with_path(floats):
-    name = jax.tree_util.keystr(path)
-    got = np.asarray(_get(back, path), np.float32)
+  for name, want in flat(floats).items():
+    got = np.asarray(flat_back[name], np.float32)
     want = np.asarray(want, np.float32)
     if flat_q[name].dtype != jnp.int8:
       np.testing.assert_array_equal(got, want)
@@ -141,12 +141,6 @@ def test_dequantize_params_inverts_quantize_params_per_channel(overrides):
                   + 1e-7), name
     checked += 1
   assert checked >= 7 + (not config.tie_embeddings)
-
-
-def _get(tree, path):
-  for key in path:
-    tree = tree[key.key]
-  return tree
 
 
 def test_quantize_params_names_the_parameter_that_does_not_fit():
