@@ -50,8 +50,8 @@ def measure(matmul_size: int, bandwidth_bytes: int, scan_steps: int,
       "bandwidth": cost.measure_bandwidth(bandwidth_bytes, runs),
       "step_overhead_s": cost.measure_step_overhead(scan_steps, runs)}
   load.append(os.getloadavg()[0])
-  shared = (f"; load average {load[0]:.1f} -> {load[1]:.1f}, "
-            f"{cost.load_note(load)}" if device.platform == "cpu" else "")
+  shared = (f"; {cost.load_summary(load)}" if device.platform == "cpu"
+            else "")
   return {
       "name": name,
       **fields,

@@ -453,10 +453,9 @@ def write(result: dict, out_dir: str, command: str) -> None:
       "```", command, "```", "",
       f"- device: {result['device']} ({platform.machine()}, "
       f"{os.cpu_count()} cores), measured bandwidth "
-      f"{result['bandwidth_GBps']:.1f} GB/s; other jobs were running on "
-      f"this machine (1-min load average {load['start'][0]:.1f} at the start, "
-      f"{load['end'][0]:.1f} at the end): timings are noisy, compare the "
-      "interleaved per-run ratios",
+      f"{result['bandwidth_GBps']:.1f} GB/s; "
+      f"{cost.load_summary([load['start'][0], load['end'][0]])}; compare "
+      "the interleaved per-run ratios",
       *[f"- {line}" for line in result["models"]],
       *[f"- {key}: {config}" for key, config in result["configs"].items()],
       f"- wall time {result['wall_s'] / 60:.1f} min",

@@ -637,8 +637,7 @@ def write_markdown(out, rows, router_lines, loaded, models, run):
       "", f"Command: `{command}`", "",
       f"- device: {jax.devices()[0].device_kind} x{jax.device_count()} "
       f"({platform.processor() or platform.machine()}, {os.cpu_count()} "
-      f"cores; load average {load[0]:.1f} at the start and {load[1]:.1f} "
-      f"at the end: {cost.load_note(load)})",
+      f"cores; {cost.load_summary(load)})",
       "- models (all decoded in float32):",
       *[f"  - {loaded[n].describe(n)}" for n in loaded],
       *model_lines(models),

@@ -16,11 +16,14 @@
 #   CONFIG=configs/base.py SET_DIR=lm_decoding/pretrained/base \
 #     STORED_DTYPE=bfloat16 bash experiments/train_pretrained.sh /tmp/base ar mdlm
 #
-# WORKDIR defaults to /tmp/pretrain. Without members the whole set is removed,
-# tokenizer included, and retrained. With members (ar mdlm bd3lm evaluator
-# draft_small draft_medium) only those are removed and retrained, on the set's
-# own tokenizer (train.py --pretrained_tokenizer); the other members and the
-# tokenizer stay as they are. With DRY_RUN=1 the commands are printed, not run.
+# WORKDIR defaults to /tmp/pretrain. Without members the whole set is removed
+# first, tokenizer included (the retrained tokenizer differs from the shipped
+# one), and retrained. With members (ar mdlm bd3lm evaluator draft_small
+# draft_medium) only those are retrained, on the set's own tokenizer
+# (train.py --pretrained_tokenizer); each shipped member stays until its
+# retrained one replaces it (the export swaps the folder in atomically), so a
+# stopped run leaves the set whole. With DRY_RUN=1 the commands are printed,
+# not run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work="${1:-/tmp/pretrain}"
@@ -48,13 +51,11 @@ if (( $# > 0 )); then
     echo "no $set_dir/tokenizer.model: retrain the whole set" >&2; exit 2
   fi
   extra=(--pretrained_tokenizer --export_dir="$set_dir")
-  remove=("${members[@]/#/$set_dir/}")
 else
   members=("${all[@]}")
   extra=(--export_dir="$set_dir")
-  remove=("${all[@]/#/$set_dir/}" "$set_dir/tokenizer.model")
+  run rm -rf "${all[@]/#/$set_dir/}" "$set_dir/tokenizer.model"
 fi
-run rm -rf "${remove[@]}"
 if [[ -n "${STORED_DTYPE:-}" ]]; then extra+=(--stored_dtype="$STORED_DTYPE"); fi
 for name in "${members[@]}"; do
   run python experiments/train.py --config="$config" --member="$name" \

@@ -443,10 +443,8 @@ def _report(config, rows, bucket_rows, latency_rows, speedup, samples,
       f"<= {config.data.max_source_tokens} / "
       f"{config.data.max_target_tokens} tokens; {data.describe()}). "
       f"Batch {t.batch_size}, argmax decoding, {seconds / 60:.1f} minutes "
-      f"in all (training included, if any member trained), on "
-      f"{os.cpu_count()} CPU cores; 1-minute "
-      f"load average {load[0]:.1f} when decoding began and {load[1]:.1f} "
-      f"when it ended ({cost.load_note(load)}).", "",
+      f"in all (training included, if any member trained); decoding's "
+      f"{cost.load_summary(load)}.", "",
       f"Training budget per model: {config.train.num_steps} steps of batch "
       f"{config.train.batch_size}, d_model {config.model.d_model}, "
       f"{config.model.num_layers} layers (configs/translation.py).", "",

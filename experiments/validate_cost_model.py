@@ -258,8 +258,7 @@ def _report(rows, profile, load, path):
       f"{profile.step_overhead_s * 1e6:.2f} us/step ({profile.source}).", ""]
   if on_cpu:
     lines += [
-        f"Load average {load[0]:.1f} at the start, {load[1]:.1f} at the end, "
-        f"on {os.cpu_count()} cores ({cost.load_note(load)}).", ""]
+        cost.load_summary(load).capitalize() + ".", ""]
   lines += [
       f"P = {_PROMPT_LEN.value}, T = {_OUTPUT_LENGTH.value}, {_DTYPE.value} "
       "parameters and compute; ar: a whole "

@@ -201,8 +201,10 @@ def test_interleaved_times_the_calls_in_turns_and_keeps_the_last_outputs():
     cost.interleaved({"a": call("a")}, 0)
 
 
-def test_load_note_says_whether_other_jobs_shared_the_cores(monkeypatch):
+def test_load_summary_says_whether_other_jobs_shared_the_cores(monkeypatch):
   monkeypatch.setattr(cost.os, "cpu_count", lambda: 2)
-  assert cost.load_note([1.9, 2.5]) == "at most the core count: this run alone"
-  assert cost.load_note([0.4, 2.6]).startswith(
-      "above the core count: other jobs were running")
+  assert cost.load_summary([1.9, 2.5]) == (
+      "1-minute load average 1.9 at the start and 2.5 at the end on 2 cores "
+      "(at most the core count: this run alone)")
+  assert cost.load_summary([0.4, 2.6]).endswith(
+      "(above the core count: other jobs were running, timings are noisy)")

@@ -248,12 +248,12 @@ def test_script_retrains_only_the_named_members_on_the_set_tokenizer():
   run = dry_run("/tmp/work", "draft_small", "draft_medium")
   assert run.returncode == 0, run.stderr
   removed, commands = planned(run.stdout)
-  assert removed == ["lm_decoding/pretrained/draft_small",
-                     "lm_decoding/pretrained/draft_medium"]
+  assert removed == []  # each export replaces its member atomically
   assert list(commands) == ["draft_small", "draft_medium"]
   assert all("--pretrained_tokenizer" in c for c in commands.values())
 
 
+@pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarning")
 def test_script_retrains_the_base_set_in_its_folder_in_bfloat16():
   run = subprocess.run(
       ["bash", str(SCRIPT), "/tmp/work", "ar", "mdlm"], capture_output=True,
@@ -262,8 +262,7 @@ def test_script_retrains_the_base_set_in_its_folder_in_bfloat16():
                       "STORED_DTYPE": "bfloat16"})
   assert run.returncode == 0, run.stderr
   removed, commands = planned(run.stdout)
-  assert removed == ["lm_decoding/pretrained/base/ar",
-                     "lm_decoding/pretrained/base/mdlm"]
+  assert removed == []
   members = pretrained.member_configs(load_config("base"))
   for name, command in commands.items():
     assert "--export_dir=lm_decoding/pretrained/base" in command

@@ -119,9 +119,7 @@ def hardware() -> str:
   device = jax.devices()[0]
   if device.platform == "cpu":
     load = (_LOAD_AT_START, os.getloadavg()[0])
-    return (f"CPU ({platform.machine()}), {os.cpu_count()} cores; load "
-            f"average {load[0]:.1f} at the start and {load[1]:.1f} at the "
-            f"end ({cost.load_note(load)})")
+    return f"CPU ({platform.machine()}); {cost.load_summary(load)}"
   return f"{jax.device_count()} x {device.device_kind}"
 
 

@@ -157,13 +157,18 @@ def interleaved(calls: dict[str, Callable[[], Any]], runs: int
   return times, outputs
 
 
-def load_note(load_averages: Sequence[float]) -> str:
-  """What 1-minute load averages taken during a run say about its timings:
-  the run alone keeps at most every core busy (os.cpu_count()); more means
-  other jobs shared the machine."""
-  if max(load_averages) > os.cpu_count() + 0.5:
-    return "above the core count: other jobs were running, timings are noisy"
-  return "at most the core count: this run alone"
+def load_summary(load_averages: Sequence[float]) -> str:
+  """The 1-minute load averages taken at a run's start and end (in that
+  order), and what they say about its timings: the run alone keeps at most
+  every core busy (os.cpu_count()); more means other jobs shared the
+  machine."""
+  start, end = load_averages
+  if max(start, end) > os.cpu_count() + 0.5:
+    note = "above the core count: other jobs were running, timings are noisy"
+  else:
+    note = "at most the core count: this run alone"
+  return (f"1-minute load average {start:.1f} at the start and {end:.1f} at "
+          f"the end on {os.cpu_count()} cores ({note})")
 
 
 def cost_analysis(compiled: Any) -> CostAnalysis:
