@@ -481,8 +481,10 @@ def test_the_table_is_large():
      r"evaluator, draft_medium, draft_small$"),
     ("train.py", ["--config.data.path=/no/such/file.txt"],
      r"^error: data.path='/no/such/file.txt' does not exist"),
+    ("train.py", ["--export_pretrained=.", "--export_dir=/tmp/no_such_set"],
+     r"^error: export name='\.' must be a plain folder name"),
 ], ids=["compare-label", "train-num-steps", "train-unknown-member",
-        "train-missing-data"])
+        "train-missing-data", "train-export-name"])
 def test_entry_points_exit_with_one_line(script, flags, message, tmp_path):
   workdir = tmp_path / "work"
   proc = subprocess.run(

@@ -131,6 +131,33 @@ def test_export_refuses_an_unknown_stored_dtype(trained_member, tmp_path):
   assert not (tmp_path / "ar").exists()
 
 
+@pytest.mark.parametrize("name", ["", ".", "..", "../ar", "a/b", "-x", ".ar",
+                                  "ar ", "é"])
+def test_export_refuses_a_name_that_is_not_a_plain_folder(trained_member,
+                                                          tmp_path, name):
+  """'.' or '' named the set itself, so the swap deleted every member; a path
+  wrote outside the set. Refused before anything is written."""
+  config, workdir, tokenizer, _ = trained_member
+  pretrained.export(config, workdir, "ar", tokenizer, "cmd", {},
+                    out_dir=tmp_path)
+  before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+  with pytest.raises(ValueError, match=r"export name=.* plain folder name"):
+    pretrained.export(config, workdir, name, tokenizer, "cmd", {},
+                      out_dir=tmp_path)
+  assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+def test_export_replaces_a_member_and_leaves_nothing_else(trained_member,
+                                                         tmp_path):
+  config, workdir, tokenizer, _ = trained_member
+  for command in ("first", "second"):
+    pretrained.export(config, workdir, "ar", tokenizer, command, {},
+                      out_dir=tmp_path)
+  assert pretrained.read_manifest("ar", tmp_path)["command"] == "second"
+  assert sorted(p.name for p in tmp_path.iterdir()) == [
+      "ar", pretrained.TOKENIZER_FILE]  # no staging or old copies left
+
+
 def test_find_refuses_a_manifest_with_an_unknown_stored_dtype(trained_member,
                                                               tmp_path):
   config, workdir, tokenizer, _ = trained_member

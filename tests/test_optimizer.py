@@ -1,4 +1,5 @@
-"""AdamW's weight decay reaches matrices only (R5 of reliability_cases.md)."""
+"""AdamW's weight decay spares norm scales and biases, whatever their rank
+(R5 of reliability_cases.md)."""
 
 import jax
 import jax.numpy as jnp
@@ -39,15 +40,14 @@ def test_decay_spares_norm_scales_and_biases():
                              rtol=1e-6)
 
 
-@pytest.mark.parametrize("shape, decayed", [
-    ((), False), ((1,), False), ((7,), False),  # scalars, biases, scales
-    ((1, 1), True), ((7, 3), True),             # kernels, embedding tables
-    ((2, 3, 4), True), ((2, 3, 4, 5), True),    # attention kernels [D, H, Dh]
-])
-def test_decay_rule_by_rank(shape, decayed):
-  assert train_lib.decays(jnp.ones(shape)) == decayed
-  out = two_updates_with_zero_gradients({"p": jnp.full(shape, 2.0)})["p"]
-  np.testing.assert_allclose(out, np.full(shape, 1.8 if decayed else 2.0),
+@pytest.mark.parametrize("name, decayed", [
+    ("kernel", True), ("embedding", True), ("pos_embedding", True),
+    ("bias", False), ("scale", False)])
+@pytest.mark.parametrize("shape", [(), (7,), (7, 3), (2, 3, 4)])
+def test_decay_rule_by_name_at_every_rank(name, decayed, shape):
+  out = two_updates_with_zero_gradients({"m": {name: jnp.full(shape, 2.0)}})
+  np.testing.assert_allclose(out["m"][name],
+                             np.full(shape, 1.8 if decayed else 2.0),
                              rtol=1e-6)
 
 
@@ -57,16 +57,17 @@ def test_zero_weight_decay_changes_nothing():
   jax.tree.map(np.testing.assert_array_equal, out, params)
 
 
-@pytest.mark.parametrize("tie_embeddings, norm", [(True, "rmsnorm"),
-                                                  (False, "layernorm")])
-def test_model_parameters_decay_exactly_when_they_are_matrices(tie_embeddings,
-                                                               norm):
-  """Every leaf of a real backbone: kernels and the embedding table decay,
-  norm scales and biases keep their value."""
+@pytest.mark.parametrize("tie_embeddings, norm, use_bias", [
+    (True, "rmsnorm", False), (False, "layernorm", True)])
+def test_model_parameters_decay_exactly_when_they_are_weights(
+    tie_embeddings, norm, use_bias):
+  """Every leaf of a real backbone: kernels and embedding tables decay; norm
+  scales and biases keep their value, the [H, Dh] query/key/value biases of
+  a biased GQA model included."""
   cfg = TransformerConfig(vocab_size=64, d_model=16, num_layers=2, num_heads=2,
                           num_kv_heads=1, head_dim=8, mlp_dim=32, max_len=8,
                           tie_embeddings=tie_embeddings, norm=norm,
-                          positional="learned")
+                          positional="learned", use_bias=use_bias)
   params = init_params(cfg, jax.random.key(0))
   params = jax.tree.map(lambda p: p + 1.0, params)  # no zero-valued leaves
   out = two_updates_with_zero_gradients(params)
@@ -74,7 +75,11 @@ def test_model_parameters_decay_exactly_when_they_are_matrices(tie_embeddings,
   kinds = set()
   for (path, before), after in zip(flat, jax.tree.leaves(out)):
     name = jax.tree_util.keystr(path)
-    expected = before * 0.9 if before.ndim >= 2 else before
-    np.testing.assert_allclose(after, expected, rtol=1e-5, err_msg=name)
-    kinds.add(before.ndim >= 2)
-  assert kinds == {True, False}  # both kinds were present
+    weight = path[-1].key not in ("bias", "scale")
+    np.testing.assert_allclose(after, before * 0.9 if weight else before,
+                               rtol=1e-5, err_msg=name)
+    kinds.add((weight, before.ndim >= 2))
+  expected = {(True, True), (False, False)}
+  if use_bias:
+    expected.add((False, True))  # the attention projections' [H, Dh] biases
+  assert kinds == expected

@@ -122,6 +122,38 @@ def load_trained_params(config: ml_collections.ConfigDict, workdir: str):
   return state.params
 
 
+def check_export(name: str, stored_dtype: str | None = None) -> None:
+  """Validates `export`'s member name and storage dtype, so that a training
+  run can refuse them before it trains.
+
+  Raises:
+    ValueError: `name` is not a plain folder name (letters, digits, '_' and
+      '-', not starting with '-'; a path, '.', '..' or '' would put the
+      member over the set or outside it), or `stored_dtype` is not None or
+      one of STORED_DTYPES.
+  """
+  if (not isinstance(name, str) or not name or name.startswith("-")
+      or not all(c.isascii() and (c.isalnum() or c in "_-") for c in name)):
+    raise ValueError(f"export name={name!r} must be a plain folder name: "
+                     "ASCII letters, digits, '_' and '-', not starting with '-'")
+  if stored_dtype is not None and stored_dtype not in STORED_DTYPES:
+    raise ValueError(f"stored_dtype={stored_dtype!r}; allowed: None or one of "
+                     f"{STORED_DTYPES}")
+
+
+def _write_atomically(path: pathlib.Path, data: bytes) -> None:
+  """Writes `path` through a temporary file in its folder and a rename, so a
+  reader never sees it half written."""
+  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")
+  try:
+    with os.fdopen(fd, "wb") as f:
+      f.write(data)
+    os.replace(tmp, path)
+  except BaseException:
+    pathlib.Path(tmp).unlink(missing_ok=True)
+    raise
+
+
 def export(config: ml_collections.ConfigDict, workdir: str, name: str,
            tokenizer: Tokenizer, command: str, metrics: dict,
            out_dir: str | pathlib.Path = DEFAULT_DIR,
@@ -137,13 +169,15 @@ def export(config: ml_collections.ConfigDict, workdir: str, name: str,
   model is the rounded one (its metrics in the manifest are those of the
   unrounded parameters).
 
+  The member is written to a staging folder and swapped in by renames: a run
+  stopped at any point leaves the old member or the new one in place (the
+  old one, between the two renames, under a hidden `.{name}-old-*` name).
+
   Raises:
-    ValueError: the set already holds a different tokenizer, or
-      `stored_dtype` is not None or one of STORED_DTYPES.
+    ValueError: the set already holds a different tokenizer, or `name` or
+      `stored_dtype` fails `check_export`.
   """
-  if stored_dtype is not None and stored_dtype not in STORED_DTYPES:
-    raise ValueError(f"stored_dtype={stored_dtype!r}; allowed: None or one of "
-                     f"{STORED_DTYPES}")
+  check_export(name, stored_dtype)
   out_dir = pathlib.Path(out_dir)
   out_dir.mkdir(parents=True, exist_ok=True)
   tok_path = out_dir / TOKENIZER_FILE
@@ -152,7 +186,7 @@ def export(config: ml_collections.ConfigDict, workdir: str, name: str,
       raise ValueError(f"{tok_path} holds another tokenizer; export the "
                        "whole set again into an empty folder")
   else:
-    tok_path.write_bytes(tokenizer.model_proto)
+    _write_atomically(tok_path, tokenizer.model_proto)
   params = load_trained_params(config, workdir)
   if stored_dtype == "int8":
     params = quantization.quantize_params(params,
@@ -170,9 +204,13 @@ def export(config: ml_collections.ConfigDict, workdir: str, name: str,
   if stored_dtype is not None:
     manifest["stored_dtype"] = stored_dtype
   (staging / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
+  old = None
   if member.exists():
-    shutil.rmtree(member)
+    old = pathlib.Path(tempfile.mkdtemp(dir=out_dir, prefix=f".{name}-old-"))
+    os.replace(member, old / name)
   os.replace(staging, member)
+  if old is not None:
+    shutil.rmtree(old)
   return member
 
 
@@ -221,10 +259,7 @@ def find(config: ml_collections.ConfigDict, name: str, tokenizer: Tokenizer,
   manifest_path = member / MANIFEST_FILE
   if not manifest_path.exists():
     return None, f"no pretrained {name!r} in {out_dir}"
-  try:
-    manifest = json.loads(manifest_path.read_text())
-  except json.JSONDecodeError as e:
-    raise CheckpointError(f"manifest {manifest_path} is corrupt: {e}") from e
+  manifest = read_manifest(name, out_dir)
   shipped = manifest.get("recipe")
   differences = recipe_differences(
       shipped if isinstance(shipped, dict) else {},
@@ -265,12 +300,15 @@ def read_manifest(name: str, out_dir: str | pathlib.Path = DEFAULT_DIR) -> dict:
   """The manifest of member `name`.
 
   Raises:
-    CheckpointError: the member has no manifest.
+    CheckpointError: the member has no manifest, or it is not valid JSON.
   """
   path = pathlib.Path(out_dir) / name / MANIFEST_FILE
   if not path.exists():
     raise CheckpointError(f"no manifest at {path}")
-  return json.loads(path.read_text())
+  try:
+    return json.loads(path.read_text())
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    raise CheckpointError(f"manifest {path} is corrupt: {e}") from e
 
 
 def member_configs(config: ml_collections.ConfigDict

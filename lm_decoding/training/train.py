@@ -250,15 +250,22 @@ def scheduled_sampling(config: ml_collections.ConfigDict
   return float(p_max), int(ramp_steps)
 
 
-def decays(param: jax.Array) -> bool:
-  """Whether weight decay applies to a parameter: matrices only (ndim >= 2).
+NO_DECAY = ("bias", "scale")  # leaf names weight decay never reaches
+
+
+def decays(path: tuple) -> bool:
+  """Whether weight decay applies to the parameter at `path` (a key path of
+  `jax.tree_util.tree_flatten_with_path`): every leaf but those named in
+  NO_DECAY.
 
   The usual AdamW practice (GPT-2, nanoGPT, MaxText): decay the weight
-  matrices (attention and MLP kernels, and the embedding table [V, D], which
-  is also the LM head when tied), never the vectors (norm scales, biases),
-  whose decay would pull a norm's gain towards 0 and not regularise.
+  matrices (attention and MLP kernels, the embedding tables, the tied LM
+  head), never the norm scales and biases, whose decay would pull a norm's
+  gain towards 0 and not regularise. Decided by name, not by rank: the query,
+  key and value biases of a biased model are [H, Dh] matrices.
   """
-  return jnp.ndim(param) >= 2
+  last = path[-1]
+  return getattr(last, "key", getattr(last, "name", None)) not in NO_DECAY
 
 
 def make_optimizer(train: ml_collections.ConfigDict):
@@ -279,7 +286,8 @@ def make_optimizer(train: ml_collections.ConfigDict):
   return optax.chain(
       optax.clip_by_global_norm(train.grad_clip_norm),
       optax.adamw(schedule, b1=0.9, b2=0.95, weight_decay=train.weight_decay,
-                  mask=lambda params: jax.tree.map(decays, params)))
+                  mask=lambda params: jax.tree_util.tree_map_with_path(
+                      lambda path, _: decays(path), params)))
 
 
 def init_state(model_cfg: TransformerConfig, optimizer, key) -> TrainState:
