@@ -3,6 +3,10 @@ r"""Speculative decoding measured against its prediction, and the router.
   python experiments/speculative.py --config=configs/tiny.py \
       --out=experiments/results/speculative
 
+The models come from the config's pretrained set (`compare.pretrained_set`:
+configs/base.py reads the base set); the evaluator is loaded only when it is
+a target or the router runs.
+
 Part 1, speed-up vs prediction (Leviathan et al. 2023, eq. for the expected
 improvement factor): for --targets, 'ar' with the shipped AR drafts
 (`config.drafts`, or --drafts) and 'evaluator' with draft 'ar'; gamma in
@@ -733,37 +737,49 @@ def main(argv):
       or loop_steps < 1):
     sys.exit("speculative: error: --runs, --gammas, --batch_sizes, "
              "--loop_steps must be >= 1 and --requests >= 2")
-  os.makedirs(out, exist_ok=True)
-  corpus = pipeline.prepare(config.data.path, config.data.vocab_size,
-                            _WORKDIR.value, data_format=config.data.format)
-  members = pretrained.member_configs(config)
-  drafts = [d for d in config.get("drafts", {})
-            if (pretrained.DEFAULT_DIR / d / pretrained.MANIFEST_FILE).exists()]
-  if _DRAFTS.value is not None:
-    if not set(_DRAFTS.value) <= set(drafts):
-      sys.exit(f"speculative: error: --drafts={','.join(_DRAFTS.value)} "
-               f"must be among the shipped drafts {drafts}")
-    drafts = list(_DRAFTS.value)
-  needed = ["ar", "evaluator", "mdlm", *drafts]
-  loaded = pretrained.load_models({n: members[n] for n in needed},
-                                  _WORKDIR.value, corpus.tokenizer,
-                                  progress=False)
-  models = {n: m.model for n, m in loaded.items()}
-  prompts, _ = pipeline.prompts(corpus, "test", max(max(batches), requests),
-                                cmp.prompt_len, cmp.reference_len)
+  try:
+    set_dir = pretrained.set_dir(cmp.pretrained_set)
+  except ValueError as e:
+    sys.exit(f"speculative: error: {e}")
   targets = ("ar",) if quick else tuple(_TARGETS.value)
   if not set(targets) <= {"ar", "evaluator"} or not targets:
     sys.exit(f"speculative: error: --targets={','.join(targets)} must be "
              "'ar' and/or 'evaluator'")
+  members = pretrained.member_configs(config)
+  drafts = [d for d in config.get("drafts", {})
+            if (set_dir / d / pretrained.MANIFEST_FILE).exists()]
+  if _DRAFTS.value is not None:
+    if not set(_DRAFTS.value) <= set(drafts):
+      sys.exit(f"speculative: error: --drafts={','.join(_DRAFTS.value)} "
+               f"must be among the drafts shipped in {set_dir}: {drafts}")
+    drafts = list(_DRAFTS.value)
+  os.makedirs(out, exist_ok=True)
+  corpus = pipeline.prepare(config.data.path, config.data.vocab_size,
+                            _WORKDIR.value, data_format=config.data.format)
+  # The evaluator is a target (of draft 'ar') or scores the router's
+  # samples; otherwise it is not loaded (nor trained, where the set lacks it).
+  needed = ["ar", "mdlm", *drafts]
+  if "evaluator" in targets or _ROUTER.value:
+    needed.append("evaluator")
+  loaded = pretrained.load_models({n: members[n] for n in needed},
+                                  _WORKDIR.value, corpus.tokenizer,
+                                  progress=False, out_dir=set_dir)
+  models = {n: m.model for n, m in loaded.items()}
+  prompts, _ = pipeline.prompts(corpus, "test", max(max(batches), requests),
+                                cmp.prompt_len, cmp.reference_len)
   pairs = [pair for pair in (("ar", drafts, True), ("evaluator", ["ar"],
                                                     False))
            if pair[0] in targets]
   run = dict(t=t, runs=runs, requests=requests, prompt_len=cmp.prompt_len,
              lengths_T=lengths_T, quick=quick, loop_steps=loop_steps)
+  router_csv = os.path.join(out, "router.csv")
   if _ROUTER.value:
     router_lines = ["## Router on a mixed workload", "", "Not run yet."]
+  elif not os.path.exists(router_csv):
+    router_lines = ["## Router on a mixed workload", "",
+                    f"Not run (--norouter; {out} holds no earlier router.csv)."]
   else:
-    with open(os.path.join(out, "router.csv"), newline="") as f:
+    with open(router_csv, newline="") as f:
       router_lines = ["## Router on a mixed workload", "",
                       "Not re-run (--norouter): router.csv as an earlier run "
                       "of this script left it (its setting is in that run's "

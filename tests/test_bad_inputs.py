@@ -483,8 +483,16 @@ def test_the_table_is_large():
      r"^error: data.path='/no/such/file.txt' does not exist"),
     ("train.py", ["--export_pretrained=.", "--export_dir=/tmp/no_such_set"],
      r"^error: export name='\.' must be a plain folder name"),
+    ("speculative.py", ["--config.compare.pretrained_set=nope"],
+     r"^speculative: error: compare.pretrained_set='nope' must be '' "),
+    ("speculative.py", ["--drafts=draft_huge"],
+     r"^speculative: error: --drafts=draft_huge must be among the drafts "
+     r"shipped in .*pretrained: \['draft_medium', 'draft_small'\]$"),
+    ("speculative.py", ["--targets=mdlm"],
+     r"^speculative: error: --targets=mdlm must be 'ar' and/or 'evaluator'$"),
 ], ids=["compare-label", "train-num-steps", "train-unknown-member",
-        "train-missing-data", "train-export-name"])
+        "train-missing-data", "train-export-name", "speculative-set",
+        "speculative-drafts", "speculative-targets"])
 def test_entry_points_exit_with_one_line(script, flags, message, tmp_path):
   workdir = tmp_path / "work"
   proc = subprocess.run(
