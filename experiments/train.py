@@ -107,7 +107,8 @@ def main(argv):
   data_dir = _DATA_DIR.value or workdir
   try:
     if _EXPORT.value is not None:
-      pretrained.check_export(_EXPORT.value, _STORED_DTYPE.value)
+      pretrained.check_export(_EXPORT.value, _STORED_DTYPE.value,
+                              _EXPORT_DIR.value)
     if _MEMBER.value is not None:
       config = member_config(config, _MEMBER.value)
     multihost.initialize(_COORDINATOR.value, _NUM_PROCESSES.value,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 
 import jax
@@ -147,6 +148,71 @@ def test_export_refuses_a_name_that_is_not_a_plain_folder(trained_member,
   assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
 
 
+def _tree(folder: pathlib.Path) -> list:
+  return sorted(p.relative_to(folder) for p in folder.rglob("*"))
+
+
+@pytest.mark.parametrize("occupant", ["set", "no_manifest"])
+def test_export_refuses_to_replace_a_folder_that_is_not_a_member(
+    trained_member, tmp_path, occupant):
+  """Exporting 'base' into the folder holding the base set would have
+  swapped the whole set out for one member; a folder without a manifest
+  (not a member) is refused alike. Refused before training, by train.py's
+  check_export, and by export itself; nothing is written."""
+  config, workdir, tokenizer, _ = trained_member
+  pretrained.export(config, workdir, "ar", tokenizer, "cmd", {},
+                    out_dir=tmp_path / "base")  # a set: a tokenizer, members
+  if occupant == "no_manifest":
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "keep.txt").write_text("mine")
+  name = "base" if occupant == "set" else "notes"
+  before = _tree(tmp_path)
+  with pytest.raises(ValueError, match=rf"export name='{name}': .* is not a "
+                     "member"):
+    pretrained.check_export(name, None, tmp_path)
+  with pytest.raises(ValueError, match="is not a member"):
+    pretrained.export(config, workdir, name, tokenizer, "cmd", {},
+                      out_dir=tmp_path)
+  assert _tree(tmp_path) == before
+
+
+def test_a_failed_swap_puts_the_old_member_back(trained_member, tmp_path,
+                                                monkeypatch):
+  config, workdir, tokenizer, _ = trained_member
+  pretrained.export(config, workdir, "ar", tokenizer, "first", {},
+                    out_dir=tmp_path)
+  real_replace = pretrained.os.replace
+
+  def failing_replace(src, dst):
+    if ".ar-staging-" in str(src):
+      raise OSError("disk full")
+    return real_replace(src, dst)
+
+  monkeypatch.setattr(pretrained.os, "replace", failing_replace)
+  with pytest.raises(OSError, match="disk full"):
+    pretrained.export(config, workdir, "ar", tokenizer, "second", {},
+                      out_dir=tmp_path)
+  assert pretrained.read_manifest("ar", tmp_path)["command"] == "first"
+  assert sorted(p.name for p in tmp_path.iterdir()) == [
+      "ar", pretrained.TOKENIZER_FILE]
+
+
+def test_export_restores_a_member_left_renamed_by_a_killed_swap(
+    trained_member, tmp_path):
+  """A run killed between the swap's two renames left the old member under
+  '.ar-old-*' and no 'ar'; the next export puts it back before its own
+  swap (and removes a killed run's staging folder)."""
+  config, workdir, tokenizer, _ = trained_member
+  pretrained.export(config, workdir, "ar", tokenizer, "first", {},
+                    out_dir=tmp_path)
+  (tmp_path / "ar").rename(tmp_path / ".ar-old-1234")
+  (tmp_path / ".ar-staging-5678").mkdir()
+  pretrained._clear_leftovers(tmp_path, "ar")
+  assert pretrained.read_manifest("ar", tmp_path)["command"] == "first"
+  assert sorted(p.name for p in tmp_path.iterdir()) == [
+      "ar", pretrained.TOKENIZER_FILE]
+
+
 def test_export_replaces_a_member_and_leaves_nothing_else(trained_member,
                                                          tmp_path):
   config, workdir, tokenizer, _ = trained_member
@@ -156,6 +222,12 @@ def test_export_replaces_a_member_and_leaves_nothing_else(trained_member,
   assert pretrained.read_manifest("ar", tmp_path)["command"] == "second"
   assert sorted(p.name for p in tmp_path.iterdir()) == [
       "ar", pretrained.TOKENIZER_FILE]  # no staging or old copies left
+  # The modes of a plain write (mkstemp and mkdtemp would give 0o600/0o700).
+  umask = os.umask(0)
+  os.umask(umask)
+  assert (tmp_path / pretrained.TOKENIZER_FILE).stat().st_mode & 0o777 == (
+      0o666 & ~umask)
+  assert (tmp_path / "ar").stat().st_mode & 0o777 == 0o777 & ~umask
 
 
 def test_find_refuses_a_manifest_with_an_unknown_stored_dtype(trained_member,

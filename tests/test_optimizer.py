@@ -1,6 +1,7 @@
 """AdamW's weight decay spares norm scales and biases, whatever their rank
 (R5 of reliability_cases.md)."""
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -83,3 +84,15 @@ def test_model_parameters_decay_exactly_when_they_are_weights(
   if use_bias:
     expected.add((False, True))  # the attention projections' [H, Dh] biases
   assert kinds == expected
+
+
+def test_decay_rule_reads_the_name_through_partitioning_boxes():
+  """Abstract train states are built from trees of flax partitioning boxes,
+  whose key paths end in the box's `.value`; the rule still sees the leaf's
+  name."""
+  boxed = {"dense": {name: nn.LogicallyPartitioned(jnp.ones((2, 3)),
+                                                   ("embed", "mlp"))
+                     for name in ("kernel", "bias", "scale")}}
+  flat, _ = jax.tree_util.tree_flatten_with_path(boxed)
+  rule = {path[1].key: train_lib.decays(path) for path, _ in flat}
+  assert rule == {"kernel": True, "bias": False, "scale": False}

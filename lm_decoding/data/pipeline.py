@@ -106,12 +106,17 @@ def encode_documents(tokenizer: Tokenizer,
   return np.asarray(ids, dtype=np.int32)
 
 
-def _write_atomic(path: pathlib.Path, data: bytes) -> None:
-  """Writes `data` to `path` through a temporary file and os.replace."""
+def write_atomic(path: pathlib.Path, data: bytes) -> None:
+  """Writes `data` to `path` through a temporary file in its folder and
+  os.replace, so a reader never sees it half written; the file gets the
+  mode a plain write would (0o666 less the umask, not mkstemp's 0o600)."""
   fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
   try:
     with os.fdopen(fd, "wb") as f:
       f.write(data)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
     os.replace(tmp, path)
   except BaseException:
     pathlib.Path(tmp).unlink(missing_ok=True)
@@ -164,7 +169,7 @@ def prepare(path: str | None, vocab_size: int, workdir: str | os.PathLike,
           f"{len(splits['train']):,} documents, "
           f"{sum(len(t) for t in splits['train']):,} characters)") from e
     cache_dir.mkdir(parents=True, exist_ok=True)
-    _write_atomic(tokenizer_path, tokenizer.model_proto)
+    write_atomic(tokenizer_path, tokenizer.model_proto)
   tokens = {}
   for name in corpus_lib.SPLITS:
     array_path = cache_dir / f"{name}.npy"
@@ -172,7 +177,7 @@ def prepare(path: str | None, vocab_size: int, workdir: str | os.PathLike,
       tokens[name] = np.load(array_path, allow_pickle=False)
     else:
       tokens[name] = encode_documents(tokenizer, splits[name])
-      _write_atomic(array_path, _array_bytes(tokens[name]))
+      write_atomic(array_path, _array_bytes(tokens[name]))
   meta_path = cache_dir / META_FILE
   if not meta_path.exists():
     meta = dict(
@@ -184,7 +189,7 @@ def prepare(path: str | None, vocab_size: int, workdir: str | os.PathLike,
         documents={k: len(v) for k, v in splits.items()},
         tokens={k: int(v.size) for k, v in tokens.items()},
         characters={k: sum(len(t) for t in v) for k, v in splits.items()})
-    _write_atomic(meta_path, json.dumps(meta, indent=2).encode())
+    write_atomic(meta_path, json.dumps(meta, indent=2).encode())
   return Corpus(tokenizer=tokenizer, splits=splits, tokens=tokens,
                 cache_dir=cache_dir, reading=reading)
 

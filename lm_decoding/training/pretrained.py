@@ -20,7 +20,7 @@ import os
 import pathlib
 import shutil
 import subprocess
-import tempfile
+import uuid
 from typing import Any
 
 import jax
@@ -122,36 +122,65 @@ def load_trained_params(config: ml_collections.ConfigDict, workdir: str):
   return state.params
 
 
-def check_export(name: str, stored_dtype: str | None = None) -> None:
-  """Validates `export`'s member name and storage dtype, so that a training
-  run can refuse them before it trains.
+def check_export(name: str, stored_dtype: str | None = None,
+                 out_dir: str | pathlib.Path | None = None) -> None:
+  """Validates `export`'s member name, storage dtype and (given `out_dir`)
+  what the export would replace, so that a training run can refuse them
+  before it trains.
 
   Raises:
     ValueError: `name` is not a plain folder name (letters, digits, '_' and
       '-', not starting with '-'; a path, '.', '..' or '' would put the
-      member over the set or outside it), or `stored_dtype` is not None or
-      one of STORED_DTYPES.
+      member over the set or outside it); `out_dir / name` exists and is not
+      a member (a member holds a manifest and no tokenizer: a set folder
+      such as 'base', or a folder without a manifest, would be replaced);
+      or `stored_dtype` is not None or one of STORED_DTYPES.
   """
   if (not isinstance(name, str) or not name or name.startswith("-")
       or not all(c.isascii() and (c.isalnum() or c in "_-") for c in name)):
     raise ValueError(f"export name={name!r} must be a plain folder name: "
                      "ASCII letters, digits, '_' and '-', not starting with '-'")
+  if out_dir is not None:
+    member = pathlib.Path(out_dir) / name
+    if member.exists() and (not (member / MANIFEST_FILE).is_file()
+                            or (member / TOKENIZER_FILE).exists()):
+      raise ValueError(
+          f"export name={name!r}: {member} exists and is not a member (a "
+          f"member holds {MANIFEST_FILE} and no {TOKENIZER_FILE}); the export "
+          "would replace it")
   if stored_dtype is not None and stored_dtype not in STORED_DTYPES:
     raise ValueError(f"stored_dtype={stored_dtype!r}; allowed: None or one of "
                      f"{STORED_DTYPES}")
 
 
-def _write_atomically(path: pathlib.Path, data: bytes) -> None:
-  """Writes `path` through a temporary file in its folder and a rename, so a
-  reader never sees it half written."""
-  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")
+def _swap_in(staging: pathlib.Path, member: pathlib.Path) -> None:
+  """Puts folder `staging` at `member` by renames. An existing member is
+  first renamed to a hidden `.{name}-old-*` folder, put back if the second
+  rename fails, and removed once the new one is in place."""
+  if not member.exists():
+    os.replace(staging, member)
+    return
+  old = member.with_name(f".{member.name}-old-{uuid.uuid4().hex}")
+  os.replace(member, old)
   try:
-    with os.fdopen(fd, "wb") as f:
-      f.write(data)
-    os.replace(tmp, path)
+    os.replace(staging, member)
   except BaseException:
-    pathlib.Path(tmp).unlink(missing_ok=True)
+    os.replace(old, member)
     raise
+  shutil.rmtree(old, ignore_errors=True)
+
+
+def _clear_leftovers(out_dir: pathlib.Path, name: str) -> None:
+  """Undoes what a stopped export of `name` left: a staging folder is
+  removed; an old member renamed away (a stop between `_swap_in`'s two
+  renames) is put back where no member is, else removed."""
+  for staging in out_dir.glob(f".{name}-staging-*"):
+    shutil.rmtree(staging, ignore_errors=True)
+  for old in sorted(out_dir.glob(f".{name}-old-*")):
+    if (out_dir / name).exists():
+      shutil.rmtree(old, ignore_errors=True)
+    else:
+      os.replace(old, out_dir / name)
 
 
 def export(config: ml_collections.ConfigDict, workdir: str, name: str,
@@ -169,24 +198,27 @@ def export(config: ml_collections.ConfigDict, workdir: str, name: str,
   model is the rounded one (its metrics in the manifest are those of the
   unrounded parameters).
 
-  The member is written to a staging folder and swapped in by renames: a run
-  stopped at any point leaves the old member or the new one in place (the
-  old one, between the two renames, under a hidden `.{name}-old-*` name).
+  The member is written to a hidden staging folder and swapped in by
+  renames (`_swap_in`): a failed export leaves the old member in place, and
+  a run killed between the two renames (an instant) leaves it under a hidden
+  `.{name}-old-*` name, which the next export of `name` puts back first.
 
   Raises:
-    ValueError: the set already holds a different tokenizer, or `name` or
-      `stored_dtype` fails `check_export`.
+    ValueError: the set already holds a different tokenizer, or `name`,
+      `stored_dtype` or the folder the export would replace fails
+      `check_export`.
   """
-  check_export(name, stored_dtype)
+  check_export(name, stored_dtype, out_dir)
   out_dir = pathlib.Path(out_dir)
   out_dir.mkdir(parents=True, exist_ok=True)
+  _clear_leftovers(out_dir, name)
   tok_path = out_dir / TOKENIZER_FILE
   if tok_path.exists():
     if Tokenizer.load(str(tok_path)).model_proto != tokenizer.model_proto:
       raise ValueError(f"{tok_path} holds another tokenizer; export the "
                        "whole set again into an empty folder")
   else:
-    _write_atomically(tok_path, tokenizer.model_proto)
+    pipeline.write_atomic(tok_path, tokenizer.model_proto)
   params = load_trained_params(config, workdir)
   if stored_dtype == "int8":
     params = quantization.quantize_params(params,
@@ -194,23 +226,21 @@ def export(config: ml_collections.ConfigDict, workdir: str, name: str,
   elif stored_dtype is not None:
     params = jax.tree.map(lambda x: x.astype(stored_dtype), params)
   member = out_dir / name
-  staging = pathlib.Path(tempfile.mkdtemp(dir=out_dir, prefix=f".{name}-"))
-  with Checkpoints(str(staging / "params"), keep=1) as checkpoints:
-    checkpoints.save(0, params, {"name": name})
-  manifest = {"name": name, "command": command, "commit": _commit(),
-              "recipe": recipe(config),
-              "tokenizer_sha256": tokenizer_sha256(tokenizer),
-              "metrics": metrics}
-  if stored_dtype is not None:
-    manifest["stored_dtype"] = stored_dtype
-  (staging / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
-  old = None
-  if member.exists():
-    old = pathlib.Path(tempfile.mkdtemp(dir=out_dir, prefix=f".{name}-old-"))
-    os.replace(member, old / name)
-  os.replace(staging, member)
-  if old is not None:
-    shutil.rmtree(old)
+  staging = out_dir / f".{name}-staging-{uuid.uuid4().hex}"
+  staging.mkdir()
+  try:
+    with Checkpoints(str(staging / "params"), keep=1) as checkpoints:
+      checkpoints.save(0, params, {"name": name})
+    manifest = {"name": name, "command": command, "commit": _commit(),
+                "recipe": recipe(config),
+                "tokenizer_sha256": tokenizer_sha256(tokenizer),
+                "metrics": metrics}
+    if stored_dtype is not None:
+      manifest["stored_dtype"] = stored_dtype
+    (staging / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
+    _swap_in(staging, member)
+  finally:
+    shutil.rmtree(staging, ignore_errors=True)  # gone after a swap
   return member
 
 

@@ -262,10 +262,12 @@ def decays(path: tuple) -> bool:
   matrices (attention and MLP kernels, the embedding tables, the tied LM
   head), never the norm scales and biases, whose decay would pull a norm's
   gain towards 0 and not regularise. Decided by name, not by rank: the query,
-  key and value biases of a biased model are [H, Dh] matrices.
+  key and value biases of a biased model are [H, Dh] matrices. The name is
+  the path's last dict key, also in a tree of flax partitioning boxes (whose
+  paths end in the box's `.value`).
   """
-  last = path[-1]
-  return getattr(last, "key", getattr(last, "name", None)) not in NO_DECAY
+  names = [k.key for k in path if isinstance(k, jax.tree_util.DictKey)]
+  return not names or names[-1] not in NO_DECAY
 
 
 def make_optimizer(train: ml_collections.ConfigDict):
