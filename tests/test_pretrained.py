@@ -340,14 +340,19 @@ def test_set_dir_names_the_shipped_sets():
 
 
 # Parameters of each shipped base member: d256, 4 layers, mlp 1024, vocab
-# 4096, tied embeddings.
-BASE_PARAMS = {"ar": 5_245_184, "mdlm": 5_245_184}
+# 4096, tied embeddings; draft_small d64, 1 layer, 2 heads of 64, mlp 256.
+BASE_PARAMS = {"ar": 5_245_184, "mdlm": 5_245_184, "bd3lm": 5_245_184,
+               "draft_small": 344_256}
 
 
 @pytest.mark.parametrize("name", BASE_PARAMS)
 def test_base_member_matches_configs_base(name, shipped_tokenizer):
-  base_set = pretrained.set_dir("base")
-  member = pretrained.member_configs(load_config("base"))[name]
+  """Found in the set configs/base.py names (compare.pretrained_set), as
+  the main job and experiments/speculative.py look it up."""
+  config = load_config("base")
+  base_set = pretrained.set_dir(config.compare.pretrained_set)
+  assert base_set == pretrained.DEFAULT_DIR / "base"
+  member = pretrained.member_configs(config)[name]
   params, reason = pretrained.find(member, name, shipped_tokenizer, base_set)
   assert params is not None, reason
   manifest = pretrained.read_manifest(name, base_set)
