@@ -40,4 +40,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.evaluator.model.update(
       dict(d_model=384, num_heads=6, num_kv_heads=6, mlp_dim=1536))
   config.evaluator.train.update(dict(num_steps=config.train.num_steps))
+  # Its members are shipped in lm_decoding/pretrained/base/ (the tiny set's
+  # folder holds tiny's recipes: looking there would train every member).
+  config.compare.pretrained_set = "base"
   return config
