@@ -5,7 +5,8 @@ r"""Speculative decoding measured against its prediction, and the router.
 
 The models come from the config's pretrained set (`compare.pretrained_set`:
 configs/base.py reads the base set); the evaluator is loaded only when it is
-a target or the router runs.
+a target or the router runs, the MDLM model only for the extra rows or the
+router.
 
 Part 1, speed-up vs prediction (Leviathan et al. 2023, eq. for the expected
 improvement factor): for --targets, 'ar' with the shipped AR drafts
@@ -753,12 +754,22 @@ def main(argv):
       sys.exit(f"speculative: error: --drafts={','.join(_DRAFTS.value)} "
                f"must be among the drafts shipped in {set_dir}: {drafts}")
     drafts = list(_DRAFTS.value)
+  if _ROUTER.value and ("ar" not in targets or not drafts or 1 not in batches
+                        or 1.0 not in temps):
+    sys.exit("speculative: error: the router (part 2) uses the fastest "
+             "speculative configuration of target 'ar' at B=1 and "
+             "temperature 1: --targets must hold ar, --drafts a draft, "
+             "--batch_sizes 1 and --temperatures 1.0; or pass --norouter")
   os.makedirs(out, exist_ok=True)
   corpus = pipeline.prepare(config.data.path, config.data.vocab_size,
                             _WORKDIR.value, data_format=config.data.format)
   # The evaluator is a target (of draft 'ar') or scores the router's
-  # samples; otherwise it is not loaded (nor trained, where the set lacks it).
-  needed = ["ar", "mdlm", *drafts]
+  # samples, the MDLM drafts an extra row or is the router's parallel
+  # decoder; otherwise neither is loaded (nor trained, where the set lacks
+  # it).
+  needed = ["ar", *drafts]
+  if (_EXTRAS.value and "ar" in targets) or _ROUTER.value:
+    needed.append("mdlm")
   if "evaluator" in targets or _ROUTER.value:
     needed.append("evaluator")
   loaded = pretrained.load_models({n: members[n] for n in needed},

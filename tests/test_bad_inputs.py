@@ -469,6 +469,8 @@ def test_the_table_is_large():
 
 # --- What a user sees: one line, non-zero exit, nothing left behind. --------
 
+_OUT = "--out={tmp}/out"  # experiments/speculative.py's results folder
+
 @pytest.mark.parametrize("script, flags, message", [
     ("compare_decoding.py", ["--config.compare.decoders=('X | ar | "
                              "model=ar | steps=3',)"],
@@ -483,18 +485,24 @@ def test_the_table_is_large():
      r"^error: data.path='/no/such/file.txt' does not exist"),
     ("train.py", ["--export_pretrained=.", "--export_dir=/tmp/no_such_set"],
      r"^error: export name='\.' must be a plain folder name"),
-    ("speculative.py", ["--config.compare.pretrained_set=nope"],
+    ("speculative.py", ["--config.compare.pretrained_set=nope", _OUT],
      r"^speculative: error: compare.pretrained_set='nope' must be '' "),
-    ("speculative.py", ["--drafts=draft_huge"],
+    ("speculative.py", ["--drafts=draft_huge", _OUT],
      r"^speculative: error: --drafts=draft_huge must be among the drafts "
      r"shipped in .*pretrained: \['draft_medium', 'draft_small'\]$"),
-    ("speculative.py", ["--targets=mdlm"],
+    ("speculative.py", ["--targets=mdlm", _OUT],
      r"^speculative: error: --targets=mdlm must be 'ar' and/or 'evaluator'$"),
+    ("speculative.py", ["--targets=evaluator", _OUT],
+     r"^speculative: error: the router \(part 2\) uses the fastest "
+     r"speculative configuration of target 'ar' .* or pass --norouter$"),
 ], ids=["compare-label", "train-num-steps", "train-unknown-member",
         "train-missing-data", "train-export-name", "speculative-set",
-        "speculative-drafts", "speculative-targets"])
+        "speculative-drafts", "speculative-targets", "speculative-router"])
 def test_entry_points_exit_with_one_line(script, flags, message, tmp_path):
+  """`{tmp}` in a flag is this test's folder; neither the workdir nor an
+  --out under it may be created."""
   workdir = tmp_path / "work"
+  flags = [f.format(tmp=tmp_path) for f in flags]
   proc = subprocess.run(
       [sys.executable, str(ROOT / "experiments" / script),
        f"--workdir={workdir}", *flags],
@@ -505,4 +513,4 @@ def test_entry_points_exit_with_one_line(script, flags, message, tmp_path):
   assert len(lines) == 1, lines
   assert "Traceback" not in lines[0]
   assert re.search(message, lines[0]), lines[0]
-  assert not workdir.exists()
+  assert not workdir.exists() and not (tmp_path / "out").exists()
