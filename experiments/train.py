@@ -111,6 +111,11 @@ def main(argv):
                               _EXPORT_DIR.value)
     if _MEMBER.value is not None:
       config = member_config(config, _MEMBER.value)
+      if _EXPORT.value not in (None, _MEMBER.value):
+        raise ValueError(
+            f"--export_pretrained={_EXPORT.value!r} must equal "
+            f"--member={_MEMBER.value!r}: the member's recipe is what is "
+            "trained, and under another name it would replace that member")
     multihost.initialize(_COORDINATOR.value, _NUM_PROCESSES.value,
                          _PROCESS_ID.value)
     if _PRETRAINED_TOKENIZER.value:

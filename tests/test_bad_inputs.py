@@ -485,6 +485,9 @@ _OUT = "--out={tmp}/out"  # experiments/speculative.py's results folder
      r"^error: data.path='/no/such/file.txt' does not exist"),
     ("train.py", ["--export_pretrained=.", "--export_dir=/tmp/no_such_set"],
      r"^error: export name='\.' must be a plain folder name"),
+    ("train.py", ["--member=draft_small", "--export_pretrained=ar",
+                  "--export_dir={tmp}/out"],
+     r"^error: --export_pretrained='ar' must equal --member='draft_small'"),
     ("speculative.py", ["--config.compare.pretrained_set=nope", _OUT],
      r"^speculative: error: compare.pretrained_set='nope' must be '' "),
     ("speculative.py", ["--drafts=draft_huge", _OUT],
@@ -496,7 +499,8 @@ _OUT = "--out={tmp}/out"  # experiments/speculative.py's results folder
      r"^speculative: error: the router \(part 2\) uses the fastest "
      r"speculative configuration of target 'ar' .* or pass --norouter$"),
 ], ids=["compare-label", "train-num-steps", "train-unknown-member",
-        "train-missing-data", "train-export-name", "speculative-set",
+        "train-missing-data", "train-export-name", "train-export-member",
+        "speculative-set",
         "speculative-drafts", "speculative-targets", "speculative-router"])
 def test_entry_points_exit_with_one_line(script, flags, message, tmp_path):
   """`{tmp}` in a flag is this test's folder; neither the workdir nor an
