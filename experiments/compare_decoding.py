@@ -147,11 +147,13 @@ def main(argv):
                                             profile)
       return None if seconds is None else seconds * 1e3
   paths = report.write(result, header, cmp.baseline, workdir, predict_ms)
-  with open(os.path.join(workdir, "run.json"), "w") as f:
+  run_json = os.path.join(workdir, "run.json")
+  with open(run_json, "w") as f:
     json.dump({"models": lines, "wall_s": time.time() - start,
                "decode_s": decode_s, "config": config.to_dict()}, f,
               indent=2, default=str)
-  print(f"wrote {', '.join(paths.values())} in {time.time() - start:.0f} s")
+  print(f"wrote {', '.join([*paths.values(), run_json])} in "
+        f"{time.time() - start:.0f} s")
 
 
 if __name__ == "__main__":

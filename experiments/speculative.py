@@ -468,8 +468,11 @@ def plot_speedup(rows, path):
 
 
 def plot_alpha(rows, path):
-  gamma = max(r["gamma"] for r in rows)
-  sel = [r for r in rows if r["decoder"] == "spec" and r["gamma"] == gamma]
+  """alpha_i of the draft-model rows at their largest gamma (an empty plot
+  when there are none)."""
+  spec = [r for r in rows if r["decoder"] == "spec"]
+  gamma = max((r["gamma"] for r in spec), default=0)
+  sel = [r for r in spec if r["gamma"] == gamma]
   fig, ax = plt.subplots(figsize=(6, 3.8))
   for r in sel:
     alphas = [float(a) for a in r["alpha_per_position"].split()]
@@ -478,7 +481,8 @@ def plot_alpha(rows, path):
         f"temp {r['temperature']:g}"))
   ax.set_xlabel(f"draft position i (gamma={gamma})")
   ax.set_ylabel("acceptance rate alpha_i")
-  ax.legend(fontsize=6)
+  if sel:
+    ax.legend(fontsize=6)
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)

@@ -205,6 +205,7 @@ def test_load_summary_says_whether_other_jobs_shared_the_cores(monkeypatch):
   monkeypatch.setattr(cost.os, "cpu_count", lambda: 2)
   assert cost.load_summary([1.9, 2.5]) == (
       "1-minute load average 1.9 at the start and 2.5 at the end on 2 cores "
-      "(at most the core count: this run alone)")
+      "(at most the core count + 0.5: this run alone)")
   assert cost.load_summary([0.4, 2.6]).endswith(
-      "(above the core count: other jobs were running, timings are noisy)")
+      "(more than half a job above the core count: other jobs were running, "
+      "timings are noisy)")

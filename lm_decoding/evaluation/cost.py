@@ -160,13 +160,15 @@ def interleaved(calls: dict[str, Callable[[], Any]], runs: int
 def load_summary(load_averages: Sequence[float]) -> str:
   """The 1-minute load averages taken at a run's start and end (in that
   order), and what they say about its timings: the run alone keeps at most
-  every core busy (os.cpu_count()); more means other jobs shared the
-  machine."""
+  every core busy (os.cpu_count(); a reading up to half a job above it is
+  still one run's, whose compile threads and the system's own tasks add to
+  it); more means other jobs shared the machine."""
   start, end = load_averages
   if max(start, end) > os.cpu_count() + 0.5:
-    note = "above the core count: other jobs were running, timings are noisy"
+    note = ("more than half a job above the core count: other jobs were "
+            "running, timings are noisy")
   else:
-    note = "at most the core count: this run alone"
+    note = "at most the core count + 0.5: this run alone"
   return (f"1-minute load average {start:.1f} at the start and {end:.1f} at "
           f"the end on {os.cpu_count()} cores ({note})")
 
