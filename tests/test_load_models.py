@@ -132,6 +132,10 @@ def test_export_refuses_an_unknown_stored_dtype(trained_member, tmp_path):
   assert not (tmp_path / "ar").exists()
 
 
+def _tree(folder: pathlib.Path) -> list:
+  return sorted(p.relative_to(folder) for p in folder.rglob("*"))
+
+
 @pytest.mark.parametrize("name", ["", ".", "..", "../ar", "a/b", "-x", ".ar",
                                   "ar ", "é"])
 def test_export_refuses_a_name_that_is_not_a_plain_folder(trained_member,
@@ -141,15 +145,11 @@ def test_export_refuses_a_name_that_is_not_a_plain_folder(trained_member,
   config, workdir, tokenizer, _ = trained_member
   pretrained.export(config, workdir, "ar", tokenizer, "cmd", {},
                     out_dir=tmp_path)
-  before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+  before = _tree(tmp_path)
   with pytest.raises(ValueError, match=r"export name=.* plain folder name"):
     pretrained.export(config, workdir, name, tokenizer, "cmd", {},
                       out_dir=tmp_path)
-  assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
-
-
-def _tree(folder: pathlib.Path) -> list:
-  return sorted(p.relative_to(folder) for p in folder.rglob("*"))
+  assert _tree(tmp_path) == before
 
 
 @pytest.mark.parametrize("occupant", ["set", "no_manifest"])
@@ -200,8 +200,10 @@ def test_a_failed_swap_puts_the_old_member_back(trained_member, tmp_path,
 def test_export_restores_a_member_left_renamed_by_a_killed_swap(
     trained_member, tmp_path):
   """A run killed between the swap's two renames left the old member under
-  '.ar-old-*' and no 'ar'; the next export puts it back before its own
-  swap (and removes a killed run's staging folder)."""
+  '.ar-old-*' and no 'ar'; `_clear_leftovers`, which every export runs
+  before its own swap, puts it back and removes a killed run's staging
+  folder. (Called directly: after a whole export the new member would hide
+  whether the old one had come back.)"""
   config, workdir, tokenizer, _ = trained_member
   pretrained.export(config, workdir, "ar", tokenizer, "first", {},
                     out_dir=tmp_path)
