@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -134,6 +136,59 @@ def test_export_refuses_an_unknown_stored_dtype(trained_member, tmp_path):
 
 def _tree(folder: pathlib.Path) -> list:
   return sorted(p.relative_to(folder) for p in folder.rglob("*"))
+
+
+@pytest.mark.parametrize("stored_dtype", ["bfloat16", "int8"])
+def test_convert_stores_a_float_member_as_export_would(trained_member,
+                                                       tmp_path, stored_dtype):
+  """Converting a shipped float member gives the parameters a rounded export
+  from the workdir gives, bit for bit, and its manifest keeps the training's
+  command, commit and metrics beside the conversion's."""
+  config, workdir, tokenizer, _ = trained_member
+  pretrained.export(config, workdir, "ar", tokenizer, "train cmd",
+                    {"valid_ppl": 9.5}, out_dir=tmp_path / "set")
+  before = pretrained.read_manifest("ar", tmp_path / "set")
+  pretrained.convert("ar", stored_dtype, "convert cmd", tmp_path / "set")
+  pretrained.export(config, workdir, "ar", tokenizer, "cmd", {},
+                    out_dir=tmp_path / "exported", stored_dtype=stored_dtype)
+  converted, _ = pretrained.find(config, "ar", tokenizer, tmp_path / "set")
+  exported, _ = pretrained.find(config, "ar", tokenizer, tmp_path / "exported")
+  jax.tree.map(np.testing.assert_array_equal, converted, exported)
+  after = pretrained.read_manifest("ar", tmp_path / "set")
+  assert after.pop("stored_dtype") == stored_dtype
+  assert after.pop("conversion")["command"] == "convert cmd"
+  assert after == before
+  assert sorted(p.name for p in (tmp_path / "set").iterdir()) == [
+      "ar", "tokenizer.model"]  # no staging or old folder left
+
+
+def test_convert_refuses_a_rounded_member_and_a_bad_dtype(trained_member,
+                                                          tmp_path):
+  """Rounding a rounded member again would compound its error; both are
+  refused before anything is rewritten, and the CLI checks every member
+  before it converts the first."""
+  config, workdir, tokenizer, _ = trained_member
+  pretrained.export(config, workdir, "f32", tokenizer, "cmd", {},
+                    out_dir=tmp_path)
+  pretrained.export(config, workdir, "bf16", tokenizer, "cmd", {},
+                    out_dir=tmp_path, stored_dtype="bfloat16")
+  before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+  with pytest.raises(ValueError, match=r"'bf16' .* stored as bfloat16 already"):
+    pretrained.convert("bf16", "int8", "cmd", tmp_path)
+  with pytest.raises(ValueError, match=r"stored_dtype='float16'; allowed"):
+    pretrained.convert("f32", "float16", "cmd", tmp_path)
+  with pytest.raises(CheckpointError, match=r"no manifest"):
+    pretrained.convert("missing", "int8", "cmd", tmp_path)
+  script = pathlib.Path(__file__).parent.parent / "experiments" / (
+      "convert_pretrained.py")
+  run = subprocess.run([sys.executable, str(script), f"--set_dir={tmp_path}",
+                        "--stored_dtype=int8", "f32", "bf16"],
+                       capture_output=True, text=True, check=False)
+  assert run.returncode == 1
+  assert run.stderr.strip().splitlines()[-1].startswith(
+      "error: member 'bf16'"), run.stderr
+  assert {p: p.read_bytes() for p in tmp_path.rglob("*")
+          if p.is_file()} == before
 
 
 @pytest.mark.parametrize("name", ["", ".", "..", "../ar", "a/b", "-x", ".ar",

@@ -211,7 +211,6 @@ def export(config: ml_collections.ConfigDict, workdir: str, name: str,
   check_export(name, stored_dtype, out_dir)
   out_dir = pathlib.Path(out_dir)
   out_dir.mkdir(parents=True, exist_ok=True)
-  _clear_leftovers(out_dir, name)
   tok_path = out_dir / TOKENIZER_FILE
   if tok_path.exists():
     if Tokenizer.load(str(tok_path)).model_proto != tokenizer.model_proto:
@@ -219,24 +218,81 @@ def export(config: ml_collections.ConfigDict, workdir: str, name: str,
                        "whole set again into an empty folder")
   else:
     pipeline.write_atomic(tok_path, tokenizer.model_proto)
-  params = load_trained_params(config, workdir)
+  manifest = {"name": name, "command": command, "commit": _commit(),
+              "recipe": recipe(config),
+              "tokenizer_sha256": tokenizer_sha256(tokenizer),
+              "metrics": metrics}
+  return _write_member(load_trained_params(config, workdir), config, manifest,
+                       out_dir, stored_dtype)
+
+
+def check_convert(name: str, stored_dtype: str,
+                  out_dir: str | pathlib.Path = DEFAULT_DIR) -> dict:
+  """Validates a `convert` before it rewrites anything; returns the manifest.
+
+  Raises:
+    ValueError: `stored_dtype` is not one of STORED_DTYPES, or the member is
+      stored rounded already (rounding it again would compound the error:
+      export it from its training workdir instead).
+    CheckpointError: the member has no manifest, or it is corrupt.
+  """
+  if stored_dtype not in STORED_DTYPES:
+    raise ValueError(f"stored_dtype={stored_dtype!r}; allowed: one of "
+                     f"{STORED_DTYPES}")
+  manifest = read_manifest(name, out_dir)
+  if manifest.get("stored_dtype") is not None:
+    raise ValueError(f"member {name!r} in {out_dir} is stored as "
+                     f"{manifest['stored_dtype']} already; only float members "
+                     "convert")
+  return manifest
+
+
+def convert(name: str, stored_dtype: str, command: str,
+            out_dir: str | pathlib.Path = DEFAULT_DIR) -> pathlib.Path:
+  """Rewrites float member `name` of the set `out_dir` stored as
+  `stored_dtype` (see `export`), in place and atomically.
+
+  The manifest keeps the training's command, commit, recipe and metrics (of
+  the float parameters) and gains `stored_dtype` and `conversion` (this
+  `command` and the commit it ran at), so a set can be shrunk without its
+  training workdirs.
+
+  Raises:
+    ValueError, CheckpointError: as `check_convert`; CheckpointError also
+      when the parameters are unreadable or do not match the recipe.
+  """
+  out_dir = pathlib.Path(out_dir)
+  manifest = check_convert(name, stored_dtype, out_dir)
+  config = ml_collections.ConfigDict(manifest["recipe"])
+  tokenizer = Tokenizer.load(str(out_dir / TOKENIZER_FILE))
+  params, reason = find(config, name, tokenizer, out_dir)
+  if params is None:
+    raise CheckpointError(reason)
+  manifest["conversion"] = {"command": command, "commit": _commit()}
+  return _write_member(params, config, manifest, out_dir, stored_dtype)
+
+
+def _write_member(params: Any, config: ml_collections.ConfigDict,
+                  manifest: dict, out_dir: pathlib.Path,
+                  stored_dtype: str | None) -> pathlib.Path:
+  """Writes member `manifest['name']` (`params`, rounded to `stored_dtype`,
+  and `manifest`) into `out_dir` by a staged swap (`export`)."""
+  name = manifest["name"]
+  check_export(name, stored_dtype, out_dir)
+  _clear_leftovers(out_dir, name)
   if stored_dtype == "int8":
     params = quantization.quantize_params(params,
                                           train_lib.model_config(config))
   elif stored_dtype is not None:
     params = jax.tree.map(lambda x: x.astype(stored_dtype), params)
+  if stored_dtype is not None:
+    manifest = {**manifest, "stored_dtype": stored_dtype}
   member = out_dir / name
   staging = out_dir / f".{name}-staging-{uuid.uuid4().hex}"
   staging.mkdir()
   try:
     with Checkpoints(str(staging / "params"), keep=1) as checkpoints:
       checkpoints.save(0, params, {"name": name})
-    manifest = {"name": name, "command": command, "commit": _commit(),
-                "recipe": recipe(config),
-                "tokenizer_sha256": tokenizer_sha256(tokenizer),
-                "metrics": metrics}
-    if stored_dtype is not None:
-      manifest["stored_dtype"] = stored_dtype
     (staging / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
     _swap_in(staging, member)
   finally:

@@ -1,0 +1,51 @@
+r"""Stores float members of a shipped pretrained set rounded, in place.
+
+  python experiments/convert_pretrained.py --set_dir=lm_decoding/pretrained \
+      --stored_dtype=bfloat16 ar mdlm bd3lm evaluator draft_small draft_medium
+
+Each member is loaded from its own manifest's recipe and the set's tokenizer
+and rewritten as `pretrained.convert` does (bfloat16: half the bytes of
+float32; int8: weight-only int8 with per-channel scales). Its manifest keeps
+the training command and metrics and records this command under
+`conversion`. A bad option or member ends the run with one line on stderr
+and exit status 1, before anything is rewritten.
+"""
+
+import shlex
+import sys
+
+from absl import app
+from absl import flags
+from absl import logging
+
+from lm_decoding.training import pretrained
+from lm_decoding.training.checkpoints import CheckpointError
+
+_SET_DIR = flags.DEFINE_string(
+    "set_dir", str(pretrained.DEFAULT_DIR),
+    "The pretrained set whose members are rewritten (the shipped tiny set by "
+    "default; lm_decoding/pretrained/base for configs/base.py's members).")
+_STORED_DTYPE = flags.DEFINE_enum(
+    "stored_dtype", "bfloat16", list(pretrained.STORED_DTYPES),
+    "How the members are stored from now on.")
+
+
+def main(argv):
+  logging.set_verbosity(logging.FATAL)
+  names = argv[1:]
+  if not names:
+    sys.exit("error: name the members to convert, e.g. ar mdlm")
+  command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
+  try:
+    for name in names:  # refuse any bad member before rewriting one
+      pretrained.check_convert(name, _STORED_DTYPE.value, _SET_DIR.value)
+    for name in names:
+      path = pretrained.convert(name, _STORED_DTYPE.value, command,
+                                _SET_DIR.value)
+      print(f"{name}: stored as {_STORED_DTYPE.value} in {path}")
+  except (ValueError, OSError, CheckpointError) as e:
+    sys.exit(f"error: {e}")
+
+
+if __name__ == "__main__":
+  app.run(main)
