@@ -9,12 +9,14 @@
 #
 #   bash experiments/train_pretrained.sh [WORKDIR [MEMBER ...]]
 #
-# CONFIG (default configs/tiny.py), SET_DIR (default lm_decoding/pretrained)
-# and STORED_DTYPE (default: as trained) choose another set, e.g. the base
-# set of configs/base.py (about an hour per member on 2 CPU cores):
+# CONFIG (default configs/tiny.py) and SET_DIR (default lm_decoding/pretrained)
+# choose another set, e.g. the base set of configs/base.py (about an hour per
+# member on 2 CPU cores); STORED_DTYPE how the exports are stored (default
+# bfloat16, as both shipped sets are; int8 for the base evaluator; empty: as
+# trained, float32):
 #
 #   CONFIG=configs/base.py SET_DIR=lm_decoding/pretrained/base \
-#     STORED_DTYPE=bfloat16 bash experiments/train_pretrained.sh /tmp/base ar mdlm
+#     bash experiments/train_pretrained.sh /tmp/base ar mdlm
 #
 # WORKDIR defaults to /tmp/pretrain. Without members the whole set is removed
 # first, tokenizer included (the retrained tokenizer differs from the shipped
@@ -56,7 +58,8 @@ else
   extra=(--export_dir="$set_dir")
   run rm -rf "${all[@]/#/$set_dir/}" "$set_dir/tokenizer.model"
 fi
-if [[ -n "${STORED_DTYPE:-}" ]]; then extra+=(--stored_dtype="$STORED_DTYPE"); fi
+stored="${STORED_DTYPE-bfloat16}"
+if [[ -n "$stored" ]]; then extra+=(--stored_dtype="$stored"); fi
 for name in "${members[@]}"; do
   run python experiments/train.py --config="$config" --member="$name" \
       --workdir="$work/$name" --data_dir="$work/data" \

@@ -240,6 +240,7 @@ def test_script_retrains_the_whole_set_as_member_configs_defines_it():
     assert f"--workdir=/tmp/work/{name}" in command
     assert "--data_dir=/tmp/work/data" in command
     assert "--pretrained_tokenizer" not in command
+    assert "--stored_dtype=bfloat16" in command  # as the set is shipped
     assert (pretrained.recipe(script_config(command))
             == pretrained.recipe(members[name])), name
 
@@ -258,8 +259,7 @@ def test_script_retrains_the_base_set_in_its_folder_in_bfloat16():
   run = subprocess.run(
       ["bash", str(SCRIPT), "/tmp/work", "ar", "mdlm"], capture_output=True,
       text=True, env={**os.environ, "DRY_RUN": "1", "CONFIG": "configs/base.py",
-                      "SET_DIR": "lm_decoding/pretrained/base",
-                      "STORED_DTYPE": "bfloat16"})
+                      "SET_DIR": "lm_decoding/pretrained/base"})
   assert run.returncode == 0, run.stderr
   removed, commands = planned(run.stdout)
   assert removed == []
