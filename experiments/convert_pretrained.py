@@ -7,8 +7,9 @@ Each member is loaded from its own manifest's recipe and the set's tokenizer
 and rewritten as `pretrained.convert` does (bfloat16: half the bytes of
 float32; int8: weight-only int8 with per-channel scales). Its manifest keeps
 the training command and metrics and records this command under
-`conversion`. A bad option or member ends the run with one line on stderr
-and exit status 1, before anything is rewritten.
+`conversion`. Every member is checked and loaded before the first is
+rewritten: a bad option or member ends the run with one line on stderr and
+exit status 1, the set as it was.
 """
 
 import shlex
@@ -19,7 +20,6 @@ from absl import flags
 from absl import logging
 
 from lm_decoding.training import pretrained
-from lm_decoding.training.checkpoints import CheckpointError
 
 _SET_DIR = flags.DEFINE_string(
     "set_dir", str(pretrained.DEFAULT_DIR),
@@ -32,19 +32,14 @@ _STORED_DTYPE = flags.DEFINE_enum(
 
 def main(argv):
   logging.set_verbosity(logging.FATAL)
-  names = argv[1:]
-  if not names:
-    sys.exit("error: name the members to convert, e.g. ar mdlm")
   command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
   try:
-    for name in names:  # refuse any bad member before rewriting one
-      pretrained.check_convert(name, _STORED_DTYPE.value, _SET_DIR.value)
-    for name in names:
-      path = pretrained.convert(name, _STORED_DTYPE.value, command,
-                                _SET_DIR.value)
-      print(f"{name}: stored as {_STORED_DTYPE.value} in {path}")
-  except (ValueError, OSError, CheckpointError) as e:
+    paths = pretrained.convert(argv[1:], _STORED_DTYPE.value, command,
+                               _SET_DIR.value)
+  except (ValueError, OSError) as e:  # CheckpointError is a ValueError
     sys.exit(f"error: {e}")
+  for path in paths:
+    print(f"{path.name}: stored as {_STORED_DTYPE.value} in {path}")
 
 
 if __name__ == "__main__":

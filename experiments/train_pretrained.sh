@@ -33,6 +33,11 @@ shift $(( $# > 0 ))
 config="${CONFIG:-configs/tiny.py}"
 set_dir="${SET_DIR:-lm_decoding/pretrained}"
 all=(ar mdlm bd3lm evaluator draft_small draft_medium)
+stored="${STORED_DTYPE-bfloat16}"
+if [[ " bfloat16 int8 " != *" $stored "* && -n "$stored" ]]; then
+  echo "STORED_DTYPE='$stored'; allowed: bfloat16, int8 or empty (as trained)" >&2
+  exit 2
+fi
 
 run() {
   if [[ -n "${DRY_RUN:-}" ]]; then
@@ -58,7 +63,6 @@ else
   extra=(--export_dir="$set_dir")
   run rm -rf "${all[@]/#/$set_dir/}" "$set_dir/tokenizer.model"
 fi
-stored="${STORED_DTYPE-bfloat16}"
 if [[ -n "$stored" ]]; then extra+=(--stored_dtype="$stored"); fi
 for name in "${members[@]}"; do
   run python experiments/train.py --config="$config" --member="$name" \

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -148,7 +149,8 @@ def test_convert_stores_a_float_member_as_export_would(trained_member,
   pretrained.export(config, workdir, "ar", tokenizer, "train cmd",
                     {"valid_ppl": 9.5}, out_dir=tmp_path / "set")
   before = pretrained.read_manifest("ar", tmp_path / "set")
-  pretrained.convert("ar", stored_dtype, "convert cmd", tmp_path / "set")
+  assert pretrained.convert(["ar"], stored_dtype, "convert cmd",
+                            tmp_path / "set") == [tmp_path / "set" / "ar"]
   pretrained.export(config, workdir, "ar", tokenizer, "cmd", {},
                     out_dir=tmp_path / "exported", stored_dtype=stored_dtype)
   converted, _ = pretrained.find(config, "ar", tokenizer, tmp_path / "set")
@@ -162,33 +164,93 @@ def test_convert_stores_a_float_member_as_export_would(trained_member,
       "ar", "tokenizer.model"]  # no staging or old folder left
 
 
-def test_convert_refuses_a_rounded_member_and_a_bad_dtype(trained_member,
-                                                          tmp_path):
-  """Rounding a rounded member again would compound its error; both are
-  refused before anything is rewritten, and the CLI checks every member
-  before it converts the first."""
+def _files(folder: pathlib.Path) -> dict:
+  return {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.fixture()
+def float_and_rounded(trained_member, tmp_path):
+  """A set of 'f32' (float) and 'bf16' (stored as bfloat16)."""
   config, workdir, tokenizer, _ = trained_member
   pretrained.export(config, workdir, "f32", tokenizer, "cmd", {},
                     out_dir=tmp_path)
   pretrained.export(config, workdir, "bf16", tokenizer, "cmd", {},
                     out_dir=tmp_path, stored_dtype="bfloat16")
-  before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
-  with pytest.raises(ValueError, match=r"'bf16' .* stored as bfloat16 already"):
-    pretrained.convert("bf16", "int8", "cmd", tmp_path)
-  with pytest.raises(ValueError, match=r"stored_dtype='float16'; allowed"):
-    pretrained.convert("f32", "float16", "cmd", tmp_path)
-  with pytest.raises(CheckpointError, match=r"no manifest"):
-    pretrained.convert("missing", "int8", "cmd", tmp_path)
+  return tmp_path
+
+
+@pytest.mark.parametrize("names, stored_dtype, error, match", [
+    (["f32", "bf16"], "int8", ValueError, r"'bf16' .* stored as bfloat16 "
+     "already"),
+    (["f32"], "float16", ValueError, r"stored_dtype='float16'; allowed"),
+    (["f32", "f32"], "int8", ValueError, r"distinct members"),
+    ([], "int8", ValueError, r"non-empty"),
+    (["f32", "missing"], "int8", CheckpointError, r"no manifest"),
+    (["../f32"], "int8", ValueError, r"plain folder name"),
+    (["copy"], "int8", CheckpointError, r"names member 'f32', not 'copy'"),
+])
+def test_convert_refuses_before_rewriting_any_member(
+    float_and_rounded, names, stored_dtype, error, match):
+  """Rounding a rounded member again would compound its error; a copied
+  folder whose manifest names another member would have rewritten that
+  member. Each is refused before the first member is rewritten."""
+  set_dir = float_and_rounded
+  shutil.copytree(set_dir / "f32", set_dir / "copy")
+  before = _files(set_dir)
+  with pytest.raises(error, match=match):
+    pretrained.convert(names, stored_dtype, "cmd", set_dir)
+  assert _files(set_dir) == before
+
+
+def test_convert_refuses_a_member_whose_recipe_does_not_load(
+    float_and_rounded):
+  """A recipe that does not fit its parameters fails when it is loaded,
+  before the member listed first is rewritten."""
+  set_dir = float_and_rounded
+  shutil.copytree(set_dir / "f32", set_dir / "wide")
+  manifest = json.loads((set_dir / "wide" / "manifest.json").read_text())
+  manifest["name"] = "wide"
+  manifest["recipe"]["model"]["d_model"] *= 2
+  (set_dir / "wide" / "manifest.json").write_text(json.dumps(manifest))
+  before = _files(set_dir)
+  with pytest.raises(CheckpointError):
+    pretrained.convert(["f32", "wide"], "int8", "cmd", set_dir)
+  assert _files(set_dir) == before
+
+
+def test_convert_puts_back_a_member_a_killed_swap_left_hidden(
+    float_and_rounded):
+  """A run stopped between `_swap_in`'s two renames leaves the member only
+  under `.f32-old-*`; convert restores it first, as export does."""
+  set_dir = float_and_rounded
+  os.replace(set_dir / "f32", set_dir / ".f32-old-0123")
+  pretrained.convert(["f32"], "int8", "cmd", set_dir)
+  assert pretrained.read_manifest("f32", set_dir)["stored_dtype"] == "int8"
+  assert not list(set_dir.glob(".f32-*"))
+
+
+def test_cli_converts_every_member_or_none(float_and_rounded):
+  """experiments/convert_pretrained.py: one error line and exit 1 with the
+  set unchanged; then a run that converts and records its command."""
+  set_dir = float_and_rounded
   script = pathlib.Path(__file__).parent.parent / "experiments" / (
       "convert_pretrained.py")
-  run = subprocess.run([sys.executable, str(script), f"--set_dir={tmp_path}",
-                        "--stored_dtype=int8", "f32", "bf16"],
-                       capture_output=True, text=True, check=False)
+  def cli(*names):
+    return subprocess.run([sys.executable, str(script), f"--set_dir={set_dir}",
+                           "--stored_dtype=int8", *names],
+                          capture_output=True, text=True, check=False)
+  before = _files(set_dir)
+  run = cli("f32", "bf16")
   assert run.returncode == 1
   assert run.stderr.strip().splitlines()[-1].startswith(
       "error: member 'bf16'"), run.stderr
-  assert {p: p.read_bytes() for p in tmp_path.rglob("*")
-          if p.is_file()} == before
+  assert _files(set_dir) == before
+  run = cli("f32")
+  assert run.returncode == 0, run.stderr
+  manifest = pretrained.read_manifest("f32", set_dir)
+  assert manifest["stored_dtype"] == "int8"
+  assert manifest["conversion"]["command"].endswith(
+      f"convert_pretrained.py --set_dir={set_dir} --stored_dtype=int8 f32")
 
 
 @pytest.mark.parametrize("name", ["", ".", "..", "../ar", "a/b", "-x", ".ar",

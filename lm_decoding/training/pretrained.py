@@ -21,7 +21,7 @@ import pathlib
 import shutil
 import subprocess
 import uuid
-from typing import Any
+from typing import Any, Sequence
 
 import jax
 import ml_collections
@@ -211,6 +211,7 @@ def export(config: ml_collections.ConfigDict, workdir: str, name: str,
   check_export(name, stored_dtype, out_dir)
   out_dir = pathlib.Path(out_dir)
   out_dir.mkdir(parents=True, exist_ok=True)
+  _clear_leftovers(out_dir, name)
   tok_path = out_dir / TOKENIZER_FILE
   if tok_path.exists():
     if Tokenizer.load(str(tok_path)).model_proto != tokenizer.model_proto:
@@ -222,64 +223,79 @@ def export(config: ml_collections.ConfigDict, workdir: str, name: str,
               "recipe": recipe(config),
               "tokenizer_sha256": tokenizer_sha256(tokenizer),
               "metrics": metrics}
-  return _write_member(load_trained_params(config, workdir), config, manifest,
-                       out_dir, stored_dtype)
+  return _write_member(name, load_trained_params(config, workdir), config,
+                       manifest, out_dir, stored_dtype)
 
 
-def check_convert(name: str, stored_dtype: str,
-                  out_dir: str | pathlib.Path = DEFAULT_DIR) -> dict:
-  """Validates a `convert` before it rewrites anything; returns the manifest.
+def convert(names: Sequence[str], stored_dtype: str, command: str,
+            out_dir: str | pathlib.Path = DEFAULT_DIR) -> list[pathlib.Path]:
+  """Rewrites float members `names` of the set `out_dir` stored as
+  `stored_dtype` (see `export`), in place, each atomically.
 
+  Every member is checked and loaded (from its own manifest's recipe and the
+  set's tokenizer) before the first is rewritten, so a bad one leaves the
+  set as it was. A manifest keeps the training's command, commit, recipe and
+  metrics (of the float parameters) and gains `stored_dtype` and
+  `conversion` (this `command` and the commit it ran at): a set can be
+  shrunk without its training workdirs.
+
+  Returns:
+    The rewritten member folders, in the order of `names`.
   Raises:
-    ValueError: `stored_dtype` is not one of STORED_DTYPES, or the member is
-      stored rounded already (rounding it again would compound the error:
-      export it from its training workdir instead).
-    CheckpointError: the member has no manifest, or it is corrupt.
+    ValueError: `names` is empty or repeats a name; a name is not a plain
+      folder name (`check_export`); `stored_dtype` is not one of
+      STORED_DTYPES; or a member is stored rounded already (rounding it
+      again would compound the error: export it from its training workdir).
+    CheckpointError: a member is missing, its manifest is corrupt, names
+      another member or lacks a field, or its parameters are unreadable or
+      do not fit its recipe.
   """
+  if not names or len(set(names)) != len(names):
+    raise ValueError(f"names={list(names)!r} must be a non-empty list of "
+                     "distinct members")
   if stored_dtype not in STORED_DTYPES:
     raise ValueError(f"stored_dtype={stored_dtype!r}; allowed: one of "
                      f"{STORED_DTYPES}")
+  out_dir = pathlib.Path(out_dir)
+  loaded = [_load_float_member(name, out_dir) for name in names]
+  conversion = {"command": command, "commit": _commit()}
+  return [_write_member(name, params, config,
+                        {**manifest, "conversion": conversion}, out_dir,
+                        stored_dtype)
+          for name, (manifest, config, params) in zip(names, loaded)]
+
+
+def _load_float_member(name: str, out_dir: pathlib.Path
+                       ) -> tuple[dict, ml_collections.ConfigDict, Any]:
+  """(manifest, recipe config, float parameters) of member `name`, for
+  `convert`; raises as `convert` says."""
+  check_export(name, None, out_dir)
+  _clear_leftovers(out_dir, name)
   manifest = read_manifest(name, out_dir)
+  if manifest.get("name") != name:
+    raise CheckpointError(f"{out_dir / name / MANIFEST_FILE} names member "
+                          f"{manifest.get('name')!r}, not {name!r}")
   if manifest.get("stored_dtype") is not None:
     raise ValueError(f"member {name!r} in {out_dir} is stored as "
                      f"{manifest['stored_dtype']} already; only float members "
                      "convert")
-  return manifest
-
-
-def convert(name: str, stored_dtype: str, command: str,
-            out_dir: str | pathlib.Path = DEFAULT_DIR) -> pathlib.Path:
-  """Rewrites float member `name` of the set `out_dir` stored as
-  `stored_dtype` (see `export`), in place and atomically.
-
-  The manifest keeps the training's command, commit, recipe and metrics (of
-  the float parameters) and gains `stored_dtype` and `conversion` (this
-  `command` and the commit it ran at), so a set can be shrunk without its
-  training workdirs.
-
-  Raises:
-    ValueError, CheckpointError: as `check_convert`; CheckpointError also
-      when the parameters are unreadable or do not match the recipe.
-  """
-  out_dir = pathlib.Path(out_dir)
-  manifest = check_convert(name, stored_dtype, out_dir)
-  config = ml_collections.ConfigDict(manifest["recipe"])
-  tokenizer = Tokenizer.load(str(out_dir / TOKENIZER_FILE))
-  params, reason = find(config, name, tokenizer, out_dir)
+  try:
+    config = ml_collections.ConfigDict(manifest["recipe"])
+    tokenizer = Tokenizer.load(str(out_dir / TOKENIZER_FILE))
+    params, reason = find(config, name, tokenizer, out_dir)
+  except (KeyError, TypeError, OSError) as e:
+    raise CheckpointError(f"member {name!r} in {out_dir} cannot be loaded "
+                          f"from its manifest's recipe: {e!r}") from e
   if params is None:
     raise CheckpointError(reason)
-  manifest["conversion"] = {"command": command, "commit": _commit()}
-  return _write_member(params, config, manifest, out_dir, stored_dtype)
+  return manifest, config, params
 
 
-def _write_member(params: Any, config: ml_collections.ConfigDict,
+def _write_member(name: str, params: Any, config: ml_collections.ConfigDict,
                   manifest: dict, out_dir: pathlib.Path,
                   stored_dtype: str | None) -> pathlib.Path:
-  """Writes member `manifest['name']` (`params`, rounded to `stored_dtype`,
-  and `manifest`) into `out_dir` by a staged swap (`export`)."""
-  name = manifest["name"]
-  check_export(name, stored_dtype, out_dir)
-  _clear_leftovers(out_dir, name)
+  """Writes member `name` (`params`, rounded to `stored_dtype`, and
+  `manifest`) into `out_dir` by a staged swap (`export`)."""
   if stored_dtype == "int8":
     params = quantization.quantize_params(params,
                                           train_lib.model_config(config))
