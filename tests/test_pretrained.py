@@ -359,6 +359,19 @@ def test_set_dir_names_the_shipped_sets():
           == (pretrained.DEFAULT_DIR / pretrained.TOKENIZER_FILE).read_bytes())
 
 
+def test_base_grid_is_tinys_without_the_uncached_full_pass_rows():
+  """configs/base.py keeps 12 of tiny's 19 decoders, in tiny's order: none
+  that makes T full passes without a cache, nor the margin ordering."""
+  tiny, base = tiny_config().compare, load_config("base").compare
+  kept = [d for d in tiny.decoders if d in base.decoders]
+  assert list(base.decoders) == kept and len(kept) == 12
+  labels = [d.split("|")[0].strip() for d in base.decoders]
+  assert "AR cached" in labels and "AR uncached" not in labels
+  assert not [d for d in base.decoders
+              if "| steps=T" in d or "kv_cache=none" in d or "factor" in d]
+  assert (base.output_lengths, base.batch_sizes) == ((256,), (1, 8))
+
+
 # Parameters of each shipped base member: d256, 4 layers, mlp 1024, vocab
 # 4096, tied embeddings; draft_small d64, 1 layer, 2 heads of 64, mlp 256.
 BASE_PARAMS = {"ar": 5_245_184, "mdlm": 5_245_184, "bd3lm": 5_245_184,
