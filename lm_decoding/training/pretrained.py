@@ -253,11 +253,10 @@ def convert(names: Sequence[str], stored_dtype: str, command: str,
   if not names or len(set(names)) != len(names):
     raise ValueError(f"names={list(names)!r} must be a non-empty list of "
                      "distinct members")
-  if stored_dtype not in STORED_DTYPES:
-    raise ValueError(f"stored_dtype={stored_dtype!r}; allowed: one of "
-                     f"{STORED_DTYPES}")
+  if stored_dtype is None:
+    raise ValueError(f"stored_dtype=None; allowed: one of {STORED_DTYPES}")
   out_dir = pathlib.Path(out_dir)
-  loaded = [_load_float_member(name, out_dir) for name in names]
+  loaded = [_load_float_member(name, stored_dtype, out_dir) for name in names]
   conversion = {"command": command, "commit": _commit()}
   return [_write_member(name, params, config,
                         {**manifest, "conversion": conversion}, out_dir,
@@ -265,11 +264,11 @@ def convert(names: Sequence[str], stored_dtype: str, command: str,
           for name, (manifest, config, params) in zip(names, loaded)]
 
 
-def _load_float_member(name: str, out_dir: pathlib.Path
+def _load_float_member(name: str, stored_dtype: str, out_dir: pathlib.Path
                        ) -> tuple[dict, ml_collections.ConfigDict, Any]:
   """(manifest, recipe config, float parameters) of member `name`, for
-  `convert`; raises as `convert` says."""
-  check_export(name, None, out_dir)
+  `convert` to `stored_dtype`; raises as `convert` says."""
+  check_export(name, stored_dtype, out_dir)
   _clear_leftovers(out_dir, name)
   manifest = read_manifest(name, out_dir)
   if manifest.get("name") != name:
