@@ -244,6 +244,24 @@ def test_greedy_ignores_key_and_filters():
         np.argmax(np.asarray(logits), -1))
 
 
+@pytest.mark.parametrize("shape", [(1, 1), (7, 5), (3, 4, 33), (2, 32000)])
+def test_argmax_equals_numpys_first_maximum_on_ties_infinities_and_nans(shape):
+  """`sampling.argmax` (two reductions) against numpy's argmax: random rows
+  with ties on a coarse grid, rows of all-equal, +-inf and NaN entries."""
+  rng = np.random.default_rng(sum(shape))
+  x = rng.integers(-3, 3, size=shape).astype(np.float32)  # many ties
+  flat = x.reshape(-1, shape[-1])
+  specials = [np.inf, -np.inf, np.nan]
+  for row in range(0, flat.shape[0], 2):
+    flat[row, rng.integers(shape[-1], size=2)] = specials[row % 3]
+  flat[-1] = -np.inf  # a row of all -inf: index 0
+  expected = np.argmax(x, axis=-1)
+  np.testing.assert_array_equal(sampling.argmax(jnp.asarray(x)), expected)
+  np.testing.assert_array_equal(jax.jit(sampling.argmax)(jnp.asarray(x)),
+                                expected)
+  assert sampling.argmax(jnp.asarray(x)).dtype == jnp.int32
+
+
 @pytest.mark.parametrize("vocab, group", [(4096, 64), (1000, 25), (256, 16),
                                           (250, 10), (257, 1)])
 def test_group_size_is_the_largest_divisor_up_to_sqrt(vocab, group):
