@@ -168,6 +168,28 @@ def _write(buffer_BxHxSx: jax.Array, new_BxHxLx: jax.Array,
                        index_B)
 
 
+def as_cached(buffer: jax.Array | Int8KV,
+              new_BxHxLxD: jax.Array) -> jax.Array | Int8KV:
+  """`new` as `buffer` stores it: in its dtype, or int8-quantised per head
+  vector (`int8.quantize` over Dh) with its scales when it is an `Int8KV`.
+
+  Args:
+    buffer: one layer's keys or values [B, Hkv, S, Dh] (or an `Int8KV`).
+    new_BxHxLxD: float [B, Hkv, L, Dh].
+  """
+  if isinstance(buffer, Int8KV):
+    values, scale = int8.quantize(new_BxHxLxD, -1)
+    return Int8KV(values=values, scale=scale)
+  return new_BxHxLxD.astype(buffer.dtype)
+
+
+def write_start(buffer: jax.Array | Int8KV, length: int,
+                index_B: jax.Array) -> jax.Array:
+  """int32[B]: the first slot `write_rows` writes in each row: index[b],
+  clamped to [0, S - length] as `dynamic_update_slice` clamps it."""
+  return jnp.clip(index_B, 0, buffer.shape[2] - length)
+
+
 def write_rows(buffer_BxHxSxD: jax.Array | Int8KV, new_BxHxLxD: jax.Array,
                index_B: jax.Array) -> jax.Array | Int8KV:
   """Writes `new[b]` into `buffer[b]` at slots index[b]..index[b] + L - 1,
@@ -178,13 +200,13 @@ def write_rows(buffer_BxHxSxD: jax.Array | Int8KV, new_BxHxLxD: jax.Array,
       `Int8KV`).
     new_BxHxLxD: the L new keys or values [B, Hkv, L, Dh], heads-major like
       the buffer.
-    index_B: int32[B] first slot written in each row.
+    index_B: int32[B] first slot written in each row (clamped as
+      `write_start` says).
   Returns:
-    The buffer with the new slots written. An `Int8KV` buffer receives `new`
-    quantised per head vector (`int8.quantize` over Dh) and its scales.
+    The buffer with `as_cached(buffer, new)` written.
   """
+  new = as_cached(buffer_BxHxSxD, new_BxHxLxD)
   if isinstance(buffer_BxHxSxD, Int8KV):
-    q_BxHxLxD, scale_BxHxL = int8.quantize(new_BxHxLxD, -1)
-    return Int8KV(values=_write(buffer_BxHxSxD.values, q_BxHxLxD, index_B),
-                  scale=_write(buffer_BxHxSxD.scale, scale_BxHxL, index_B))
-  return _write(buffer_BxHxSxD, new_BxHxLxD, index_B)
+    return Int8KV(values=_write(buffer_BxHxSxD.values, new.values, index_B),
+                  scale=_write(buffer_BxHxSxD.scale, new.scale, index_B))
+  return _write(buffer_BxHxSxD, new, index_B)

@@ -20,7 +20,8 @@ import jax.numpy as jnp
 from lm_decoding.models import int8
 from lm_decoding.models import masks
 from lm_decoding.models.config import TransformerConfig
-from lm_decoding.models.kv_cache import Int8KV, KVCache, write_rows
+from lm_decoding.models.kv_cache import (Int8KV, KVCache, as_cached,
+                                         write_rows, write_start)
 from lm_decoding.models.output import ModelOutput
 
 _NEG = -1e30  # finite mask value for float32 attention scores
@@ -91,17 +92,73 @@ def rotary(x_BxLxHxD: jax.Array, positions_BxL: jax.Array,
   return out.astype(x_BxLxHxD.dtype)
 
 
+def _attend(cfg: TransformerConfig, q_BxLxKxGxD: jax.Array,
+            parts) -> jax.Array:
+  """Softmax attention over the keys of every part at once.
+
+  Args:
+    cfg: the model config (compute dtype, head dim).
+    q_BxLxKxGxD: queries, KV head k's G = H / Hkv query heads grouped.
+    parts: (keys, values, mask bool[B, L, S_i]) triples, keys and values
+      [B, Hkv, S_i, Dh] or `Int8KV`s; masked keys get weight 0.
+  Returns:
+    [B, Hkv, G, L, Dh] in the compute dtype.
+  """
+  scores = []
+  for keys, _, mask in parts:
+    key_scale = None
+    if isinstance(keys, Int8KV):
+      keys, key_scale = keys.values, keys.scale
+    s = jnp.einsum("blkgd,bksd->bkgls", q_BxLxKxGxD,
+                   keys.astype(cfg.compute_dtype),
+                   preferred_element_type=jnp.float32)
+    if key_scale is not None:
+      s = s * _per_key(key_scale)
+    s = s * (cfg.head_dim ** -0.5)
+    scores.append(jnp.where(mask[:, None, None], s, _NEG))
+  probs = jax.nn.softmax(jnp.concatenate(scores, axis=-1), axis=-1)
+  out, first = 0, 0
+  for _, values, _ in parts:
+    size = values.shape[2]
+    p = probs[..., first:first + size]
+    first += size
+    if isinstance(values, Int8KV):
+      p = p * _per_key(values.scale)
+      values = values.values
+    # Output [B, Hkv, G, L, Dh]: with L last in the result XLA CPU copies
+    # the values into a transposed layout for the dot at batch 1.
+    out = out + jnp.einsum("bkgls,bksd->bkgld", p.astype(cfg.compute_dtype),
+                           values.astype(cfg.compute_dtype))
+  return out
+
+
+def _after(new_BxHxLxD: jax.Array, out_BxKxGxLxD: jax.Array) -> jax.Array:
+  """`new` plus 0 * (row b's sum of the attention output): the same values
+  (for a finite output), written to the cache only after the attention has
+  read the old cache. Without this data dependency XLA CPU cannot order the
+  in-place write after the read and copies every layer's cache every step
+  at batch 1 (2.4 ms of a 110M model's 16.5 ms step;
+  experiments/results/benchmark_ar/NOTES.md)."""
+  zero_B = 0 * out_BxKxGxLxD.astype(jnp.float32).sum(
+      axis=tuple(range(1, out_BxKxGxLxD.ndim)))
+  return new_BxHxLxD + zero_B[:, None, None, None].astype(new_BxHxLxD.dtype)
+
+
 class Attention(nn.Module):
   """Multi-head / grouped-query / multi-query self-attention.
 
   Query head h reads key/value head h // (num_heads // num_kv_heads).
   Keys and values are attended heads-major, [B, Hkv, S, Dh], the cache's
   layout, so the dots (batched over row and KV head) read the cache in place;
-  the L new keys/values are moved to that layout once, before the write.
-  With an int8 cache (`Int8KV`), keys and values are read as int8 and their
-  per-(row, KV head, slot) scales are folded in: into the scores (q . k_q *
-  k_scale[s]) and into the probabilities (sum_s p[s] * v_scale[s] * v_q[s]),
-  which equals attending over the dequantised cache without writing it.
+  the L new keys/values are moved to that layout once. With a cache, the
+  queries attend to the cache as it was (the slots being written masked
+  out) and to the L new keys and values as the cache stores them, in one
+  softmax: the keys of the cache after the write, which is done last
+  (`_after`). With an int8 cache (`Int8KV`), keys and values are read as
+  int8 and their per-(row, KV head, slot) scales are folded in: into the
+  scores (q . k_q * k_scale[s]) and into the probabilities (sum_s p[s] *
+  v_scale[s] * v_q[s]), which equals attending over the dequantised cache
+  without writing it.
   """
 
   config: TransformerConfig
@@ -121,29 +178,28 @@ class Attention(nn.Module):
       k = rotary(k, positions_BxL, cfg.rope_base)
     k = jnp.swapaxes(k, 1, 2)  # [B, Hkv, L, Dh]
     v = jnp.swapaxes(v, 1, 2)
-    if k_cache is not None:
-      k_cache = write_rows(k_cache, k, index_B)
-      v_cache = write_rows(v_cache, v, index_B)
-      k, v = k_cache, v_cache
-    k_scale = v_scale = None
-    if isinstance(k, Int8KV):
-      k, k_scale, v, v_scale = k.values, k.scale, v.values, v.scale
     b, l = q.shape[:2]
     groups = cfg.num_heads // cfg.num_kv_heads
     q_BxLxKxGxD = q.reshape(b, l, cfg.num_kv_heads, groups, cfg.head_dim)
-    scores = jnp.einsum("blkgd,bksd->bkgls", q_BxLxKxGxD,
-                        k.astype(cfg.compute_dtype),
-                        preferred_element_type=jnp.float32)
-    if k_scale is not None:
-      scores = scores * _per_key(k_scale)
-    scores = scores * (cfg.head_dim ** -0.5)
-    scores = jnp.where(mask_BxLxS[:, None, None], scores, _NEG)
-    probs = jax.nn.softmax(scores, axis=-1)
-    if v_scale is not None:
-      probs = probs * _per_key(v_scale)
-    probs = probs.astype(cfg.compute_dtype)
-    out = jnp.einsum("bkgls,bksd->blkgd", probs, v.astype(cfg.compute_dtype))
-    out_BxLxHxD = out.reshape(b, l, cfg.num_heads, cfg.head_dim)
+    if k_cache is None:
+      out = _attend(cfg, q_BxLxKxGxD, [(k, v, mask_BxLxS)])
+    else:
+      # The old cache without the slots this call writes, plus the L new
+      # keys and values as the cache will hold them: the same keys as the
+      # cache after the write, read before it.
+      start_B = write_start(k_cache, l, index_B)
+      slot_S = jnp.arange(k_cache.shape[2])
+      written_BxS = ((slot_S >= start_B[:, None])
+                     & (slot_S < start_B[:, None] + l))
+      new_mask = jnp.take_along_axis(
+          mask_BxLxS, (start_B[:, None] + jnp.arange(l))[:, None, :], axis=2)
+      out = _attend(cfg, q_BxLxKxGxD, [
+          (k_cache, v_cache, mask_BxLxS & ~written_BxS[:, None]),
+          (as_cached(k_cache, k), as_cached(v_cache, v), new_mask)])
+      k_cache = write_rows(k_cache, _after(k, out), index_B)
+      v_cache = write_rows(v_cache, _after(v, out), index_B)
+    out_BxLxHxD = jnp.moveaxis(out, 3, 1).reshape(b, l, cfg.num_heads,
+                                                  cfg.head_dim)
     y = _dense(cfg, cfg.d_model, ("heads", "kv", "embed"), "out",
                axis=(-2, -1))(out_BxLxHxD)
     return y, k_cache, v_cache
