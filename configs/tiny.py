@@ -78,7 +78,7 @@ def get_config() -> ml_collections.ConfigDict:
 
   # The main job (experiments/compare_decoding.py).
   config.compare = ml_collections.ConfigDict()
-  config.compare.output_lengths = (32, 128, 256)  # T, tokens generated per row (~40 min on 2 cores)
+  config.compare.output_lengths = (32, 128, 256)  # T, tokens generated per row (~30 min on 2 cores)
   config.compare.batch_sizes = (1, 8)   # B; quality is scored at the largest
   config.compare.prompt_len = 16        # P, tokens of held-out text per prompt
   config.compare.reference_len = 64     # human continuation scored beside the samples

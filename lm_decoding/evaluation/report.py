@@ -245,18 +245,26 @@ def _series(rows):
   return list(dict.fromkeys(s for r in rows for s in r["series"]))
 
 
+def _colors(labels):
+  """{label: colour}: 20 distinct colours (tab20), so the 19 default series
+  do not share one."""
+  palette = plt.get_cmap("tab20").colors
+  return {label: palette[i % len(palette)] for i, label in enumerate(labels)}
+
+
 def plot_latency(rows: Sequence[dict], baseline: str, path: str) -> None:
   """ms min per sequence vs output length, one panel per batch size."""
   batch_sizes = sorted({r["batch_size"] for r in rows})
   fig, axes = plt.subplots(1, len(batch_sizes),
                            figsize=(6 * len(batch_sizes), 4.8), squeeze=False)
   lengths = sorted({r["output_length"] for r in rows})
+  colors = _colors(_series(rows))
   for ax, b in zip(axes[0], batch_sizes):
-    for label in _series(rows):
+    for label in colors:
       pts = sorted((r["output_length"], r["ms_min"]) for r in rows
                    if label in r["series"] and r["batch_size"] == b)
       ax.plot(*zip(*pts), "-" if label == baseline else "--", marker="o",
-              label=label)
+              color=colors[label], label=label)
     ax.set(xscale="log", yscale="log", xlabel="output length T (tokens)",
            ylabel="latency, ms per sequence (min of runs)",
            title=f"batch {b}")
@@ -277,13 +285,14 @@ def plot_quality(rows: Sequence[dict], human: dict, path: str) -> None:
   their gen-PPL; real text (the human references) is marked for scale.
   """
   scored = [r for r in rows if r.get("gen_ppl") is not None]
-  fig, ax = plt.subplots(figsize=(7.5, 5.5))
-  for label in _series(scored):
+  fig, ax = plt.subplots(figsize=(11, 5.5))
+  for label, color in _colors(_series(scored)).items():
     pts = sorted((r["output_length"], r["entropy"], r["gen_ppl"])
                  for r in scored if label in r["series"])
-    ax.plot([p[1] for p in pts], [p[2] for p in pts], "-", alpha=0.3)
+    ax.plot([p[1] for p in pts], [p[2] for p in pts], "-", alpha=0.3,
+            color=color)
     ax.scatter([p[1] for p in pts], [p[2] for p in pts],
-               s=[10 + p[0] / 3 for p in pts], label=label)
+               s=[10 + p[0] / 3 for p in pts], color=color, label=label)
   ax.scatter([human["entropy"]], [human["gen_ppl"]], marker="*", s=250,
              c="black", label=f"human text ({human['length']:.0f} tokens)")
   ax.set(yscale="log", xlabel="entropy of a sample's tokens (nats; higher = "
@@ -291,7 +300,8 @@ def plot_quality(rows: Sequence[dict], human: dict, path: str) -> None:
          title=f"quality, batch {scored[0]['batch_size'] if scored else '?'}"
          " (marker size ~ T)")
   ax.grid(True, which="both", alpha=0.3)
-  ax.legend(fontsize=7, ncol=2)
+  # Beside the axes, where it hides no point.
+  ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)
