@@ -169,14 +169,17 @@ def _write(buffer_BxHxSx: jax.Array, new_BxHxLx: jax.Array,
 
 
 def as_cached(buffer: jax.Array | Int8KV,
-              new_BxHxLxD: jax.Array) -> jax.Array | Int8KV:
+              new_BxHxLxD: jax.Array | Int8KV) -> jax.Array | Int8KV:
   """`new` as `buffer` stores it: in its dtype, or int8-quantised per head
   vector (`int8.quantize` over Dh) with its scales when it is an `Int8KV`.
+  Idempotent: a `new` already in that form is returned as it is.
 
   Args:
     buffer: one layer's keys or values [B, Hkv, S, Dh] (or an `Int8KV`).
-    new_BxHxLxD: float [B, Hkv, L, Dh].
+    new_BxHxLxD: float [B, Hkv, L, Dh] (or already as cached).
   """
+  if isinstance(new_BxHxLxD, Int8KV):
+    return new_BxHxLxD
   if isinstance(buffer, Int8KV):
     values, scale = int8.quantize(new_BxHxLxD, -1)
     return Int8KV(values=values, scale=scale)
@@ -190,8 +193,8 @@ def write_start(buffer: jax.Array | Int8KV, length: int,
   return jnp.clip(index_B, 0, buffer.shape[2] - length)
 
 
-def write_rows(buffer_BxHxSxD: jax.Array | Int8KV, new_BxHxLxD: jax.Array,
-               index_B: jax.Array) -> jax.Array | Int8KV:
+def write_rows(buffer_BxHxSxD: jax.Array | Int8KV,
+               new_BxHxLxD: jax.Array | Int8KV, index_B: jax.Array) -> jax.Array | Int8KV:
   """Writes `new[b]` into `buffer[b]` at slots index[b]..index[b] + L - 1,
   per row.
 
@@ -199,7 +202,7 @@ def write_rows(buffer_BxHxSxD: jax.Array | Int8KV, new_BxHxLxD: jax.Array,
     buffer_BxHxSxD: one layer's keys or values [B, Hkv, S, Dh] (or an
       `Int8KV`).
     new_BxHxLxD: the L new keys or values [B, Hkv, L, Dh], heads-major like
-      the buffer.
+      the buffer (float, or already `as_cached`).
     index_B: int32[B] first slot written in each row (clamped as
       `write_start` says).
   Returns:

@@ -132,16 +132,19 @@ def _attend(cfg: TransformerConfig, q_BxLxKxGxD: jax.Array,
   return out
 
 
-def _after(new_BxHxLxD: jax.Array, out_BxKxGxLxD: jax.Array) -> jax.Array:
-  """`new` plus 0 * (row b's sum of the attention output): the same values
-  (for a finite output), written to the cache only after the attention has
-  read the old cache. Without this data dependency XLA CPU cannot order the
-  in-place write after the read and copies every layer's cache every step
-  at batch 1 (2.4 ms of a 110M model's 16.5 ms step;
-  experiments/results/benchmark_ar/NOTES.md)."""
+def _after(new, out_BxKxGxLxD: jax.Array):
+  """`new` (the L new keys or values as cached: [B, Hkv, L, Dh] or an
+  `Int8KV`) plus 0 * (row b's sum of the attention output) in every leaf:
+  the same values (for a finite output), written to the cache only after the
+  attention has read the old cache. Without this data dependency XLA CPU
+  cannot order the in-place write after the read and copies every layer's
+  cache every step at batch 1 (2.0 ms of a 110M model's 16.0 ms step;
+  experiments/results/benchmark_ar/profile/)."""
   zero_B = 0 * out_BxKxGxLxD.astype(jnp.float32).sum(
       axis=tuple(range(1, out_BxKxGxLxD.ndim)))
-  return new_BxHxLxD + zero_B[:, None, None, None].astype(new_BxHxLxD.dtype)
+  return jax.tree.map(
+      lambda a: a + zero_B.reshape((-1,) + (1,) * (a.ndim - 1)).astype(a.dtype),
+      new)
 
 
 class Attention(nn.Module):
@@ -193,11 +196,12 @@ class Attention(nn.Module):
                      & (slot_S < start_B[:, None] + l))
       new_mask = jnp.take_along_axis(
           mask_BxLxS, (start_B[:, None] + jnp.arange(l))[:, None, :], axis=2)
+      k_new, v_new = as_cached(k_cache, k), as_cached(v_cache, v)
       out = _attend(cfg, q_BxLxKxGxD, [
           (k_cache, v_cache, mask_BxLxS & ~written_BxS[:, None]),
-          (as_cached(k_cache, k), as_cached(v_cache, v), new_mask)])
-      k_cache = write_rows(k_cache, _after(k, out), index_B)
-      v_cache = write_rows(v_cache, _after(v, out), index_B)
+          (k_new, v_new, new_mask)])
+      k_cache = write_rows(k_cache, _after(k_new, out), index_B)
+      v_cache = write_rows(v_cache, _after(v_new, out), index_B)
     out_BxLxHxD = jnp.moveaxis(out, 3, 1).reshape(b, l, cfg.num_heads,
                                                   cfg.head_dim)
     y = _dense(cfg, cfg.d_model, ("heads", "kv", "embed"), "out",

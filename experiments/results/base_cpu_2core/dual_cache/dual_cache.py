@@ -17,26 +17,25 @@ uncached pass on the same tokens (`measure_error`), token agreement with
       --workdir=/tmp/dual_cache
 """
 
-import sys
-
 from absl import app
 from absl import flags
 import jax
 import jax.numpy as jnp
+from ml_collections import config_flags
 import numpy as np
 
 from lm_decoding.data import pipeline
 from lm_decoding.decoding import base
 from lm_decoding.training import pretrained
 
+_CONFIG = config_flags.DEFINE_config_file("config", "configs/base.py",
+                                          "The base set's config.")
 _WORKDIR = flags.DEFINE_string("workdir", "/tmp/dual_cache",
                                "Data cache folder.")
-sys.path.insert(0, "configs")
 
 
 def main(_):
-  import base as base_config  # configs/base.py
-  config = base_config.get_config()
+  config = _CONFIG.value
   cmp = config.compare
   set_dir = pretrained.set_dir(cmp.pretrained_set)
   corpus = pipeline.prepare(config.data.path, config.data.vocab_size,
