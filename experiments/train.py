@@ -25,6 +25,16 @@ config.drafts), the recipe the main job looks for:
 
   python experiments/train.py --config=configs/base.py --member=evaluator \
       --workdir=/tmp/base/evaluator
+
+With --init_from=NAME_OR_WORKDIR (or a member whose recipe has
+train.init_from, e.g. --member=bd3lm4_from_ar) training starts from a
+parent's parameters: a member of the --export_dir set or a training
+workdir, checked against the config (backbone, vocabulary, tokenizer)
+before anything is compiled (`pretrained.parent_params`); the summary and
+an exported manifest record the parent and the tokens of both phases:
+
+  python experiments/train.py --config=configs/tiny.py --member=mdlm_from_ar \
+      --workdir=/tmp/mdlm_from_ar --pretrained_tokenizer
 """
 
 import json
@@ -78,6 +88,10 @@ _NUM_PROCESSES = flags.DEFINE_integer(
     "num_processes", None, "Multi-host: number of processes (>= 1).")
 _PROCESS_ID = flags.DEFINE_integer(
     "process_id", None, "Multi-host: this process's id in [0, num_processes).")
+_INIT_FROM = flags.DEFINE_string(
+    "init_from", None,
+    "Start from this parent's parameters (sets config.train.init_from): a "
+    "member of the --export_dir set (e.g. 'ar') or a training workdir.")
 _PRETRAINED_TOKENIZER = flags.DEFINE_bool(
     "pretrained_tokenizer", False,
     "Encode the data with the shipped set's tokenizer (copied into the "
@@ -116,11 +130,25 @@ def main(argv):
             f"--export_pretrained={_EXPORT.value!r} must equal "
             f"--member={_MEMBER.value!r}: the member's recipe is what is "
             "trained, and under another name it would replace that member")
+    if _INIT_FROM.value is not None:
+      config.train.init_from = _INIT_FROM.value
+    train.check_config(config)
     multihost.initialize(_COORDINATOR.value, _NUM_PROCESSES.value,
                          _PROCESS_ID.value)
     if _PRETRAINED_TOKENIZER.value:
       pretrained.seed_data_cache(config, data_dir, _EXPORT_DIR.value)
-    summary = train.train(config, workdir, data_dir=data_dir)
+    parent, record = None, None
+    if config.train.get("init_from"):
+      corpus = pipeline.prepare(config.data.path, config.data.vocab_size,
+                                data_dir, config.data.format)
+      parent, record = pretrained.parent_params(config, corpus.tokenizer,
+                                                _EXPORT_DIR.value)
+    summary = train.train(config, workdir, data_dir=data_dir,
+                          init_params=parent)
+    summary["tokens"] = (summary["steps"] * config.train.batch_size
+                         * config.data.seq_len)
+    if record is not None:
+      summary["parent"] = record
   except (ValueError, OSError) as e:  # CheckpointError, CheckpointWriteError
     sys.exit(f"error: {e}")
   print(json.dumps(summary, indent=2))

@@ -65,6 +65,14 @@ class TransformerConfig:
       embeddings by sqrt(d_model) and the logits by d_model**-0.5 (so a
       unit-variance table serves both ends); False applies neither, as GPT-2
       and tied LLaMA-style checkpoints do. Unused when untied.
+    token_shift: how a denoiser's logits line up with the tokens they
+      predict. False (default): the logits at position i predict token i
+      (MDLM, BD3-LM, LLaDA). True: the logits at position i predict token
+      i + 1, as an AR model's do (DiffuLLaMA, Fast-dLLM v2: a diffusion model
+      adapted from an AR parent keeps its head's alignment). The module
+      computes the same thing either way; the training objectives and every
+      diffusion decoder read this flag (`token_shift`). Causal models ignore
+      it.
   """
 
   vocab_size: int = 4096
@@ -89,6 +97,7 @@ class TransformerConfig:
   norm_eps: float = 1e-6
   use_bias: bool = False
   scale_embeddings: bool = True
+  token_shift: bool = False
 
   def __post_init__(self):
     for name, value, allowed in (
@@ -156,3 +165,14 @@ def check_attention(logits_fn, causal: bool, user: str) -> None:
     wanted = "'causal'" if causal else "non-causal (e.g. 'bidirectional')"
     raise ValueError(f"{user} needs {wanted} attention; "
                      f"logits_fn.config.attention={kind!r}")
+
+
+def token_shift(logits_fn) -> bool:
+  """Whether the model's logits at position i predict token i + 1.
+
+  Read from `logits_fn.config.token_shift` (see `TransformerConfig`); False
+  for a logits_fn without one (a stub, a plain function), whose logits at i
+  predict token i. The one place the objectives and decoders read it.
+  """
+  return bool(getattr(getattr(logits_fn, "config", None), "token_shift",
+                      False))

@@ -128,3 +128,22 @@ def mask_tokens(key: jax.Array, x0_BxL: jax.Array, alpha_B: jax.Array,
   u_BxL = jax.random.uniform(key, x0_BxL.shape, jnp.float32)
   masked_BxL = (u_BxL < 1.0 - alpha_B) & (x0_BxL != PAD_ID)
   return jnp.where(masked_BxL, mask_id, x0_BxL).astype(x0_BxL.dtype)
+
+
+def shift_logits(logits_BxLxV: jax.Array) -> jax.Array:
+  """Logits of a token-shifted model realigned with the tokens they predict.
+
+  A model with `TransformerConfig.token_shift` predicts token i + 1 at
+  position i (as an AR model does); out[:, i] = logits[:, i - 1] for i >= 1
+  puts each prediction at the index of its token, so the unshifted maths
+  (SUBS, the NELBO terms, the decoders' proposals) applies unchanged.
+  out[:, 0] repeats logits[:, 0]: nothing predicts token 0, which is never
+  masked nor scored (DiffuLLaMA, Gong et al. 2025; Fast-dLLM v2, Wu et al.
+  2025).
+
+  Args:
+    logits_BxLxV: float[B, L, V] logits of a shifted model.
+  Returns:
+    float[B, L, V], same dtype.
+  """
+  return jnp.concatenate([logits_BxLxV[:, :1], logits_BxLxV[:, :-1]], axis=1)

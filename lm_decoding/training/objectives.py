@@ -26,6 +26,27 @@ exp(sum nll / sum tokens) as perplexity (an upper bound of it for MDLM and
 BD3-LM).
 
 PAD (id 0) marks positions outside a sequence: never a target, never masked.
+
+Adapting an AR parent (DiffuLLaMA, Gong et al. 2025; Fast-dLLM v2, Wu et al.
+2025; SDAR, Cheng et al. 2025) uses three options of the diffusion
+objectives, each keeping the loss the exact NELBO of the resulting model:
+  token shift    read from the model (`TransformerConfig.token_shift`): the
+                 logits at i predict token i + 1 (`diffusion.shift_logits`),
+                 so the parent's head keeps its alignment; token 0 has no
+                 predictor and is never masked nor counted (as AR's
+                 `ar_eval` scores tokens 1..L-1). In BD3-LM the first token
+                 of block n is predicted from the clean copy's last token of
+                 block n - 1, the others from the noisy block: with blocks of
+                 1 every prediction is the parent's causal one.
+  complementary  each row is scored twice, once with its mask and once with
+                 the complement (every maskable token masked in exactly one
+                 of the pair, `complement`), the complement at the time t'
+                 whose masking probability is 1 - that of t: both halves
+                 estimate the same NELBO, and every token trains.
+  visible_ahead  (MDLM) attention-mask annealing: a query sees the keys at
+                 most this many positions ahead of it (0: causal, L - 1:
+                 bidirectional); the train step anneals it linearly
+                 (`visible_ahead`).
 """
 
 from __future__ import annotations
@@ -35,8 +56,10 @@ import jax.numpy as jnp
 
 from lm_decoding.models import diffusion, masks
 from lm_decoding.models.config import check_attention
+from lm_decoding.models.config import token_shift as shifted
 from lm_decoding.models.diffusion import (
-    EPS, log_linear_alpha, log_linear_alpha_prime, subs_log_probs)
+    EPS, log_linear_alpha, log_linear_alpha_prime, shift_logits,
+    subs_log_probs)
 from lm_decoding.special_tokens import MASK_ID, PAD_ID
 
 
@@ -238,6 +261,57 @@ def mask_tokens(key: jax.Array, x0_BxL: jax.Array, t_B: jax.Array,
                                mask_id)
 
 
+def maskable(x0_BxL: jax.Array, token_shift: bool) -> jax.Array:
+  """bool[B, L]: the tokens the forward process may mask and the NELBO
+  scores: every non-PAD token, less token 0 under a token shift."""
+  keep_BxL = x0_BxL != PAD_ID
+  if token_shift:
+    keep_BxL &= (jnp.arange(x0_BxL.shape[1]) >= 1)[None, :]
+  return keep_BxL
+
+
+def complement(x0_BxL: jax.Array, x_t_BxL: jax.Array, t: jax.Array,
+               maskable_BxL: jax.Array, *, mask_id: int = MASK_ID,
+               eps: float = EPS):
+  """Complementary masks (Fast-dLLM v2, Wu et al. 2025): rows [x_t ; x_t'].
+
+  x_t' masks exactly the maskable tokens x_t leaves visible, so each
+  maskable token is masked in exactly one row of the pair. Under the
+  log-linear schedule a token is masked at time t with probability
+  (1 - eps) t; x_t' is the masking at t' = 1 / (1 - eps) - t, whose
+  probability is 1 - (1 - eps) t, so both rows are draws of the forward
+  process and weigh their terms by 1 / t and 1 / t'.
+
+  Args:
+    x0_BxL: int32[B, L] clean tokens.
+    x_t_BxL: int32[B, L] their masking at t.
+    t: float32[B] or float32[B, L] times.
+    maskable_BxL: bool[B, L] (`maskable`).
+  Returns:
+    (x0 int32[2B, L], x_t int32[2B, L], t float32[2B] or [2B, L]).
+  """
+  flipped_BxL = jnp.where(maskable_BxL & (x_t_BxL != mask_id), mask_id,
+                          x0_BxL)
+  t_prime = 1.0 / (1.0 - eps) - t
+  return (jnp.concatenate([x0_BxL, x0_BxL]),
+          jnp.concatenate([x_t_BxL, flipped_BxL]),
+          jnp.concatenate([t, t_prime]))
+
+
+def visible_ahead(step, anneal_steps: int, length: int) -> jax.Array:
+  """int32[]: how far ahead a query sees at `step` of mask annealing.
+
+  DiffuLLaMA's attention-mask annealing (Gong et al. 2025) as a band that
+  widens linearly: floor((L - 1) * min(1, step / anneal_steps)): 0 (the
+  causal mask) at step 0, L - 1 (bidirectional) from step `anneal_steps`
+  on (at once when anneal_steps is 0).
+  """
+  if not anneal_steps:
+    return jnp.int32(length - 1)
+  fraction = jnp.minimum(1.0, jnp.asarray(step, jnp.float32) / anneal_steps)
+  return jnp.floor((length - 1) * fraction).astype(jnp.int32)
+
+
 def mdlm_nelbo_terms(logits_BxLxV: jax.Array, x0_BxL: jax.Array,
                      x_t_BxL: jax.Array, t_B: jax.Array,
                      mask_id: int = MASK_ID, eps: float = EPS) -> jax.Array:
@@ -271,27 +345,43 @@ def mdlm_nelbo_terms(logits_BxLxV: jax.Array, x0_BxL: jax.Array,
   return jnp.where(scored_BxL, weight_BxL * -_gather(log_probs, x0_BxL), 0.0)
 
 
-def _mdlm_nelbo(logits_fn, params, x0_BxL, x_t_BxL, t_B, mask_id, eps):
-  """Summed NELBO terms of one (t, x_t) draw per row."""
+def _mdlm_nelbo(logits_fn, params, x0_BxL, x_t_BxL, t_B, mask_id, eps,
+                ahead=None):
+  """Summed NELBO terms of one (t, x_t) draw per row; `ahead`: the
+  annealing band (`visible_ahead`), None for bidirectional."""
   # PAD keys are hidden, as a diffusion decoder hides padding past a length.
   length = x_t_BxL.shape[1]
+  mask = masks.key_padding_mask(x0_BxL != PAD_ID, length)
+  if ahead is not None:
+    offset_LxL = jnp.arange(length)[None, :] - jnp.arange(length)[:, None]
+    mask &= (offset_LxL <= ahead)[None]
   logits = logits_fn(params, x_t_BxL, _positions(x_t_BxL),
-                     attention_mask=masks.key_padding_mask(x0_BxL != PAD_ID,
-                                                           length)).logits
+                     attention_mask=mask).logits
+  if shifted(logits_fn):
+    logits = shift_logits(logits)
   return mdlm_nelbo_terms(logits, x0_BxL, x_t_BxL, t_B, mask_id, eps).sum()
 
 
+def _noise(key, x0_BxL, t, keep_BxL, mask_id, eps):
+  """x_t int32[B, L]: `mask_tokens` at t, the tokens outside keep unmasked."""
+  return jnp.where(keep_BxL, mask_tokens(key, x0_BxL, t, mask_id, eps),
+                   x0_BxL)
+
+
 def mdlm_loss(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array, *,
-              mask_id: int = MASK_ID, eps: float = EPS):
+              mask_id: int = MASK_ID, eps: float = EPS,
+              complementary: bool = False, ahead=None):
   """MDLM training loss (Sahoo et al. 2024): one-sample NELBO per real token.
 
   Per row: an antithetic time t (`sample_times(.., t_min=eps)`), x_t from
   `mask_tokens` (log-linear schedule with alpha_1 = eps), one bidirectional
   forward pass, and the `mdlm_nelbo_terms` summed over masked positions. The
-  loss is the batch NELBO divided by the number of non-PAD tokens: an unbiased
-  estimate of the NELBO per token, except that as in MDLM t < eps is never
-  drawn and a fraction eps of tokens stays unmasked at t = 1, each lowering
-  the value by O(eps) relative (see `mdlm_bound` for the exact bound).
+  loss is the batch NELBO divided by the number of maskable tokens: an
+  unbiased estimate of the NELBO per token, except that as in MDLM t < eps is
+  never drawn and a fraction eps of tokens stays unmasked at t = 1, each
+  lowering the value by O(eps) relative (see `mdlm_bound` for the exact
+  bound). A token-shifted model (module docstring) is scored on tokens
+  1..L-1 of each row.
 
   Args:
     logits_fn: the denoiser (see the module docstring); non-causal attention.
@@ -301,6 +391,10 @@ def mdlm_loss(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array, *,
     mask_id: the MASK token id (static).
     eps: smallest time drawn and alpha_1, in (0, 1) (static); t = 0 would
       weigh a term by 1/0.
+    complementary: also score every row's complementary mask (`complement`;
+      twice the forward rows).
+    ahead: int32[] attention band of mask annealing (`visible_ahead`; may
+      be traced), None for bidirectional attention.
   Returns:
     (loss float32[] nats per token, metrics) as in the module docstring.
   Raises:
@@ -311,10 +405,18 @@ def mdlm_loss(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array, *,
     raise ValueError(f"eps={eps} must be in (0, 1)")
   check_attention(logits_fn, causal=False, user="mdlm_loss")
   key_t, key_mask = jax.random.split(key)
+  keep_BxL = maskable(tokens_BxL, shifted(logits_fn))
   t_B = sample_times(key_t, tokens_BxL.shape[0], t_min=eps)
-  x_t_BxL = mask_tokens(key_mask, tokens_BxL, t_B, mask_id, eps)
-  nll = _mdlm_nelbo(logits_fn, params, tokens_BxL, x_t_BxL, t_B, mask_id, eps)
-  return _summarise(nll, (tokens_BxL != PAD_ID).sum())
+  x0_BxL = tokens_BxL
+  x_t_BxL = _noise(key_mask, tokens_BxL, t_B, keep_BxL, mask_id, eps)
+  copies = 1
+  if complementary:
+    x0_BxL, x_t_BxL, t_B = complement(x0_BxL, x_t_BxL, t_B, keep_BxL,
+                                      mask_id=mask_id, eps=eps)
+    copies = 2
+  nll = _mdlm_nelbo(logits_fn, params, x0_BxL, x_t_BxL, t_B, mask_id, eps,
+                    ahead)
+  return _summarise(nll, copies * keep_BxL.sum())
 
 
 def mdlm_bound(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array,
@@ -327,7 +429,8 @@ def mdlm_bound(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array,
   midpoint rule on `num_timesteps` equal bins, t_k = (k + 1/2) / K, with one
   mask draw per row and timestep from `fold_in(key, k)`. The same key gives
   the same value; exp(loss) is the MDLM perplexity bound. Costs K forward
-  passes (run sequentially with `lax.map`).
+  passes (run sequentially with `lax.map`). A token-shifted model is scored
+  on tokens 1..L-1 (module docstring).
 
   Args:
     logits_fn: the denoiser; non-causal attention.
@@ -346,16 +449,17 @@ def mdlm_bound(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array,
   _check_tokens(tokens_BxL, min_length=1)
   check_attention(logits_fn, causal=False, user="mdlm_bound")
   batch = tokens_BxL.shape[0]
+  keep_BxL = maskable(tokens_BxL, shifted(logits_fn))
 
   def nelbo_at(step):
     t_B = jnp.full((batch,), (step + 0.5) / num_timesteps, jnp.float32)
-    x_t_BxL = mask_tokens(jax.random.fold_in(key, step), tokens_BxL, t_B,
-                          mask_id, eps=0.0)
+    x_t_BxL = _noise(jax.random.fold_in(key, step), tokens_BxL, t_B,
+                     keep_BxL, mask_id, eps=0.0)
     return _mdlm_nelbo(logits_fn, params, tokens_BxL, x_t_BxL, t_B, mask_id,
                        eps=0.0)
 
   nll_K = jax.lax.map(nelbo_at, jnp.arange(num_timesteps, dtype=jnp.int32))
-  return _summarise(nll_K.mean(), (tokens_BxL != PAD_ID).sum())
+  return _summarise(nll_K.mean(), keep_BxL.sum())
 
 
 def _check_block_length(block_length, length: int) -> None:
@@ -396,26 +500,41 @@ def bd3lm_noise(key: jax.Array, x0_BxL: jax.Array, block_length: int, *,
 
 
 def _bd3lm_logits(logits_fn, params, x0_BxL, x_t_BxL, block_length):
-  """float32[B, L, V] denoising logits of x_t: one pass over [x_t ; x_0].
+  """float32[B, L, V] denoising logits of x_t, index i predicting token i.
 
-  Both halves sit at positions 0..L-1 (the reference rotates both with the
-  same positions); `masks.bd3lm_training_mask` lets noisy block i see itself
-  and clean blocks < i, clean block i see clean blocks <= i; PAD keys are
-  hidden in both halves.
+  One pass over [x_t ; x_0]: both halves sit at positions 0..L-1 (the
+  reference rotates both with the same positions);
+  `masks.bd3lm_training_mask` lets noisy block i see itself and clean blocks
+  < i, clean block i see clean blocks <= i; PAD keys are hidden in both
+  halves. A token-shifted model predicts the first token of each block from
+  the clean half's position before it, the others from the noisy half's
+  (module docstring). With one block (block_length = L) the clean half is
+  seen by no scored prediction, and the pass is over x_t alone.
   """
   batch, length = x0_BxL.shape
+  positions_BxL = _positions(x0_BxL)
+  if block_length == length:
+    logits = logits_fn(params, x_t_BxL, positions_BxL,
+                       attention_mask=masks.key_padding_mask(
+                           x0_BxL != PAD_ID, length)).logits
+    return shift_logits(logits) if shifted(logits_fn) else logits
   valid_Bx2L = jnp.tile(x0_BxL != PAD_ID, (1, 2))
   mask = (masks.bd3lm_training_mask(batch, length, block_length)
           & masks.key_padding_mask(valid_Bx2L, 2 * length))
-  positions_BxL = _positions(x0_BxL)
   logits = logits_fn(params, jnp.concatenate([x_t_BxL, x0_BxL], axis=1),
                      jnp.concatenate([positions_BxL, positions_BxL], axis=1),
                      attention_mask=mask).logits
-  return logits[:, :length]
+  if not shifted(logits_fn):
+    return logits[:, :length]
+  block_start_L = jnp.arange(length) % block_length == 0
+  return jnp.where(block_start_L[None, :, None],
+                   shift_logits(logits[:, length:]),
+                   shift_logits(logits[:, :length]))
 
 
 def bd3lm_loss(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array, *,
-               block_length: int, mask_id: int = MASK_ID, eps: float = EPS):
+               block_length: int, mask_id: int = MASK_ID, eps: float = EPS,
+               complementary: bool = False):
   """BD3-LM training loss (Arriola et al. 2025): block diffusion NELBO/token.
 
   The sequence is cut into N = L / block_length blocks; block n is denoised
@@ -436,7 +555,9 @@ def bd3lm_loss(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array, *,
   MASK's position, MASK excluded from the softmax; a one-token block's
   NELBO is exact, int P(masked at t) w(t) dt = alpha_0 - alpha_1 = 1 - eps,
   so E[loss] = (1 - eps) x that AR model's NLL per token (and
-  `bd3lm_bound` equals its NLL exactly).
+  `bd3lm_bound` equals its NLL exactly). With a token shift and blocks of 1
+  each token is predicted by the clean causal pass at the position before
+  it: the model is its AR parent, and `bd3lm_bound` equals `ar_eval`.
 
   Args:
     logits_fn: the denoiser (see the module docstring); non-causal attention
@@ -447,6 +568,8 @@ def bd3lm_loss(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array, *,
     block_length: W, dividing L (static).
     mask_id: the MASK token id (static).
     eps: smallest time drawn and alpha_1, in (0, 1) (static).
+    complementary: also score every row's complementary mask (`complement`;
+      twice the forward rows).
   Returns:
     (loss float32[] nats per token, metrics) as in the module docstring.
   Raises:
@@ -458,12 +581,18 @@ def bd3lm_loss(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array, *,
   if not 0.0 < eps < 1.0:
     raise ValueError(f"eps={eps} must be in (0, 1)")
   check_attention(logits_fn, causal=False, user="bd3lm_loss")
+  keep_BxL = maskable(tokens_BxL, shifted(logits_fn))
   t_BxL, x_t_BxL = bd3lm_noise(key, tokens_BxL, block_length, mask_id=mask_id,
                                eps=eps)
-  logits = _bd3lm_logits(logits_fn, params, tokens_BxL, x_t_BxL, block_length)
-  nll = mdlm_nelbo_terms(logits, tokens_BxL, x_t_BxL, t_BxL, mask_id,
-                         eps).sum()
-  return _summarise(nll, (tokens_BxL != PAD_ID).sum())
+  x0_BxL, x_t_BxL = tokens_BxL, jnp.where(keep_BxL, x_t_BxL, tokens_BxL)
+  copies = 1
+  if complementary:
+    x0_BxL, x_t_BxL, t_BxL = complement(x0_BxL, x_t_BxL, t_BxL, keep_BxL,
+                                        mask_id=mask_id, eps=eps)
+    copies = 2
+  logits = _bd3lm_logits(logits_fn, params, x0_BxL, x_t_BxL, block_length)
+  nll = mdlm_nelbo_terms(logits, x0_BxL, x_t_BxL, t_BxL, mask_id, eps).sum()
+  return _summarise(nll, copies * keep_BxL.sum())
 
 
 def bd3lm_bound(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array,
@@ -485,9 +614,10 @@ def bd3lm_bound(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array,
   in it and one S of that size (keys from `fold_in(key, k)`), and weighs each
   masked token by |stratum| / m: unbiased, and the same key gives the same
   value. With block_length 1 it is one pass with every token masked and
-  weight 1: exactly the NLL of the AR model described in `bd3lm_loss`. With
-  block_length L it estimates the same NELBO as `mdlm_bound` (with other
-  draws, so not the same number).
+  weight 1: exactly the NLL of the AR model described in `bd3lm_loss` (with
+  a token shift, `ar_eval` of the same parameters). With block_length L it
+  estimates the same NELBO as `mdlm_bound` (with other draws, so not the same
+  number). A token-shifted model is scored on tokens 1..L-1.
 
   Args:
     logits_fn: the denoiser; non-causal attention.
@@ -512,7 +642,8 @@ def bd3lm_bound(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array,
   batch, length = tokens_BxL.shape
   num_blocks = length // block_length
   strata = min(num_timesteps, block_length)
-  valid_BxNxW = (tokens_BxL != PAD_ID).reshape(batch, num_blocks, block_length)
+  keep_BxL = maskable(tokens_BxL, shifted(logits_fn))
+  valid_BxNxW = keep_BxL.reshape(batch, num_blocks, block_length)
   real_BxN = valid_BxNxW.sum(-1, dtype=jnp.int32)
 
   def nelbo_of_stratum(k):
@@ -536,4 +667,4 @@ def bd3lm_bound(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array,
     return jnp.sum(jnp.where(masked_BxL, weight_BxL * nll_BxL, 0.0))
 
   nll_K = jax.lax.map(nelbo_of_stratum, jnp.arange(strata, dtype=jnp.int32))
-  return _summarise(nll_K.sum(), (tokens_BxL != PAD_ID).sum())
+  return _summarise(nll_K.sum(), keep_BxL.sum())

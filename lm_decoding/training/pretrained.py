@@ -374,7 +374,18 @@ def find(config: ml_collections.ConfigDict, name: str, tokenizer: Tokenizer,
         f"pretrained {name!r} was trained with another tokenizer (sha256 "
         f"{shipped_sha[:12]}, here {tokenizer_sha256(tokenizer)[:12]}: the "
         "corpus text, its split or the tokenizer training differ)")
-  model_config = train_lib.model_config(config)
+  params = _load_member(member, manifest, train_lib.model_config(config))
+  return params, f"pretrained {name!r} (commit {manifest['commit'][:10]})"
+
+
+def _load_member(member: pathlib.Path, manifest: dict, model_config):
+  """The parameters of the member folder `member` as `model_config`'s
+  param_dtype, whatever dtype its manifest says they are stored in.
+
+  Raises:
+    CheckpointError: unreadable parameters, or an unknown stored_dtype.
+  """
+  manifest_path = member / MANIFEST_FILE
   stored = manifest.get("stored_dtype")
   if stored is not None and stored not in STORED_DTYPES:
     raise CheckpointError(f"manifest {manifest_path} has stored_dtype="
@@ -391,10 +402,102 @@ def find(config: ml_collections.ConfigDict, name: str, tokenizer: Tokenizer,
   with Checkpoints(str(member / "params")) as checkpoints:
     params, _ = checkpoints.restore(abstract)
   if stored == "int8":
-    params = quantization.dequantize_params(params, model_config.param_dtype)
-  elif stored is not None:
-    params = jax.tree.map(lambda x: x.astype(model_config.param_dtype), params)
-  return params, f"pretrained {name!r} (commit {manifest['commit'][:10]})"
+    return quantization.dequantize_params(params, model_config.param_dtype)
+  if stored is not None:
+    return jax.tree.map(lambda x: x.astype(model_config.param_dtype), params)
+  return params
+
+
+# What a parent may differ in from the model adapted from it.
+_PARENT_MAY_DIFFER = ("model.token_shift", "data.seq_len")
+
+
+def _parent_differences(parent: dict, config: ml_collections.ConfigDict
+                        ) -> list[str]:
+  """`recipe_differences` of the model and data sections that an
+  adaptation must share with its parent (all but `_PARENT_MAY_DIFFER`)."""
+  wanted = recipe(config)
+  differences = recipe_differences(
+      {k: parent.get(k, {}) for k in ("model", "data")},
+      json.loads(json.dumps({k: wanted[k] for k in ("model", "data")})))
+  return [d.replace("shipped", "parent", 1) for d in differences
+          if d.split(":")[0] not in _PARENT_MAY_DIFFER]
+
+
+def parent_params(config: ml_collections.ConfigDict, tokenizer: Tokenizer,
+                  out_dir: str | pathlib.Path = DEFAULT_DIR,
+                  trained: dict[str, Any] | None = None
+                  ) -> tuple[Any, dict] | tuple[None, None]:
+  """The parameters `config.train.init_from` names, checked against `config`.
+
+  Adapting an AR parent (DiffuLLaMA, Fast-dLLM v2, SDAR) starts the
+  diffusion model from the parent's parameters. `train.init_from` is the
+  name of a member (taken from `trained`, the members trained in this run,
+  else from the pretrained set `out_dir`) or the path of a training workdir
+  (`train.train`'s checkpoints). The parent must have this config's
+  backbone and data (model.token_shift and data.seq_len may differ) and, for
+  a member, this tokenizer; all is checked before any parameter is read.
+
+  Returns:
+    (params, record), record {'init_from', 'commit', 'steps', 'tokens'} (the
+    parent's training steps and tokens, steps x batch x sequence length; a
+    workdir's batch size is taken as this config's); (None, None) when
+    `init_from` is absent or ''.
+  Raises:
+    ValueError: naming train.init_from: nothing of that name, or a parent
+      with another tokenizer, vocabulary, width or any other shape.
+    CheckpointError: an unreadable parent.
+  """
+  init_from = config.train.get("init_from") or ""
+  if not init_from:
+    return None, None
+  model_config = train_lib.model_config(config)
+  member = pathlib.Path(out_dir) / init_from
+  if trained is not None and init_from in trained:
+    params, parent = trained[init_from]
+    differences = _parent_differences(recipe(parent), config)
+    where = f"trained in this run ({init_from!r})"
+  elif (member / MANIFEST_FILE).is_file():
+    manifest = read_manifest(init_from, out_dir)
+    parent = ml_collections.ConfigDict(manifest["recipe"])
+    differences = _parent_differences(manifest["recipe"], config)
+    if manifest.get("tokenizer_sha256") != tokenizer_sha256(tokenizer):
+      differences.append("the tokenizer (sha256 "
+                         f"{str(manifest.get('tokenizer_sha256'))[:12]}, here "
+                         f"{tokenizer_sha256(tokenizer)[:12]})")
+    where = f"member {member}"
+    params = None
+  elif os.path.isdir(os.path.join(init_from, "checkpoints")):
+    with Checkpoints(os.path.join(init_from, "checkpoints")) as checkpoints:
+      fingerprint = checkpoints.read_meta().get("fingerprint", {})
+      steps = checkpoints.latest_step()
+    parent = ml_collections.ConfigDict(
+        {**config.to_dict(), "model": fingerprint.get("model", {}),
+         "data": fingerprint.get("data", {})})
+    parent.train.objective = fingerprint.get("objective")
+    parent.train.num_steps = steps
+    differences = _parent_differences(fingerprint, config)
+    where, params = f"workdir {init_from}", None
+  else:
+    raise ValueError(f"train.init_from={init_from!r} is neither a member of "
+                     f"{out_dir} nor a training workdir (a folder holding "
+                     "checkpoints/)")
+  if differences:
+    raise ValueError(f"train.init_from={init_from!r}: the parent ({where}) "
+                     "differs from this model in " + "; ".join(differences))
+  if params is None and (member / MANIFEST_FILE).is_file():
+    params = _load_member(member, manifest, model_config)
+    commit = manifest.get("commit", "unknown")
+  elif params is None:
+    params = load_trained_params(parent, init_from)
+    commit = "unknown"
+  else:
+    commit = "this run"
+  record = {"init_from": init_from, "commit": commit,
+            "steps": parent.train.num_steps,
+            "tokens": (parent.train.num_steps * parent.train.batch_size
+                       * parent.data.seq_len)}
+  return params, record
 
 
 def read_manifest(name: str, out_dir: str | pathlib.Path = DEFAULT_DIR) -> dict:
@@ -443,7 +546,48 @@ def member_configs(config: ml_collections.ConfigDict
     elif name in drafts:
       member.model.update(drafts[name].to_dict())
     members[name] = member
+  for name, (objective, block_length) in ADAPTED_MEMBERS.items():
+    members[name] = adapted_config(members["ar"], objective, block_length)
   return members
+
+
+# Diffusion members adapted from 'ar': name -> (objective, block length).
+ADAPTED_MEMBERS = {"bd3lm4_from_ar": ("bd3lm", 4),
+                   "bd3lm16_from_ar": ("bd3lm", 16),
+                   "mdlm_from_ar": ("mdlm", None)}
+# The adaptation's share of the parent's training tokens.
+ADAPTATION_FRACTION = 0.1
+
+
+def adapted_config(parent: ml_collections.ConfigDict, objective: str,
+                   block_length: int | None) -> ml_collections.ConfigDict:
+  """The recipe of a diffusion model adapted from the AR member `parent`.
+
+  The field's recipes on this backbone: block diffusion from AR with blocks
+  of `block_length`, token shift and complementary masks (Fast-dLLM v2, Wu
+  et al. 2025; SDAR, Cheng et al. 2025, uses blocks of 4), or full-sequence
+  MDLM with token shift and attention-mask annealing over the first third
+  of the steps (DiffuLLaMA, Gong et al. 2025). Each trains
+  `ADAPTATION_FRACTION` of the parent's steps at its batch and length (so
+  that share of its tokens) from the parent's parameters
+  (`train.init_from='ar'`), at 0.3x its peak learning rate with a warmup of
+  a tenth of the steps.
+  """
+  member = ml_collections.ConfigDict(parent.to_dict())
+  train = member.train
+  steps = max(1, round(train.num_steps * ADAPTATION_FRACTION))
+  train.update(dict(objective=objective, init_from="ar", num_steps=steps,
+                    warmup_steps=max(1, steps // 10),
+                    learning_rate=0.3 * train.learning_rate,
+                    eval_every=max(1, steps // 2),
+                    checkpoint_every=max(1, steps // 4)))
+  member.model.token_shift = True
+  if objective == "bd3lm":
+    train.block_length = block_length
+    train.complementary_masks = True
+  else:
+    train.anneal_steps = steps // 3
+  return member
 
 
 TRANSLATION_DIR = DEFAULT_DIR / "translation"
@@ -477,14 +621,17 @@ def translation_member_configs(config: ml_collections.ConfigDict
 def get_or_train(config: ml_collections.ConfigDict, name: str, workdir: str,
                  tokenizer: Tokenizer, retrain: bool = False,
                  progress: bool = True,
-                 out_dir: str | pathlib.Path = DEFAULT_DIR) -> tuple[Any, str]:
+                 out_dir: str | pathlib.Path = DEFAULT_DIR,
+                 trained: dict[str, Any] | None = None) -> tuple[Any, str]:
   """Parameters of member `name`: shipped if they match, else trained.
 
   Training writes `{workdir}/{name}/` and resumes from (or, if finished,
   reuses) what is there, sharing the data cache of `{workdir}/data/` that
   `pipeline.prepare(..., workdir)` wrote; `retrain` ignores shipped
-  parameters and deletes that folder first. With `progress`, says why it
-  trains and shows the training bar.
+  parameters and deletes that folder first. A member adapted from a parent
+  (`train.init_from`) starts from `parent_params(config, tokenizer,
+  out_dir, trained)`. With `progress`, says why it trains and shows the
+  training bar.
 
   Returns:
     (params, source): `source` says where the parameters came from.
@@ -500,7 +647,9 @@ def get_or_train(config: ml_collections.ConfigDict, name: str, workdir: str,
   if progress:
     print(f"{name}: {reason}; training {config.train.num_steps} steps in "
           f"{member_dir}")
-  train_lib.train(config, member_dir, progress=progress, data_dir=workdir)
+  parent, _ = parent_params(config, tokenizer, out_dir, trained)
+  train_lib.train(config, member_dir, progress=progress, data_dir=workdir,
+                  init_params=parent)
   return (load_trained_params(config, member_dir),
           f"trained in {member_dir} ({reason})")
 
@@ -568,11 +717,12 @@ def load_models(members: dict[str, ml_collections.ConfigDict], workdir: str,
   Raises:
     ValueError, CheckpointError: as `get_or_train` and `train.train`.
   """
-  loaded = {}
+  loaded, trained = {}, {}
   for name, member in members.items():
     params, source = get_or_train(member, name, workdir, tokenizer,
                                   retrain=retrain, progress=progress,
-                                  out_dir=out_dir)
+                                  out_dir=out_dir, trained=trained)
+    trained[name] = (params, member)
     shipped = source.startswith("pretrained")
     ppl = (read_manifest(name, out_dir)["metrics"].get("valid_ppl")
            if shipped else _logged_valid_ppl(os.path.join(workdir, name)))

@@ -66,10 +66,11 @@ TRANSLATION_OBJECTIVES = ("translation_ar", "cmlm", "ctc")
 
 
 def objective_options(config: ml_collections.ConfigDict) -> dict:
-  """The translation objective's static keyword arguments from `config`.
+  """The objective's static keyword arguments from `config`.
 
   cmlm: length_weight (train.length_weight); ctc: source_width
-  (data.max_source_tokens) and upsample (train.ctc_upsample); {} otherwise.
+  (data.max_source_tokens) and upsample (train.ctc_upsample); mdlm and
+  bd3lm with train.complementary_masks: complementary; {} otherwise.
   """
   objective = config.train.objective
   if objective == "cmlm":
@@ -77,6 +78,8 @@ def objective_options(config: ml_collections.ConfigDict) -> dict:
   if objective == "ctc":
     return {"source_width": config.data.max_source_tokens,
             "upsample": config.train.ctc_upsample}
+  if config.train.get("complementary_masks"):
+    return {"complementary": True}
   return {}
 
 
@@ -209,7 +212,45 @@ def check_config(config: ml_collections.ConfigDict) -> TransformerConfig:
     if not is_count(block) or seq_len % block:
       raise ValueError(f"train.block_length={block!r} must be an integer in "
                        f"[1, {seq_len}] dividing data.seq_len={seq_len}")
+  _check_adaptation(config)
   return model_config(config)
+
+
+# Optional keys of the adaptation recipes: absent, a recipe (and the shipped
+# members' manifests) is unchanged. key -> the objectives it applies to.
+_ADAPTATION_KEYS = {("model", "token_shift"): ("mdlm", "bd3lm"),
+                    ("train", "complementary_masks"): ("mdlm", "bd3lm"),
+                    ("train", "anneal_steps"): ("mdlm",)}
+
+
+def _check_adaptation(config: ml_collections.ConfigDict) -> None:
+  """Checks the optional adaptation keys (see `objectives`' docstring).
+
+  model.token_shift and train.complementary_masks: booleans, for mdlm or
+  bd3lm; train.anneal_steps: an integer >= 0, for mdlm; train.init_from: a
+  string (what it names is resolved by `pretrained.parent_params`).
+
+  Raises:
+    ValueError: naming the key, its allowed values and objectives.
+  """
+  objective = config.train.objective
+  for (section, key), objectives_allowed in _ADAPTATION_KEYS.items():
+    value = config[section].get(key)
+    if value is None:
+      continue
+    valid = (is_count(value, minimum=0) if key == "anneal_steps"
+             else isinstance(value, bool))
+    if not valid:
+      kind = "an integer >= 0" if key == "anneal_steps" else "True or False"
+      raise ValueError(f"{section}.{key}={value!r} must be {kind}")
+    if value and objective not in objectives_allowed:
+      raise ValueError(f"{section}.{key}={value!r} applies to "
+                       f"train.objective in {objectives_allowed}; got "
+                       f"{objective!r}")
+  init_from = config.train.get("init_from")
+  if init_from is not None and not isinstance(init_from, str):
+    raise ValueError(f"train.init_from={init_from!r} must be a string: a "
+                     "member of the pretrained set or a training workdir")
 
 
 def scheduled_sampling(config: ml_collections.ConfigDict
@@ -339,15 +380,16 @@ def make_train_step(model_cfg: TransformerConfig, objective: str, optimizer,
                     block_length: int | None = None,
                     scheduled: tuple[float, int] | None = None, mesh=None,
                     rules=sharding.DEFAULT_RULES, batch_shape=None,
-                    **options):
+                    anneal_steps: int = 0, **options):
   """(state, tokens int32[B, L], key) -> (state, metrics), jitted, donating state.
 
   `block_length` is BD3-LM's (`train.block_length`); other objectives ignore it.
   `scheduled` is (p_max, ramp_steps) of scheduled sampling for 'ar'
   (`scheduled_sampling`): the loss is then
   `objectives.ar_scheduled_sampling_loss` at the probability of
-  `state.step`. `options` are the translation objective's
-  (`objective_options`).
+  `state.step`. `anneal_steps` > 0 ('mdlm'): attention-mask annealing, the
+  loss's band `objectives.visible_ahead(state.step, anneal_steps, L)`.
+  `options` are the objective's (`objective_options`).
   With a `mesh` (`lm_decoding.parallel.sharding`), the step is jitted with
   explicit shardings: the state by `state_shardings` (place it there with
   `jax.device_put(state, state_shardings(...))`), the tokens int32
@@ -363,7 +405,10 @@ def make_train_step(model_cfg: TransformerConfig, objective: str, optimizer,
     loss_fn = functools.partial(loss_fn, block_length=block_length)
   logits_fn = make_logits_fn(model_cfg)
 
-  def step_loss(state: TrainState):
+  def step_loss(state: TrainState, length: int):
+    if anneal_steps:
+      return functools.partial(loss_fn, ahead=objectives.visible_ahead(
+          state.step, anneal_steps, length))
     if scheduled is None:
       return loss_fn
     return functools.partial(
@@ -372,7 +417,7 @@ def make_train_step(model_cfg: TransformerConfig, objective: str, optimizer,
             state.step, *scheduled))
 
   def step(state: TrainState, tokens, key):
-    loss_of = step_loss(state)
+    loss_of = step_loss(state, tokens.shape[1])
     (loss, metrics), grads = jax.value_and_grad(
         lambda p: loss_of(logits_fn, p, tokens, key),
         has_aux=True)(state.params)
@@ -509,12 +554,15 @@ def _fingerprint(config: ml_collections.ConfigDict) -> dict:
   scheduled = scheduled_sampling(config)
   if scheduled is not None:  # absent: old checkpoints fit
     fingerprint["scheduled_sampling"] = list(scheduled)
+  for key in ("init_from", "complementary_masks", "anneal_steps"):
+    if config.train.get(key) is not None:  # absent: old checkpoints fit
+      fingerprint[key] = config.train[key]
   return fingerprint
 
 
 def train(config: ml_collections.ConfigDict, workdir: str,
           progress: bool = True, data_dir: str | None = None,
-          stop_at: int | None = None) -> dict:
+          stop_at: int | None = None, init_params: Any = None) -> dict:
   """Trains (or resumes) the model described by `config` under `workdir`.
 
   Writes `{workdir}/checkpoints/` (orbax, resumed automatically from the
@@ -532,6 +580,10 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   each reads only its rows of every batch (`multihost.global_batches`),
   orbax writes and reads each process's shards, and process 0 alone
   writes metrics.jsonl and shows progress.
+
+  `init_params` (a parameter tree of `config`'s shapes, e.g. an AR parent's
+  from `pretrained.parent_params`) replaces the random initialisation of a
+  fresh run (the optimizer starts fresh); a resumed run ignores it.
 
   `stop_at` ends the run after that step (validated and checkpointed there)
   although the learning-rate schedule is train.num_steps': a budget cut
@@ -607,6 +659,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
                                scheduled_sampling(config), mesh=mesh,
                                rules=rules,
                                batch_shape=(train_cfg.batch_size, seq_len),
+                               anneal_steps=train_cfg.get("anneal_steps", 0),
                                **options)
   eval_fn = make_eval_fn(model_cfg, objective, train_cfg.mdlm_eval_timesteps,
                          block_length, **options)
@@ -628,6 +681,9 @@ def train(config: ml_collections.ConfigDict, workdir: str,
     if mesh is not None:  # also the target shardings of a restore
       state = jax.device_put(state, shardings)
     if not resume:
+      if init_params is not None:
+        state = state.replace(params=jax.device_put(
+            init_params, jax.tree.map(lambda a: a.sharding, state.params)))
       if primary:  # a log left by a run killed before step 1
         _rewind_metrics(log_path, -1)
     else:
