@@ -40,8 +40,17 @@ Contexts (`kv_cache`):
 skips a denoising call when no row changed since the previous one in the same
 block; a block's first step always calls.
 
+Token shift (a model adapted from an AR parent, `TransformerConfig.
+token_shift`): the logits predicting block n's first token are those of the
+last committed token before it, so a cached denoising call also feeds that
+token (W + 1 positions from start - 1, `iterative.query_span`; its key is
+the committed one, block-causal) and an uncached one realigns the pass
+(`iterative.aligned_logits`). As in training (`objectives.bd3lm_loss`), that
+prediction sees only committed blocks; the others see the noisy window.
+
 Cost per role "model" (`base.forward`): cached, B P for the prefill, B W per
-denoising call and B W per commit; uncached, B L per call.
+denoising call (B (W + 1) with a token shift) and B W per commit; uncached,
+B L per call.
 """
 
 from __future__ import annotations
@@ -55,14 +64,16 @@ import jax.numpy as jnp
 from lm_decoding import debug
 from lm_decoding.decoding import base
 from lm_decoding.decoding.base import Model, register
+from lm_decoding.decoding.base import is_number
+from lm_decoding.decoding.fast_dllm import commit_above
 from lm_decoding.decoding.iterative import (
-    ORDERINGS, Denoised, Loop, Step, windows, check_special_ids,
-    denoise_block, prompt_layout, top_n)
+    ORDERINGS, Denoised, Loop, Step, aligned_logits, windows,
+    check_special_ids, denoise_block, prompt_layout, query_span, top_n)
 from lm_decoding.decoding.mdlm import MDLMDecoder
 from lm_decoding.decoding.schedule import transfer_schedule
 
 BD3LM_KV_CACHES = ("prefix", "none")
-COMMIT_RULES = ("ancestral",) + ORDERINGS
+COMMIT_RULES = ("ancestral",) + ORDERINGS + ("threshold",)
 
 
 def block_causal_layout_mask(prompt_lengths_B: jax.Array, valid_BxL: jax.Array,
@@ -103,30 +114,32 @@ def _run(decoder: BD3LMDecoder, models: Mapping[str, Model],
   mask_BxLxL = block_causal_layout_mask(prompt_lengths_B, valid_BxL, width)
   vocab = check_special_ids(decoder, model, tokens_BxL, positions_BxL)
 
-  def window_call(cost, tokens_BxL, cache, start_B):
-    """One cached call on the window: (ModelOutput, cost)."""
+  def span_call(cost, tokens_BxL, cache, first_B, size):
+    """One cached call on `size` positions from first_B: (ModelOutput, cost)."""
     return base.forward(
-        models, "model", cost, windows(tokens_BxL, start_B, width),
-        start_B[:, None] + jnp.arange(width, dtype=jnp.int32),
-        cache=cache.at(start_B),
-        attention_mask=windows(mask_BxLxL, start_B, width))
+        models, "model", cost, windows(tokens_BxL, first_B, size),
+        first_B[:, None] + jnp.arange(size, dtype=jnp.int32),
+        cache=cache.at(first_B),
+        attention_mask=windows(mask_BxLxL, first_B, size))
 
   def window_logits(loop, start_B):
     """One counted call: (float32[B, W, V] window logits, loop)."""
     if cached:
-      out, cost = window_call(loop.cost, loop.tokens, loop.cache, start_B)
-      return out.logits, loop.replace(cost=cost)
+      out, cost = span_call(loop.cost, loop.tokens, loop.cache,
+                            *query_span(model, start_B, width))
+      return out.logits[:, :width], loop.replace(cost=cost)
     out, cost = base.forward(models, "model", loop.cost, loop.tokens,
                              positions_BxL, attention_mask=mask_BxLxL)
-    return windows(out.logits, start_B, width), loop.replace(cost=cost)
+    return (windows(aligned_logits(model, out.logits), start_B, width),
+            loop.replace(cost=cost))
 
   def exact(tokens):
-    return model.logits_fn(model.params, tokens, positions_BxL,
-                           attention_mask=mask_BxLxL).logits
+    return aligned_logits(model, model.logits_fn(
+        model.params, tokens, positions_BxL, attention_mask=mask_BxLxL).logits)
 
   def commit_block(loop, start_B):
     """Writes the finished window's clean keys into the cache."""
-    out, cost = window_call(loop.cost, loop.tokens, loop.cache, start_B)
+    out, cost = span_call(loop.cost, loop.tokens, loop.cache, start_B, width)
     return loop.replace(cache=out.cache, cost=cost)
 
   def block(n, loop):
@@ -175,7 +188,11 @@ class BD3LMDecoder(MDLMDecoder):
   step commits: 'ancestral' (default) is MDLM's reverse process with
   `schedule` (the reference's DDPM update; see `MDLMDecoder`), any of
   `iterative.ORDERINGS` commits the `transfer_schedule(W, K / N)[k]` masked
-  positions ranked highest, as LLaDA does. Randomness is per row and per
+  positions ranked highest, as LLaDA does; 'threshold' commits every masked
+  position whose confidence exceeds `threshold`, at least the most
+  confident one (Fast-dLLM v2's parallel decoding inside a block, Wu et al.
+  2025; `fast_dllm.commit_above`), and needs K = T (a block may take W
+  steps). A token-shifted model is decoded as the module docstring says. Randomness is per row and per
   absolute position (`iterative.step_rows`), so a row decodes the same alone
   or in any batch, cached or not.
 
@@ -185,7 +202,9 @@ class BD3LMDecoder(MDLMDecoder):
       block of T.
     kv_cache: 'prefix' (the exact cache of committed blocks) or 'none'
       (recompute; the reference path), see the module docstring.
-    remasking: 'ancestral' or one of `iterative.ORDERINGS`.
+    remasking: 'ancestral', one of `iterative.ORDERINGS`, or 'threshold'.
+    threshold: tau > 0 of remasking='threshold' (tau >= 1: one token per
+      step); unused otherwise.
   `attention` must stay 'bidirectional' and `cache_refresh` 'block': the
   decoder builds its own block-causal masks and writes each block once.
 
@@ -195,6 +214,7 @@ class BD3LMDecoder(MDLMDecoder):
 
   kv_cache: str = "prefix"
   remasking: str = "ancestral"
+  threshold: float = 0.9
 
   def __post_init__(self):
     super().__post_init__()
@@ -210,10 +230,19 @@ class BD3LMDecoder(MDLMDecoder):
     if self.remasking not in COMMIT_RULES:
       raise ValueError(f"remasking={self.remasking!r}; allowed: "
                        f"{COMMIT_RULES}")
+    if not is_number(self.threshold) or not 0 < self.threshold < float("inf"):
+      raise ValueError(f"threshold={self.threshold!r} must be in (0, inf)")
+    if self.remasking == "threshold" and self.steps != self.output_length:
+      raise ValueError(f"steps={self.steps} must equal output_length="
+                       f"{self.output_length} with remasking='threshold': a "
+                       "block may take one step per position")
 
   def select(self, step: Step):
     if self.remasking == "ancestral":
       return super().select(step)
+    if self.remasking == "threshold":
+      commit = commit_above(step, self.threshold)
+      return commit, jnp.zeros_like(commit)
     count = transfer_schedule(step.num_masked,
                               self.steps // self.num_blocks())[step.k]
     commit = top_n(step.confidence(self.remasking), step.masked, count)

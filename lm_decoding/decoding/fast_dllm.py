@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
 import jax.numpy as jnp
 
 from lm_decoding.decoding.base import is_number, register
@@ -55,6 +56,15 @@ class _SelfPacedDecoder(IterativeDecoder):
                           step.masked)
     commit |= top_n(confidence, step.masked, 1)
     return commit, jnp.zeros_like(commit)
+
+
+def commit_above(step: Step, threshold: float) -> jax.Array:
+  """bool[W]: the masked positions with confidence > `threshold`, and at
+  least the most confident one: threshold decoding's commit (module doc),
+  for the decoders that offer it as one of their rules (BD3-LM)."""
+  confidence = step.confidence("low_confidence")
+  return ((step.masked & (confidence > threshold))
+          | top_n(confidence, step.masked, 1))
 
 
 @register("threshold")

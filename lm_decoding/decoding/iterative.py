@@ -58,8 +58,16 @@ because the denoiser has no time input, and the cache is fixed within a
 block): NFE then counts the calls actually made for the batch, one whenever
 ANY row changed.
 
+Token shift. A model whose logits at i predict token i + 1
+(`TransformerConfig.token_shift`: diffusion models adapted from an AR
+parent) is decoded by the same loop: a full pass's logits are realigned by
+`diffusion.shift_logits`, and a cached call starts one position earlier
+(`query_span`), at the last token before the window, whose logits predict
+the window's first token. Rows then need a prompt of at least one token.
+
 Cost: every call goes through `base.forward`, role "model"; the result's
-`forward_tokens` counts B x (L, L - nW or W) positions per call.
+`forward_tokens` counts B x (L, L - nW or W) positions per call (one more
+per row for a token-shifted model's cached calls).
 """
 
 from __future__ import annotations
@@ -78,6 +86,8 @@ from lm_decoding.decoding import base
 from lm_decoding.decoding.base import DecodeResult, Model, id_tuple, is_count
 from lm_decoding.decoding.sampling import SamplingConfig, sample
 from lm_decoding.models import masks
+from lm_decoding.models.config import token_shift
+from lm_decoding.models.diffusion import shift_logits
 from lm_decoding.special_tokens import EOS_ID, MASK_ID, PAD_ID
 
 KV_CACHES = ("none", "prefix", "dual")
@@ -307,6 +317,23 @@ def windows(x_BxL, start_B, width):
       x_BxL, start_B)
 
 
+def aligned_logits(model: Model, logits_BxLxV: jax.Array) -> jax.Array:
+  """A full pass's logits with index i predicting token i, whatever the
+  model's token shift (`diffusion.shift_logits`)."""
+  if token_shift(model.logits_fn):
+    return shift_logits(logits_BxLxV)
+  return logits_BxLxV
+
+
+def query_span(model: Model, start_B: jax.Array, query: int):
+  """(first int32[B], size): the cached call whose logits [:, :query]
+  predict tokens [start, start + query): the same span, or for a
+  token-shifted model one position earlier and one longer."""
+  if token_shift(model.logits_fn):
+    return start_B - 1, query + 1
+  return start_B, query
+
+
 def _put_windows(x_BxL, new_BxW, start_B):
   return jax.vmap(lambda x, n, s: jax.lax.dynamic_update_slice_in_dim(
       x, n, s, 0))(x_BxL, new_BxW, start_B)
@@ -467,10 +494,13 @@ def _run(decoder, models, tokens_BxL, fill_BxL, valid_BxL, start_B,
   max_steps = decoder.max_block_steps(width)
   total = num_blocks * max_steps
 
+  model = models["model"]
+
   def full_pass(cost, tokens, cache=None):
-    return base.forward(models, "model", cost, tokens, positions_BxL,
-                        cache=None if cache is None else cache.at(0),
-                        attention_mask=full_mask)
+    out, cost = base.forward(models, "model", cost, tokens, positions_BxL,
+                             cache=None if cache is None else cache.at(0),
+                             attention_mask=full_mask)
+    return out._replace(logits=aligned_logits(model, out.logits)), cost
 
   def call(loop, start_B, query):
     """One counted call: float32[B, L, V] full-pass logits, or with a KV
@@ -482,22 +512,22 @@ def _run(decoder, models, tokens_BxL, fill_BxL, valid_BxL, start_B,
     if decoder.cache_refresh == "step":
       out, cost = full_pass(cost, loop.tokens, cache)
       cache = out.cache
-    q_tokens = windows(loop.tokens, start_B, query)
-    q_positions = start_B[:, None] + jnp.arange(query, dtype=jnp.int32)
-    valid_keys = masks.key_padding_mask(valid_BxL, query)
+    first_B, size = query_span(model, start_B, query)
+    q_tokens = windows(loop.tokens, first_B, size)
+    q_positions = first_B[:, None] + jnp.arange(size, dtype=jnp.int32)
+    valid_keys = masks.key_padding_mask(valid_BxL, size)
     if decoder.kv_cache == "prefix" or causal:  # prefix + the query span
-      mask = masks.cache_query_mask(start_B, query, length, causal)
+      mask = masks.cache_query_mask(first_B, size, length, causal)
     else:  # dual: every slot, the window fresh, prefix and suffix cached
-      mask = jnp.ones((batch, query, length), bool)
+      mask = jnp.ones((batch, size, length), bool)
     out, cost = base.forward(models, "model", cost, q_tokens, q_positions,
-                             cache=cache.at(start_B),
+                             cache=cache.at(first_B),
                              attention_mask=mask & valid_keys)
     return out.logits[:, :width], loop.replace(cost=cost, cache=out.cache)
 
-  def exact(tokens):
-    model = models["model"]  # measurement only: not counted as cost
-    return model.logits_fn(model.params, tokens, positions_BxL,
-                           attention_mask=full_mask).logits
+  def exact(tokens):  # measurement only: not counted as cost
+    return aligned_logits(model, model.logits_fn(
+        model.params, tokens, positions_BxL, attention_mask=full_mask).logits)
 
   def block(n, loop, fresh):
     """Decodes block n; `fresh`: loop.logits are valid for the tokens."""
@@ -681,7 +711,9 @@ class IterativeDecoder:
     if prompt_lengths.shape != (batch,):
       raise ValueError(f"prompt_lengths must have shape ({batch},); got "
                        f"{prompt_lengths.shape}")
-    _check_range("prompt_lengths", prompt_lengths, 0, width)
+    # Nothing predicts token 0 of a token-shifted model: a prompt token must.
+    _check_range("prompt_lengths", prompt_lengths,
+                 int(token_shift(models["model"].logits_fn)), width)
     max_len = models["model"].logits_fn.max_len
     if width + self.output_length > max_len:
       raise ValueError(
@@ -704,7 +736,8 @@ class IterativeDecoder:
     Args:
       models: {"model": Model(logits_fn, params)}, the denoiser.
       prompts: int32[B, P] right-padded prompts (P may be 0).
-      prompt_lengths: int32[B] in [0, P]; all 0 for unconditional samples.
+      prompt_lengths: int32[B] in [0, P] (in [1, P] for a token-shifted
+        model); all 0 for unconditional samples.
       key: PRNG key, or one per row (`base.row_keys`).
       trace: also return the sequences after every step (`states`).
       measure_error: also record the largest logit difference between the
@@ -753,7 +786,9 @@ class IterativeDecoder:
       `Denoised` with tokens int32[B, L]: `tokens` with the holes filled.
     Raises:
       ValueError: block_length set, tokens not int[B, L], fill_mask or
-        valid of another shape, or L > logits_fn.max_len.
+        valid of another shape, or L > logits_fn.max_len; for a
+        token-shifted model, a kv_cache other than 'none' or a hole at
+        position 0 (nothing predicts token 0).
     """
     if self.num_blocks() > 1:
       raise ValueError(f"block_length={self.block_length}: infill decodes "
@@ -767,6 +802,11 @@ class IterativeDecoder:
       if jnp.shape(value) != tokens.shape:
         raise ValueError(f"{name} must have shape {tokens.shape}; got "
                          f"{jnp.shape(value)}")
+    if token_shift(models["model"].logits_fn) and (
+        self.kv_cache != "none" or bool(jnp.any(jnp.asarray(fill_mask)[:, 0]))):
+      raise ValueError("infill with a token-shifted model needs kv_cache="
+                       f"'none' (got {self.kv_cache!r}) and no hole at "
+                       "position 0 (nothing predicts token 0)")
     max_len = models["model"].logits_fn.max_len
     if tokens.shape[1] > max_len:
       raise ValueError(f"tokens length L={tokens.shape[1]} must be <= "
