@@ -296,3 +296,12 @@ def test_config_reference_is_generated_from_the_configs():
   assert committed == config_reference.render(), (
       "docs/config_reference.md is stale: python -m lm_decoding.config_reference"
       " > docs/config_reference.md")
+
+
+@pytest.mark.parametrize("page", PAGES[1:], ids=lambda p: p.name)
+def test_every_page_opens_with_its_commands(page):
+  """A title, then the commands the page explains (stub pages of branches
+  not merged yet say which issue fills them instead)."""
+  lines = page.read_text().splitlines()
+  assert lines[0].startswith("# ") and lines[1] == ""
+  assert lines[2] == "```bash" or lines[2].startswith("Filled by issue")
