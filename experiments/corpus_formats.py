@@ -5,7 +5,7 @@ r"""A short real run of the data pipeline and training on a corpus in each forma
 
 Builds four corpora under --corpus_dir from the real texts of --source_dir
 (see its PROVENANCE.md), one for each kind of `data.path` and `data.format`
-that "Your own corpus" in the README documents:
+that docs/corpus.md ("Your own corpus") documents:
 
   paragraphs  austen.txt          Austen's novels as a plain-text file of
                                   blank-line separated paragraphs (auto)

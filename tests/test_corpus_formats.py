@@ -107,6 +107,9 @@ def test_every_layout_reads_the_same_documents(sources, name, tmp_path):
   assert prepared.splits == corpus.split_documents(DOCUMENTS)
   described = prepared.describe()
   assert (f"data.format='auto' detected {expected_format!r}" in described)
+  shares = corpus.split_shares(prepared.splits)
+  assert ("train/valid/test 90%/5%/5% asked, " + "/".join(
+      f"{shares[s]:.1%}" for s in corpus.SPLITS) + " got") in described
   for split in corpus.SPLITS:
     assert (f"{len(prepared.splits[split]):,} documents "
             f"{prepared.tokens[split].size:>12,} tokens") in described
@@ -144,10 +147,13 @@ def test_one_paragraph_per_line_file_is_not_one_document(tmp_path):
   prepared = pipeline.prepare(str(tmp_path / "c.txt"), VOCAB, tmp_path)
   assert prepared.reading.format == "lines"
   assert sum(len(v) for v in prepared.splits.values()) == 200
-  # Read as one document on purpose, it still trains a tokenizer.
+  # Read as one document on purpose, it still trains a tokenizer; the cut
+  # rule (corpus docstring) cuts it at the 19 part boundaries inside it.
   whole = pipeline.prepare(str(tmp_path / "c.txt"), VOCAB, tmp_path / "w",
                            data_format="paragraphs")
-  assert len(whole.splits["train"]) == 1 and not whole.splits["test"]
+  assert whole.reading.num_documents == 1
+  assert {k: len(v) for k, v in whole.splits.items()} == {
+      "train": 18, "valid": 1, "test": 1}
 
 
 def test_small_corpus_has_held_out_splits(tmp_path):

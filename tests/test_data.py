@@ -62,11 +62,72 @@ def test_split_rule_holds_out_a_character_fraction_of_whole_documents():
 
 
 def test_split_rule_places_a_document_by_its_middle_character():
-  texts = ["a" * 85, "b" * 10, "c" * 5]  # middles at 42.5%, 90%, 97.5%
+  # One cycle of 100 characters, parts of 5; no document is longer than one.
+  texts = ["x" * 5] * 17 + ["b" * 4, "c" * 5, "d" * 5, "e"]
+  # "b" 85-89 (middle 87: train), "c" 89-94 (starts in train, middle 91.5:
+  # valid), "d" 94-99 and "e" 99-100 (test).
   assert corpus.split_documents(texts) == {
-      "train": ["a" * 85], "valid": ["b" * 10], "test": ["c" * 5]}
-  texts = ["a" * 89, "b" * 2, "c" * 9]  # "b" ends at 91%: middle at 90%
-  assert corpus.split_documents(texts)["valid"] == ["b" * 2]
+      "train": ["x" * 5] * 17 + ["b" * 4], "valid": ["c" * 5],
+      "test": ["d" * 5, "e"]}
+
+
+def test_documents_longer_than_a_part_are_cut_at_the_part_boundaries():
+  # One cycle of 100 characters (parts of 5): "a" * 85 spans 17 parts and,
+  # whole, would hold 85%. Without spaces the cuts are hard, at 5, 10, ...
+  texts = ["a" * 85, "b" * 10, "c" * 5]
+  assert corpus.split_documents(texts) == {
+      "train": ["a" * 5] * 17 + ["b" * 5], "valid": ["b" * 5],
+      "test": ["c" * 5]}
+  # With spaces, the cut moves to the nearest one (within a tenth of a part)
+  # and drops it: the pieces are whole words.
+  words = " ".join(f"w{i:03d}" for i in range(400))  # 1,999 characters
+  pieces = corpus.cut_long_documents([words], 1)
+  assert len(pieces) == 20 and " ".join(pieces) == words
+  assert all(p.startswith("w") and not p.endswith(" ") for p in pieces)
+  for share in corpus.split_shares(corpus.split_documents([words])).values():
+    assert share in (pytest.approx(18 / 20, abs=0.01),
+                     pytest.approx(1 / 20, abs=0.01))
+  # Documents up to one part are left alone (the same list comes back).
+  short = ["x" * 5] * 20
+  assert corpus.cut_long_documents(short, 1) is short
+
+
+def giant_document_corpus(position):
+  """8,000 paragraphs of 10-39 words and one of 400,000 characters (31% of
+  the text) before paragraph `position`."""
+  rng = np.random.default_rng(0)
+  words = np.array(["the", "of", "and", "a", "to", "in", "letter", "house",
+                    "walked", "Emma", "said", "very"])
+  def paragraph(num_words):
+    return " ".join(rng.choice(words, size=num_words))
+  texts = [paragraph(n) for n in rng.integers(10, 40, size=8000)]
+  giant = paragraph(100_000)[:400_000]
+  return texts[:position] + [giant] + texts[position:]
+
+
+@pytest.mark.parametrize("position", [0, 4000, 8000])
+def test_a_giant_document_does_not_move_the_shares(position):
+  texts = giant_document_corpus(position)
+  # Whole, the giant paragraph would leave valid and test 3.0-3.5% each
+  # (93.0-94.0% train); cut, every split is within 1 point of its share.
+  shares = corpus.split_shares(corpus.split_documents(texts))
+  for name in corpus.SPLITS:
+    assert shares[name] == pytest.approx(corpus.SPLIT_FRACTIONS[name],
+                                         abs=0.01), (name, shares)
+  uncut = corpus.split_shares(corpus.split_documents(texts, cut=False))
+  assert uncut["valid"] < 0.04  # the test can fail: the rule is what holds
+
+
+def test_bundled_split_is_pinned():
+  """The shipped models were trained on this split: the cut rule leaves the
+  bundled corpus (no paragraph longer than a part) exactly as it was."""
+  documents = corpus.load_documents(None)
+  assert corpus.cut_long_documents(
+      documents, corpus.num_cycles(len(documents))) is documents
+  splits = corpus.split_documents(documents)
+  assert {k: (len(v), sum(map(len, v))) for k, v in splits.items()} == {
+      "train": (9172, 3599183), "valid": (493, 201045), "test": (633, 201498)}
+  assert pipeline.cache_key(splits, VOCAB) == "8e8dc891ac2f5902"
 
 
 def test_bundled_splits_are_deterministic_disjoint_and_complete():

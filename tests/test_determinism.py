@@ -4,7 +4,7 @@ Across two runs in one process and across processes here, and the main job's
 quality columns across reruns with one seed; across batch sizes
 and batch compositions in `test_iterative.test_batch_equals_each_row_alone`
 (B = 1, 3, 8, every decoder). What is not deterministic on GPU is written down
-in the README ("Reproducibility").
+in docs/errors_and_reproducibility.md ("Reproducibility").
 """
 
 from __future__ import annotations

@@ -65,14 +65,20 @@ class Corpus:
 
   def describe(self) -> str:
     """Lines to print: how the corpus was read, then every split's size."""
-    num_documents = sum(len(texts) for texts in self.splits.values())
+    num_split = sum(len(texts) for texts in self.splits.values())
+    num_read = self.reading.num_documents or num_split
+    shares = corpus_lib.split_shares(self.splits)
+    cut = (f", {num_split - num_read:,} more after cutting long documents"
+           if num_split > num_read else "")
     lines = [
         self.reading.describe(),
         "data: split by characters, whole documents, train/valid/test "
         + "/".join(f"{corpus_lib.SPLIT_FRACTIONS[name]:.0%}"
                    for name in corpus_lib.SPLITS)
-        + f" in {corpus_lib.num_cycles(num_documents)} stretch(es); cached "
-        f"in {self.cache_dir}"]
+        + " asked, " + "/".join(f"{shares[name]:.1%}"
+                                for name in corpus_lib.SPLITS)
+        + f" got, in {corpus_lib.num_cycles(num_read)} stretch(es){cut}; "
+        f"cached in {self.cache_dir}"]
     for name in corpus_lib.SPLITS:
       lines.append(
           f"  {name:5} {len(self.splits[name]):>10,} documents "
@@ -188,7 +194,9 @@ def prepare(path: str | None, vocab_size: int, workdir: str | os.PathLike,
         vocab_size=tokenizer.vocab_size,
         documents={k: len(v) for k, v in splits.items()},
         tokens={k: int(v.size) for k, v in tokens.items()},
-        characters={k: sum(len(t) for t in v) for k, v in splits.items()})
+        characters={k: sum(len(t) for t in v) for k, v in splits.items()},
+        shares={k: round(v, 6)
+                for k, v in corpus_lib.split_shares(splits).items()})
     write_atomic(meta_path, json.dumps(meta, indent=2).encode())
   return Corpus(tokenizer=tokenizer, splits=splits, tokens=tokens,
                 cache_dir=cache_dir, reading=reading)
