@@ -26,6 +26,7 @@ from lm_decoding.training import train as train_lib
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "experiments" / "train_pretrained.sh"
 SHIPPED = ("ar", "mdlm", "bd3lm", "evaluator", "draft_small", "draft_medium")
+ADAPTED = tuple(pretrained.ADAPTED_MEMBERS)  # adapted from 'ar' (issue 25)
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +115,7 @@ def tiny_config() -> ml_collections.ConfigDict:
 def test_member_configs_include_the_ar_drafts():
   config = tiny_config()
   members = pretrained.member_configs(config)
-  assert sorted(members) == sorted(SHIPPED)
+  assert sorted(members) == sorted(SHIPPED + ADAPTED)
   shape = ("d_model", "num_layers", "num_heads", "num_kv_heads", "head_dim",
            "mlp_dim")
   shapes = {name: tuple(members[name].model[k] for k in shape)
@@ -167,8 +168,8 @@ def test_drafts_section_changes_no_other_member():
   del before["draft_small"]
   assert after == before
   del config["drafts"]
-  assert sorted(pretrained.member_configs(config)) == [
-      "ar", "bd3lm", "evaluator", "mdlm"]
+  assert sorted(pretrained.member_configs(config)) == sorted(
+      ("ar", "bd3lm", "evaluator", "mdlm") + ADAPTED)
 
 
 @pytest.fixture(scope="module")

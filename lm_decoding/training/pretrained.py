@@ -733,3 +733,63 @@ def load_models(members: dict[str, ml_collections.ConfigDict], workdir: str,
     if progress:
       print(loaded[name].describe(name))
   return loaded
+
+
+def _forward_copies(recipe_: dict) -> int:
+  """Sequence copies one training row costs relative to an AR row: BD3-LM's
+  [x_t ; x_0] (when the block is shorter than the sequence) and
+  complementary masks each double it."""
+  train = recipe_["train"]
+  copies = 2 if train.get("complementary_masks") else 1
+  if (train["objective"] == "bd3lm"
+      and train["block_length"] < recipe_["data"]["seq_len"]):
+    copies *= 2
+  return copies
+
+
+def lineage_rows(out_dir: str | pathlib.Path = DEFAULT_DIR) -> list[dict]:
+  """One row per LM member of a pretrained set: recipe, tokens, compute
+  and validation perplexity (a bound for diffusion), with its parent.
+
+  `tokens` are the member's own training tokens (steps x batch x length);
+  `compute_ar_tokens` counts its training and its parent's in AR-row
+  equivalents (`_forward_copies`: BD3-LM's doubled sequence and
+  complementary masks each count twice), so an adapted member and a
+  from-scratch one compare at equal compute; `ratio_to_ar` is the
+  perplexity over that of the set's 'ar'.
+
+  Raises:
+    CheckpointError: a member's manifest is unreadable.
+  """
+  out_dir = pathlib.Path(out_dir)
+  names = sorted(p.parent.name for p in out_dir.glob(f"*/{MANIFEST_FILE}"))
+  manifests = {n: read_manifest(n, out_dir) for n in names}
+  ar_ppl = manifests["ar"]["metrics"]["valid_ppl"] if "ar" in manifests else None
+  rows = []
+  for name, manifest in manifests.items():
+    recipe_, metrics = manifest["recipe"], manifest["metrics"]
+    train = recipe_["train"]
+    if train["objective"] not in ("ar", "mdlm", "bd3lm"):
+      continue
+    tokens = (metrics["steps"] * train["batch_size"]
+              * recipe_["data"]["seq_len"])
+    compute = tokens * _forward_copies(recipe_)
+    parent = train.get("init_from") or ""
+    if parent:
+      parent_recipe = manifests[parent]["recipe"]
+      parent_tokens = (manifests[parent]["metrics"]["steps"]
+                       * parent_recipe["train"]["batch_size"]
+                       * parent_recipe["data"]["seq_len"])
+      compute += parent_tokens * _forward_copies(parent_recipe)
+    rows.append({
+        "member": name, "objective": train["objective"],
+        "block_length": (train.get("block_length")
+                         if train["objective"] == "bd3lm" else None),
+        "token_shift": bool(recipe_["model"].get("token_shift", False)),
+        "complementary": bool(train.get("complementary_masks", False)),
+        "anneal_steps": train.get("anneal_steps", 0),
+        "init_from": parent, "tokens": tokens,
+        "compute_ar_tokens": compute,
+        "valid_ppl": metrics["valid_ppl"],
+        "ratio_to_ar": (metrics["valid_ppl"] / ar_ppl if ar_ppl else None)})
+  return rows
