@@ -342,12 +342,15 @@ def test_seed_data_cache_refuses_another_cached_tokenizer(
 # ---- the base set (configs/base.py) ------------------------------------------
 
 
-SIZE_LIMIT_BYTES = 60 * 10 ** 6  # issue 10: the whole shipped set
+# The whole shipped set: 60 MB (issue 10), raised to 100 MB for the
+# diffusion members adapted from 'ar' in both sets (issue 25), the parallel
+# models the comparison's verdict rests on (docs/models.md).
+SIZE_LIMIT_BYTES = 100 * 10 ** 6
 
 
 def test_shipped_sets_fit_the_size_limit():
   """Every file under lm_decoding/pretrained (the tiny, base and translation
-  sets, tokenizers and manifests) adds up to at most 60 MB."""
+  sets, tokenizers and manifests) adds up to at most 100 MB."""
   total = sum(path.stat().st_size
               for path in pretrained.DEFAULT_DIR.rglob("*") if path.is_file())
   assert 0 < total <= SIZE_LIMIT_BYTES, f"{total / 1e6:.1f} MB"
