@@ -128,18 +128,37 @@ def _distil(config, data, teacher, data_dir):
   return note
 
 
-def load_members(config, workdir, retrain, export):
-  """{name: (Model, metrics, source)} and the data, in the order of
-  `pretrained.translation_member_configs`.
+def check(config, workdir):
+  """Checks the options and reads the pairs file; creates nothing.
+
+  Returns:
+    The pairs' splits (`parallel_text.split_pairs`), for the summary line.
+  Raises:
+    ValueError: naming the config key, or the pairs file and its line
+      (`parallel_text.read_pairs`, `split_pairs`); --workdir a file.
+  """
+  for member in pretrained.translation_member_configs(config).values():
+    train.check_config(member)
+  if os.path.isfile(workdir):
+    raise ValueError(f"--workdir={workdir} is a file; give a directory")
+  return parallel_text.split_pairs(parallel_text.read_pairs(config.data.path))
+
+
+def prepare_data(config, workdir, retrain):
+  """The tokenizer and encoded splits, cached in {workdir}/data.
+
+  The bundled pairs start from the shipped set's tokenizer (so the shipped
+  models apply); another file trains its own.
 
   Raises:
     ValueError: the data cache holds another tokenizer than the shipped
-      set's (give another --workdir).
+      set's (give another --workdir); any error of `parallel_text.prepare`
+      (a vocabulary too large for the file, no pair under the limits).
   """
   data_dir = os.path.join(workdir, "data")
   shipped_tokenizer = SET_DIR / pretrained.TOKENIZER_FILE
   cached = pathlib.Path(data_dir, parallel_text.TOKENIZER_FILE)
-  if shipped_tokenizer.exists():
+  if shipped_tokenizer.exists() and not config.data.path:
     if not cached.exists():
       cached.parent.mkdir(parents=True, exist_ok=True)
       shutil.copyfile(shipped_tokenizer, cached)
@@ -149,9 +168,15 @@ def load_members(config, workdir, retrain, export):
   if retrain:
     pathlib.Path(data_dir, parallel_text.DISTILLED_FILE).unlink(
         missing_ok=True)
-  data = parallel_text.prepare(
+  return parallel_text.prepare(
       config.data.vocab_size, config.data.max_source_tokens,
       config.data.max_target_tokens, config.data.path, cache_dir=data_dir)
+
+
+def load_members(config, workdir, retrain, export, data):
+  """{name: (Model, metrics, source)}, in the order of
+  `pretrained.translation_member_configs`, for `data` (`prepare_data`)."""
+  data_dir = os.path.join(workdir, "data")
   command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
   members = {}
   for name, cfg in pretrained.translation_member_configs(config).items():
@@ -187,7 +212,7 @@ def load_members(config, workdir, retrain, export):
           f"{metrics['valid_loss']:.3f} ({source})", flush=True)
     logits_fn = make_logits_fn(train.model_config(cfg))
     members[name] = (base.Model(logits_fn, params), metrics, source)
-  return members, data
+  return members
 
 
 def _decoders(config):
@@ -273,10 +298,22 @@ def main(argv):
   logging.set_verbosity(logging.FATAL)  # orbax logs every restore
   config, workdir = _CONFIG.value, _WORKDIR.value
   out_dir = _RESULTS.value or os.path.join(workdir, "results")
-  os.makedirs(out_dir, exist_ok=True)
   start = time.time()
-  members, data = load_members(config, workdir, _RETRAIN.value,
-                               _EXPORT.value)
+  created = not os.path.exists(workdir)
+  try:  # bad input: one line, and no workdir left behind
+    splits = check(config, workdir)
+    print(f"pairs: {config.data.path or 'bundled KJV / RV1909 pairs'}: "
+          + ", ".join(f"{name} {len(pairs)}" for name, pairs in
+                      splits.items()), flush=True)
+    data = prepare_data(config, workdir, _RETRAIN.value)
+  except ValueError as e:
+    if created:
+      shutil.rmtree(workdir, ignore_errors=True)
+    sys.exit(f"translate: error: {e}")
+  print(f"encoded: {data.describe()}", flush=True)
+  os.makedirs(out_dir, exist_ok=True)
+  members = load_members(config, workdir, _RETRAIN.value, _EXPORT.value,
+                         data)
   if not _DECODE.value:
     return
   test = data.splits["test"]
