@@ -3,6 +3,14 @@ r"""NAR translation: AR greedy / beam, one-shot CMLM, Mask-Predict, CTC, KD.
   python experiments/translate.py --config=configs/translation.py \
       --workdir=/tmp/nat
 
+The pairs are the bundled KJV -> RV1909 verses, or your own file
+(`--config.data.path`, `reference<TAB>source<TAB>target` or
+`source<TAB>target`; see `lm_decoding.data.parallel_text` and
+docs/import_and_data.md). The file is read, checked and split before
+anything is created; bad input (a malformed or empty file, a vocabulary too
+large for it, a bad option) ends the run with one line, `translate: error:
+...`, and removes the workdir if this run created it.
+
 Loads the shipped translation models (`lm_decoding/pretrained/translation/`:
 translation_ar, cmlm, ctc and, with `translate.distill`, cmlm_distilled and
 ctc_distilled) when their manifest's recipe matches the config and their
@@ -22,7 +30,7 @@ distilled_pairs.tsv.gz holds the train pairs with those outputs as targets
 sources and budget of the reference ones (`data.targets='distilled'`).
 
 Then decodes the first `translate.test_pairs` test pairs under the length
-limits (file order: Jonah, Micah, Mark, 1 Peter) with every decoder and
+limits (file order; bundled pairs: Jonah, Micah, Mark, 1 Peter) with every decoder and
 writes to {workdir}/results (or --results):
 
   results.csv / report.md  per decoder: BLEU (sacreBLEU, signature in the

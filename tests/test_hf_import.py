@@ -110,9 +110,11 @@ def _imported(case, **overrides):
 
 
 def test_family_follows_model_type():
+  """Also: the config.json dict and the transformers object built from it
+  (whose to_dict() spells options its own way) import alike."""
   for case in CASES:
-    assert _module(case) is _module(case)
-    assert checkpoints.config_from_hf(CASES[case]) == _module(
+    assert checkpoints.family(CASES[case]) is _module(case)
+    assert checkpoints.config_from_hf(hf_model(case).config) == _module(
         case).config_from_hf(CASES[case])
   with pytest.raises(ValueError, match="model_type='t5' is not importable"):
     checkpoints.family({"model_type": "t5"})
