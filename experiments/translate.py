@@ -8,8 +8,9 @@ The pairs are the bundled KJV -> RV1909 verses, or your own file
 `source<TAB>target`; see `lm_decoding.data.parallel_text` and
 docs/import_and_data.md). The file is read, checked and split before
 anything is created; bad input (a malformed or empty file, a vocabulary too
-large for it, a bad option) ends the run with one line, `translate: error:
-...`, and removes the workdir if this run created it.
+large for it, a split smaller than a batch, a bad option) ends the run with
+one line, `translate: error: ...`, and removes the workdir if this run
+created it.
 
 Loads the shipped translation models (`lm_decoding/pretrained/translation/`:
 translation_ar, cmlm, ctc and, with `translate.distill`, cmlm_distilled and
@@ -314,14 +315,16 @@ def main(argv):
           + ", ".join(f"{name} {len(pairs)}" for name, pairs in
                       splits.items()), flush=True)
     data = prepare_data(config, workdir, _RETRAIN.value)
+    print(f"encoded: {data.describe()}", flush=True)
+    # Training checks its own data before it compiles (e.g. a valid split
+    # smaller than a batch): the same one line, the same cleanup.
+    members = load_members(config, workdir, _RETRAIN.value, _EXPORT.value,
+                           data)
   except ValueError as e:
     if created:
       shutil.rmtree(workdir, ignore_errors=True)
     sys.exit(f"translate: error: {e}")
-  print(f"encoded: {data.describe()}", flush=True)
   os.makedirs(out_dir, exist_ok=True)
-  members = load_members(config, workdir, _RETRAIN.value, _EXPORT.value,
-                         data)
   if not _DECODE.value:
     return
   test = data.splits["test"]

@@ -170,16 +170,23 @@ def test_translate_refuses_a_malformed_file_in_one_line(tmp_path, name):
   assert seconds < 60  # imports, then the check: before any compile
 
 
-def test_translate_removes_its_workdir_when_the_data_fails_later(tmp_path,
-                                                                 toy_file):
-  """A vocabulary too large for the file fails in tokenizer training, after
-  the data cache was created: still one line, no workdir."""
+@pytest.mark.parametrize("flags, message", [
+    ((), "vocab_size=2048 does not fit the texts"),
+    (("--config.data.vocab_size=360",),
+     "validation split has 8 sequences .* fewer than train.batch_size=32"),
+])
+def test_translate_removes_its_workdir_when_the_data_fails_later(
+    tmp_path, toy_file, flags, message):
+  """A vocabulary too large for the file (tokenizer training) or a valid
+  split smaller than a batch (training's own check) fails after the data
+  cache was created: still one line, no workdir."""
   workdir = tmp_path / "work"
   proc, _ = _translate(tmp_path, f"--workdir={workdir}",
-                       f"--config.data.path={toy_file}")
+                       f"--config.data.path={toy_file}", *flags)
   lines = proc.stderr.strip().splitlines()
   assert proc.returncode != 0 and len(lines) == 1, proc.stderr[-3000:]
-  assert "vocab_size=2048" in lines[0] and not workdir.exists()
+  assert re.search(message, lines[0]), lines[0]
+  assert not workdir.exists()
 
 
 # --- end to end ---------------------------------------------------------------
