@@ -31,8 +31,8 @@ distilled_pairs.tsv.gz holds the train pairs with those outputs as targets
 sources and budget of the reference ones (`data.targets='distilled'`).
 
 Then decodes the first `translate.test_pairs` test pairs under the length
-limits (file order; bundled pairs: Jonah, Micah, Mark, 1 Peter) with every decoder and
-writes to {workdir}/results (or --results):
+limits (file order; bundled pairs: Jonah, Micah, Mark, 1 Peter) with every
+decoder and writes to {workdir}/results (or --results):
 
   results.csv / report.md  per decoder: BLEU (sacreBLEU, signature in the
                            report), chrF, consecutive repetition, omission,
@@ -486,7 +486,9 @@ def _report(config, rows, bucket_rows, latency_rows, speedup, samples,
     models.append(line)
   t = config.translate
   text = [
-      "# NAR translation: English -> Spanish (KJV -> RV1909)", "",
+      "# NAR translation: " + (
+          f"the pairs of {config.data.path}" if config.data.path
+          else "English -> Spanish (KJV -> RV1909)"), "",
       f"Test: the first {n} test pairs under the limits (source and target "
       f"<= {config.data.max_source_tokens} / "
       f"{config.data.max_target_tokens} tokens; {data.describe()}). "
@@ -496,7 +498,7 @@ def _report(config, rows, bucket_rows, latency_rows, speedup, samples,
       f"Training budget per model: {config.train.num_steps} steps of batch "
       f"{config.train.batch_size}, d_model {config.model.d_model}, "
       f"{config.model.num_layers} layers (configs/translation.py).", "",
-      "Models (validation loss: the training objective on the valid books, "
+      "Models (validation loss: the training objective on the valid split, "
       "nats per target token):", "\n".join(models), "",
       f"BLEU signature: `{signature}`", "",
       _table(rows, list(rows[0])), "",

@@ -186,21 +186,43 @@ def test_logits_match_transformers(case):
     assert np.abs(np.asarray(ignored) - want)[valid].max() > 1e-2
 
 
-@pytest.mark.parametrize("case", CASES)
-def test_greedy_generation_matches_transformers(case):
+def _greedy(case, name="ar", **options):
+  """Our greedy decode of the ragged prompts with decoder `name`."""
   config, params = _imported(case)
   tokens, _ = _prompts()
-  decoder = base.make_decoder("ar", output_length=NEW_TOKENS, eos_ids=(),
-                              sampling=SamplingConfig(temperature=0.0))
-  ours = decoder.decode(base.bind(make_logits_fn(config), params),
-                        jnp.asarray(tokens), jnp.asarray(LENGTHS), None)
+  decoder = base.make_decoder(name, output_length=NEW_TOKENS, eos_ids=(),
+                              sampling=SamplingConfig(temperature=0.0),
+                              **options)
+  models = {role: base.Model(make_logits_fn(config), params)
+            for role in base.decoder_class(name).roles}
+  return decoder.decode(models, jnp.asarray(tokens), jnp.asarray(LENGTHS),
+                        None), tokens
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_greedy_generation_matches_transformers(case):
+  ours, tokens = _greedy(case)
+  _assert_hf_generates(case, tokens, ours.tokens)
+
+
+@pytest.mark.parametrize("name, options", [
+    ("prompt_lookup", dict(gamma=3)), ("jacobi", dict(gamma=3))])
+def test_sliding_window_holds_in_draft_and_verify_decoders(name, options):
+  """Case I2 in other decoders: drafts verified in chunks of gamma + 1 with
+  cache rollback, on the windowed Mistral, still give HF's greedy output."""
+  ours, tokens = _greedy("mistral-window", name, **options)
+  _assert_hf_generates("mistral-window", tokens, ours.tokens)
+
+
+def _assert_hf_generates(case, tokens, ours_BxT):
+  """HF `generate` (greedy, cached) on each row alone equals ours_BxT."""
   for b, n in enumerate(LENGTHS):
     with torch.no_grad():
       out = hf_model(case).generate(
           torch.tensor(tokens[b:b + 1, :n]), do_sample=False,
           max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
           pad_token_id=0, eos_token_id=None, use_cache=True)
-    np.testing.assert_array_equal(np.asarray(ours.tokens[b]),
+    np.testing.assert_array_equal(np.asarray(ours_BxT[b]),
                                   out[0, n:].numpy(), f"row {b}")
 
 

@@ -13,36 +13,49 @@ config option (`options`: read, ignored, or accepted with the values given;
 anything else, and any option not listed, is refused by name before a tensor
 is read). Parity with transformers for every row: tests/test_hf_import.py.
 
-  option                    gpt2             llama            mistral          qwen2
-  sizes (vocab, width,      read             read             read             read
-    layers, heads, kv
-    heads, head_dim, mlp)
-  max positions             n_positions      max_position_embeddings (max_len)
-  norm epsilon              layer_norm_eps.  rms_norm_eps     rms_norm_eps     rms_norm_eps
-  activation                gelu_new, gelu_  silu only        silu only        silu only
-                            pytorch_tanh
-  tie_word_embeddings       read             read             read             read
-  biases                    all (fixed)      attention_bias   none             q/k/v (fixed)
-                                             == mlp_bias
-  RoPE block (rope_         -                default, linear, llama3, yarn read in either spelling
-    parameters/rope_scaling,                 (rope_type or type); dynamic, longrope, per-layer
-    rope_theta)                              blocks, partial_rotary_factor != 1 refused
-  sliding_window            refused          refused          read (None: off) read with use_sliding_
-                                                                               window; every layer or
-                                                                               none (layer_types,
-                                                                               max_window_layers)
-  scale_attn_weights        True only        -                -                -
-  scale_attn_by_inverse_    False only       -                -                -
-    layer_idx
-  n_ctx                     == n_positions   refused          refused          refused
-  dropouts, summary_*,      ignored          attention_dropout, pretraining_tp ignored
-    reorder_and_upcast_attn
-  is_encoder_decoder,       False / None / {} only (every family)
-    add_cross_attention,
-    quantization_config,
-    pruned_heads
-  token ids, generation     ignored (every family)
-    defaults, bookkeeping
+  option            gpt2             llama         mistral       qwen2
+  sizes (vocab,     read             read          read          read
+    width, layers,
+    heads, kv heads,
+    head_dim, mlp)
+  max positions     n_positions      max_position_embeddings (all three)
+  norm epsilon      layer_norm_eps.  rms_norm_eps  rms_norm_eps  rms_norm_eps
+  activation        gelu_new or      silu only     silu only     silu only
+                    gelu_pytorch_
+                    tanh only
+  tie_word_         read             read          read          read
+    embeddings
+  biases            all (fixed)      attention_    none          q/k/v (fixed)
+                                     bias ==
+                                     mlp_bias
+  RoPE block        -                rope_parameters or rope_scaling, kind
+    (rope_theta                      as rope_type or type: default, linear,
+    too)                             llama3, yarn read; dynamic, longrope,
+                                     per-layer blocks, unused keys and
+                                     partial_rotary_factor != 1 refused
+  sliding_window    refused          refused       read (None:   read with use_
+                                                   no window)    sliding_window;
+                                                                 all layers or
+                                                                 none, else
+                                                                 refused
+  scale_attn_       True only        -             -             -
+    weights
+  scale_attn_by_    False only       -             -             -
+    inverse_layer_
+    idx
+  n_ctx             == n_positions   refused       refused       refused
+  dropouts etc.     ignored (dropouts, summary_*, reorder_and_upcast_attn;
+                    attention_dropout, pretraining_tp)
+  is_encoder_       False / False / None / {} only (every family)
+    decoder, add_
+    cross_attention,
+    quantization_
+    config, pruned_
+    heads
+  token ids,        ignored (every family)
+    generation
+    defaults,
+    bookkeeping
 
 Overrides (`options.OVERRIDES`, every family): attention ('bidirectional',
 'block_causal' with block_length), dtype, param_dtype, quantization

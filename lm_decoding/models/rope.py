@@ -1,4 +1,4 @@
-"""Rotary position embedding (Su et al. 2021) and its context-extension scalings.
+"""Rotary position embedding (Su et al. 2021) and its context scalings.
 
 `rotary(x, positions, base, scaling)` rotates each head's half-split pairs
 (dimension j with j + Dh/2) by position * inv_freq[j]. The scalings change
