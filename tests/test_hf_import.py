@@ -248,8 +248,7 @@ def _hf_with_mask(case, tokens, allowed_BxLxS):
                           attention_mask=torch.tensor(mask)).logits.numpy()
 
 
-@pytest.mark.parametrize("case", ["gpt2", "llama-yarn", "mistral-window",
-                                  "qwen2"])
+@pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("attention", ["bidirectional", "block_causal"])
 def test_bidirectional_and_block_causal_variants_match_transformers(
     case, attention):
