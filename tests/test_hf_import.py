@@ -333,6 +333,8 @@ def test_refused_overrides_are_named():
     ("llama", dict(rope_scaling=dict(type="linear", factor=2.0, beta=3)),
      r"does not use \['beta'\]"),
     ("llama", dict(partial_rotary_factor=0.5), "partial_rotary_factor=0.5"),
+    ("llama", dict(rope_scaling=dict(rope_type="llama3", factor=8.0)),
+     r"rope_type='llama3' needs \['low_freq_factor', 'high_freq_factor'\]"),
     ("llama", dict(hidden_act="gelu"), "hidden_act='gelu'"),
     ("llama", dict(attention_bias=True), "attention_bias=True and mlp_bias"),
     ("llama", dict(sliding_window=4), "sliding_window=4 is not represented"),

@@ -32,7 +32,6 @@ diffusion LMs: LLaDA (LLaMA-style) and Dream (Qwen2.5): pass
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Mapping
 
 import numpy as np
@@ -106,8 +105,8 @@ def rope_from_hf(hf: dict, family: str) -> tuple[float, RopeScaling | None]:
       block["type"] != block["rope_type"]):
     raise ValueError(f"{family} RoPE block has type={block['type']!r} and "
                      f"rope_type={block['rope_type']!r}")
-  kind = block.pop("rope_type", block.pop("type", "default"))
-  block.pop("type", None)
+  older_spelling = block.pop("type", None)
+  kind = block.pop("rope_type", older_spelling) or "default"
   theta = float(block.pop("rope_theta", hf.get("rope_theta") or 10000.0))
   if block.pop("partial_rotary_factor", 1.0) not in (None, 1.0):
     raise ValueError(f"{family} RoPE partial_rotary_factor must be 1 (every "
@@ -133,6 +132,10 @@ def rope_from_hf(hf: dict, family: str) -> tuple[float, RopeScaling | None]:
     raise ValueError(f"{family} RoPE rope_type={kind!r} needs a factor")
   fields = dict(kind=kind, factor=float(factor))
   if kind == "llama3":
+    missing = [k for k in ("low_freq_factor", "high_freq_factor")
+               if block.get(k) is None]
+    if missing:
+      raise ValueError(f"{family} RoPE rope_type='llama3' needs {missing}")
     fields.update(original_max_len=context,
                   low_freq_factor=float(block["low_freq_factor"]),
                   high_freq_factor=float(block["high_freq_factor"]))
@@ -140,18 +143,14 @@ def rope_from_hf(hf: dict, family: str) -> tuple[float, RopeScaling | None]:
     attention = block.get("attention_factor")
     mscale, mscale_all = block.get("mscale"), block.get("mscale_all_dim")
     if attention is None and mscale and mscale_all:
-      attention = (_yarn_magnitude(factor, mscale)
-                   / _yarn_magnitude(factor, mscale_all))
+      attention = (rope.yarn_magnitude(factor, mscale)
+                   / rope.yarn_magnitude(factor, mscale_all))
     fields.update(original_max_len=context,
                   beta_fast=float(block.get("beta_fast") or 32.0),
                   beta_slow=float(block.get("beta_slow") or 1.0),
                   attention_factor=attention,
                   truncate=bool(block.get("truncate", True)))
   return theta, RopeScaling(**fields)
-
-
-def _yarn_magnitude(factor: float, mscale: float) -> float:
-  return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
 
 
 def _window(hf: dict, model_type: str, family: str) -> int:

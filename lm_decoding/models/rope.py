@@ -86,7 +86,13 @@ class RopeScaling:
       return 1.0
     if self.attention_factor is not None:
       return float(self.attention_factor)
-    return 1.0 if self.factor <= 1 else 0.1 * math.log(self.factor) + 1.0
+    return yarn_magnitude(self.factor)
+
+
+def yarn_magnitude(factor: float, mscale: float = 1.0) -> float:
+  """YaRN's scale of q and k for a context `factor`: 0.1 mscale ln(factor)
+  + 1, 1 for factor <= 1 (Peng et al. 2023)."""
+  return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
 
 
 def inverse_frequencies(head_dim: int, base: float,
