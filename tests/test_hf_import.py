@@ -63,6 +63,9 @@ CASES = {
         rope_type="llama3", factor=8.0, low_freq_factor=1.0,
         high_freq_factor=4.0, original_max_position_embeddings=32,
         rope_theta=500.0)),
+    # Within max_position_embeddings (every call here) the default RoPE.
+    "llama-dynamic": dict(_LLAMA, model_type="llama", rope_scaling=dict(
+        type="dynamic", factor=2.0)),
     "llama-yarn": dict(_LLAMA, model_type="llama", rope_scaling=dict(
         type="yarn", factor=4.0, original_max_position_embeddings=32,
         beta_fast=16.0, beta_slow=2.0)),
@@ -324,10 +327,8 @@ def test_refused_overrides_are_named():
      "scale_attn_by_inverse_layer_idx=True"),
     ("gpt2", dict(add_cross_attention=True), "add_cross_attention=True"),
     ("gpt2", dict(n_ctx=64), "n_ctx=64"),
-    ("llama", dict(rope_scaling=dict(type="dynamic", factor=2.0)),
-     "rope_type='dynamic'"),
-    ("llama", dict(rope_parameters=dict(rope_type="dynamic", factor=2.0)),
-     "rope_type='dynamic'"),
+    ("llama", dict(rope_scaling=dict(type="dynamic", factor=2.0, low=1)),
+     r"rope_type='dynamic' does not use \['low'\]"),
     ("llama", dict(rope_scaling=dict(rope_type="longrope", short_factor=[1],
                                      long_factor=[1])), "rope_type='longrope'"),
     ("llama", dict(rope_scaling=dict(type="linear", factor=2.0, beta=3)),

@@ -30,7 +30,8 @@ is read). Parity with transformers for every row: tests/test_hf_import.py.
                                      mlp_bias
   RoPE block        -                rope_parameters or rope_scaling, kind
     (rope_theta                      as rope_type or type: default, linear,
-    too)                             llama3, yarn read; dynamic, longrope,
+    too)                             llama3, yarn read; dynamic read (the
+                                     default RoPE up to max_len); longrope,
                                      per-layer blocks, unused keys and
                                      partial_rotary_factor != 1 refused
   sliding_window    refused          refused       read (None:   read with use_

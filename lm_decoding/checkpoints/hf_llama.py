@@ -70,6 +70,7 @@ FAMILY = {"llama": "LLaMA", "mistral": "Mistral", "qwen2": "Qwen2"}
 # rope_type -> the keys of its block (besides rope_type/type, rope_theta).
 _ROPE_KEYS = {
     "default": (),
+    "dynamic": ("factor",),
     "linear": ("factor",),
     "llama3": ("factor", "original_max_position_embeddings",
                "low_freq_factor", "high_freq_factor"),
@@ -90,11 +91,14 @@ def rope_from_hf(hf: dict, family: str) -> tuple[float, RopeScaling | None]:
   else max_position_embeddings; a yarn factor of None is max_position_
   embeddings / original; a yarn attention_factor of None comes from mscale
   and mscale_all_dim when both are set (ratio of 0.1 m ln(factor) + 1).
+  'dynamic' (dynamic NTK) reads as no scaling: transformers changes the
+  frequencies only for calls longer than max_position_embeddings, which is
+  the imported model's max_len (the longest sequence it runs).
 
   Raises:
-    ValueError: a kind not in linear/llama3/yarn/default (dynamic NTK and
-      longrope named), a key its kind does not use, a partial rotary factor
-      other than 1, or per-layer-type blocks; each named.
+    ValueError: a kind not in default/dynamic/linear/llama3/yarn (longrope
+      named), a key its kind does not use, a partial rotary factor other
+      than 1, or per-layer-type blocks; each named.
   """
   block = dict(hf.get("rope_scaling") or hf.get("rope_parameters") or {})
   if any(isinstance(v, Mapping) for v in block.values()):
@@ -113,14 +117,14 @@ def rope_from_hf(hf: dict, family: str) -> tuple[float, RopeScaling | None]:
                      f"dimension rotated)")
   if kind not in _ROPE_KEYS:
     raise ValueError(f"{family} RoPE rope_type={kind!r} is not supported "
-                     f"(supported: {sorted(_ROPE_KEYS)}; dynamic NTK's "
-                     f"frequencies depend on the call's length, which a KV "
-                     f"cache cannot follow)")
+                     f"(supported: {sorted(_ROPE_KEYS)})")
   unknown = sorted(set(block) - set(_ROPE_KEYS[kind]))
   if unknown:
     raise ValueError(f"{family} RoPE rope_type={kind!r} does not use "
                      f"{unknown}; refused rather than ignored")
-  if kind == "default":
+  if kind in ("default", "dynamic"):
+    # Dynamic NTK (transformers' "dynamic") rescales only calls longer than
+    # max_position_embeddings, our max_len: up to it, the default RoPE.
     return theta, None
   max_len = hf.get("max_position_embeddings", 2048)
   context = int(block.get("original_max_position_embeddings")

@@ -19,9 +19,10 @@ they are fixed functions of the position and cached keys stay valid:
           by attention_factor (default 0.1 ln(factor) + 1), so the scores
           by its square.
 
-Dynamic NTK scaling is not here: its frequencies depend on the length of
-the current call, so keys cached under one length disagree with a later
-call's queries; importers refuse it by name.
+Dynamic NTK scaling needs no kind here: it changes the frequencies only
+for calls longer than the model's context (`transformers` recomputes them
+from the call's length), which is the imported model's max_len, so within
+it the frequencies are the default ones (`hf_llama.rope_from_hf`).
 """
 
 from __future__ import annotations
