@@ -34,7 +34,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.seed = 0
 
   config.data = ml_collections.ConfigDict()
-  config.data.path = ""            # '' = bundled KJV / RV1909 verse pairs; else a reference<TAB>source<TAB>target file
+  config.data.path = ""            # '' = bundled KJV / RV1909 verse pairs; else a reference<TAB>source<TAB>target or source<TAB>target file (docs/import_and_data.md)
   config.data.vocab_size = 2048    # joint sentencepiece vocabulary (both languages), reserved ids included
   config.data.max_source_tokens = 48  # S: longer verses are left out of every split (and counted): 48 keeps 66% of train, 69% of test (40: 51%)
   config.data.max_target_tokens = 48  # T: the same for the Spanish side; also the length head's classes

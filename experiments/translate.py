@@ -3,6 +3,15 @@ r"""NAR translation: AR greedy / beam, one-shot CMLM, Mask-Predict, CTC, KD.
   python experiments/translate.py --config=configs/translation.py \
       --workdir=/tmp/nat
 
+The pairs are the bundled KJV -> RV1909 verses, or your own file
+(`--config.data.path`, `reference<TAB>source<TAB>target` or
+`source<TAB>target`; see `lm_decoding.data.parallel_text` and
+docs/import_and_data.md). The file is read, checked and split before
+anything is created; bad input (a malformed or empty file, a vocabulary too
+large for it, a split smaller than a batch, a bad option) ends the run with
+one line, `translate: error: ...`, and removes the workdir if this run
+created it.
+
 Loads the shipped translation models (`lm_decoding/pretrained/translation/`:
 translation_ar, cmlm, ctc and, with `translate.distill`, cmlm_distilled and
 ctc_distilled) when their manifest's recipe matches the config and their
@@ -22,8 +31,8 @@ distilled_pairs.tsv.gz holds the train pairs with those outputs as targets
 sources and budget of the reference ones (`data.targets='distilled'`).
 
 Then decodes the first `translate.test_pairs` test pairs under the length
-limits (file order: Jonah, Micah, Mark, 1 Peter) with every decoder and
-writes to {workdir}/results (or --results):
+limits (file order; bundled pairs: Jonah, Micah, Mark, 1 Peter) with every
+decoder and writes to {workdir}/results (or --results):
 
   results.csv / report.md  per decoder: BLEU (sacreBLEU, signature in the
                            report), chrF, consecutive repetition, omission,
@@ -128,18 +137,37 @@ def _distil(config, data, teacher, data_dir):
   return note
 
 
-def load_members(config, workdir, retrain, export):
-  """{name: (Model, metrics, source)} and the data, in the order of
-  `pretrained.translation_member_configs`.
+def check(config, workdir):
+  """Checks the options and reads the pairs file; creates nothing.
+
+  Returns:
+    The pairs' splits (`parallel_text.split_pairs`), for the summary line.
+  Raises:
+    ValueError: naming the config key, or the pairs file and its line
+      (`parallel_text.read_pairs`, `split_pairs`); --workdir a file.
+  """
+  for member in pretrained.translation_member_configs(config).values():
+    train.check_config(member)
+  if os.path.isfile(workdir):
+    raise ValueError(f"--workdir={workdir} is a file; give a directory")
+  return parallel_text.split_pairs(parallel_text.read_pairs(config.data.path))
+
+
+def prepare_data(config, workdir, retrain):
+  """The tokenizer and encoded splits, cached in {workdir}/data.
+
+  The bundled pairs start from the shipped set's tokenizer (so the shipped
+  models apply); another file trains its own.
 
   Raises:
     ValueError: the data cache holds another tokenizer than the shipped
-      set's (give another --workdir).
+      set's (give another --workdir); any error of `parallel_text.prepare`
+      (a vocabulary too large for the file, no pair under the limits).
   """
   data_dir = os.path.join(workdir, "data")
   shipped_tokenizer = SET_DIR / pretrained.TOKENIZER_FILE
   cached = pathlib.Path(data_dir, parallel_text.TOKENIZER_FILE)
-  if shipped_tokenizer.exists():
+  if shipped_tokenizer.exists() and not config.data.path:
     if not cached.exists():
       cached.parent.mkdir(parents=True, exist_ok=True)
       shutil.copyfile(shipped_tokenizer, cached)
@@ -149,9 +177,15 @@ def load_members(config, workdir, retrain, export):
   if retrain:
     pathlib.Path(data_dir, parallel_text.DISTILLED_FILE).unlink(
         missing_ok=True)
-  data = parallel_text.prepare(
+  return parallel_text.prepare(
       config.data.vocab_size, config.data.max_source_tokens,
       config.data.max_target_tokens, config.data.path, cache_dir=data_dir)
+
+
+def load_members(config, workdir, retrain, export, data):
+  """{name: (Model, metrics, source)}, in the order of
+  `pretrained.translation_member_configs`, for `data` (`prepare_data`)."""
+  data_dir = os.path.join(workdir, "data")
   command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
   members = {}
   for name, cfg in pretrained.translation_member_configs(config).items():
@@ -187,7 +221,7 @@ def load_members(config, workdir, retrain, export):
           f"{metrics['valid_loss']:.3f} ({source})", flush=True)
     logits_fn = make_logits_fn(train.model_config(cfg))
     members[name] = (base.Model(logits_fn, params), metrics, source)
-  return members, data
+  return members
 
 
 def _decoders(config):
@@ -273,10 +307,24 @@ def main(argv):
   logging.set_verbosity(logging.FATAL)  # orbax logs every restore
   config, workdir = _CONFIG.value, _WORKDIR.value
   out_dir = _RESULTS.value or os.path.join(workdir, "results")
-  os.makedirs(out_dir, exist_ok=True)
   start = time.time()
-  members, data = load_members(config, workdir, _RETRAIN.value,
-                               _EXPORT.value)
+  created = not os.path.exists(workdir)
+  try:  # bad input: one line, and no workdir left behind
+    splits = check(config, workdir)
+    print(f"pairs: {config.data.path or 'bundled KJV / RV1909 pairs'}: "
+          + ", ".join(f"{name} {len(pairs)}" for name, pairs in
+                      splits.items()), flush=True)
+    data = prepare_data(config, workdir, _RETRAIN.value)
+    print(f"encoded: {data.describe()}", flush=True)
+    # Training checks its own data before it compiles (e.g. a valid split
+    # smaller than a batch): the same one line, the same cleanup.
+    members = load_members(config, workdir, _RETRAIN.value, _EXPORT.value,
+                           data)
+  except ValueError as e:
+    if created:
+      shutil.rmtree(workdir, ignore_errors=True)
+    sys.exit(f"translate: error: {e}")
+  os.makedirs(out_dir, exist_ok=True)
   if not _DECODE.value:
     return
   test = data.splits["test"]
@@ -438,7 +486,9 @@ def _report(config, rows, bucket_rows, latency_rows, speedup, samples,
     models.append(line)
   t = config.translate
   text = [
-      "# NAR translation: English -> Spanish (KJV -> RV1909)", "",
+      "# NAR translation: " + (
+          f"the pairs of {config.data.path}" if config.data.path
+          else "English -> Spanish (KJV -> RV1909)"), "",
       f"Test: the first {n} test pairs under the limits (source and target "
       f"<= {config.data.max_source_tokens} / "
       f"{config.data.max_target_tokens} tokens; {data.describe()}). "
@@ -448,7 +498,7 @@ def _report(config, rows, bucket_rows, latency_rows, speedup, samples,
       f"Training budget per model: {config.train.num_steps} steps of batch "
       f"{config.train.batch_size}, d_model {config.model.d_model}, "
       f"{config.model.num_layers} layers (configs/translation.py).", "",
-      "Models (validation loss: the training objective on the valid books, "
+      "Models (validation loss: the training objective on the valid split, "
       "nats per target token):", "\n".join(models), "",
       f"BLEU signature: `{signature}`", "",
       _table(rows, list(rows[0])), "",

@@ -3,6 +3,7 @@ from the metadata, before any value is read (R1 of reliability_cases.md);
 write failures raise one error and leave the earlier steps intact."""
 
 import errno
+import os
 import pathlib
 import subprocess
 import sys
@@ -164,3 +165,35 @@ def test_failure_that_is_not_an_os_error_propagates(saved, monkeypatch):
     with pytest.raises(ValueError, match="orbax background save failed"):
       checkpoints.save(2, saved[1], {})
     monkeypatch.undo()
+
+
+@pytest.mark.parametrize("template", ["shape_dtype", "array"])
+def test_checkpoint_saved_on_two_devices_restores_on_one(tmp_path, template):
+  """Case I5: saved sharded over a 2-device mesh (a subprocess with two fake
+  CPU devices), restored in this process (one device) with either template
+  form; a ShapeDtypeStruct template was called 'corrupt: Topology mismatch'."""
+  directory = str(tmp_path / "ckpt")
+  script = textwrap.dedent(f"""
+      import jax, jax.numpy as jnp, numpy as np
+      from lm_decoding.training.checkpoints import Checkpoints
+      mesh = jax.make_mesh((2,), ("data",))
+      sharding = jax.sharding.NamedSharding(mesh, jax.P("data"))
+      w = jax.device_put(jnp.arange(8, dtype=jnp.float32), sharding)
+      with Checkpoints({directory!r}) as c:
+        c.save(3, {{"w": w, "step": jnp.int32(3)}}, {{}})
+      """)
+  env = dict(os.environ, XLA_FLAGS=(
+      os.environ.get("XLA_FLAGS", "")
+      + " --xla_force_host_platform_device_count=2"), JAX_PLATFORMS="cpu")
+  proc = subprocess.run([sys.executable, "-c", script], capture_output=True,
+                        text=True, timeout=120, env=env)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert jax.device_count() == 1
+  if template == "shape_dtype":
+    abstract = {"w": S((8,), jnp.float32), "step": S((), jnp.int32)}
+  else:
+    abstract = {"w": jnp.zeros(8, jnp.float32), "step": jnp.int32(0)}
+  with Checkpoints(directory) as checkpoints:
+    state, _ = checkpoints.restore(abstract)
+  np.testing.assert_array_equal(state["w"], np.arange(8, dtype=np.float32))
+  assert int(state["step"]) == 3

@@ -49,7 +49,9 @@ def test_param_count_by_hand_and_against_the_model():
       TINY, TransformerConfig(),
       TINY.replace(norm="layernorm", positional="learned",
                    mlp_activation="gelu", tie_embeddings=False,
-                   length_classes=3)):
+                   length_classes=3),
+      TINY.replace(use_bias=True), TINY.replace(qkv_bias=True),
+      TINY.replace(use_bias=True, mlp_activation="gelu")):
     assert cm.param_count(config) == count_params(abstract_params(config))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import itertools
 
@@ -161,6 +162,44 @@ def test_bad_files_name_the_file_and_data_path(tmp_path, name, content,
   with pytest.raises(ValueError, match=f"data.path file .*{message}"):
     pipeline.prepare(str(tmp_path / name), VOCAB, tmp_path / "w")
   assert not (tmp_path / "w").exists()
+
+
+_TEXT = "Première ligne\tdeux\n\nEncore une\n"
+
+
+@pytest.mark.parametrize("name, content", [
+    ("utf8.txt", _TEXT.encode("utf-8")),
+    ("utf8_bom.txt", codecs.BOM_UTF8 + _TEXT.encode("utf-8")),
+    ("utf16le_bom.txt", codecs.BOM_UTF16_LE + _TEXT.encode("utf-16-le")),
+    ("utf16be_bom.txt", codecs.BOM_UTF16_BE + _TEXT.encode("utf-16-be")),
+    ("crlf.txt", _TEXT.replace("\n", "\r\n").encode("utf-8")),
+    ("cr.txt", _TEXT.replace("\n", "\r").encode("utf-8")),
+    ("bom_crlf.txt.gz", gzip.compress(codecs.BOM_UTF8 + _TEXT.replace(
+        "\n", "\r\n").encode("utf-8"), mtime=0)),
+])
+def test_what_editors_write_reads_as_the_same_text(tmp_path, name, content):
+  """The reading rules of corpus.py: signatures dropped, UTF-16 with its
+  mark decoded, CRLF and CR ends read as LF; two documents either way."""
+  (tmp_path / name).write_bytes(content)
+  assert corpus.read_text(tmp_path / name) == _TEXT
+  assert corpus.load_documents(str(tmp_path / name), "paragraphs") == [
+      "Première ligne\tdeux", "Encore une"]
+
+
+def test_control_characters_read_as_spaces(tmp_path):
+  path = tmp_path / "controls.txt"
+  path.write_bytes("a\x0cb\x0bc\x1bd\x7fe\x85f\tg\n".encode("utf-8"))
+  assert corpus.read_text(path) == "a b c d e f\tg\n"
+
+
+@pytest.mark.parametrize("content, message", [
+    ("un\ncaf\xe9\n".encode("latin-1"), r"line 2 holds byte 0xe9"),
+    ("caf\xe9".encode("utf-16-le"), r"is binary .*byte-order mark"),
+])
+def test_undecodable_text_names_the_line(tmp_path, content, message):
+  (tmp_path / "bad.txt").write_bytes(content)
+  with pytest.raises(ValueError, match=f"'.*bad.txt' .*{message}"):
+    corpus.read_text(tmp_path / "bad.txt")
 
 
 def test_missing_path_names_data_path(tmp_path):

@@ -57,7 +57,7 @@ def corpus(tmp_path_factory):
 
   held_out = [p for book in pt.VALID_BOOKS + pt.TEST_BOOKS
               for p in shortest([q for q in splits["valid"] + splits["test"]
-                                 if q.book == book], 2)]
+                                 if q.group == book], 2)]
   pairs = shortest(splits["train"], 40) + held_out
   root = tmp_path_factory.mktemp("kd")
   path = root / "pairs.tsv"

@@ -1,15 +1,21 @@
 """Hugging Face checkpoint import/export against `transformers` itself.
 
-Randomly initialised tiny GPT-2 and LLaMA (GQA) models, every parameter
-perturbed so biases and norm weights are not their zero/one init (no hub
-download). Logits are compared on right-padded ragged batches (HF gets the
-attention_mask; only the valid positions are compared); greedy generation on
-ragged batches: our 'ar' decoder on right-padded prompts, HF `generate` on
-the same prompts left-padded (its position ids follow the mask, so every
-row's prompt sits at positions 0..len-1 in both).
+One tiny random-weight model per row of the importer table (GPT-2; LLaMA
+with each RoPE scaling, in both spellings of the block, with biases, tied;
+Mistral with a sliding window; Qwen2 with its q/k/v biases, with and
+without a window), every parameter perturbed so biases and norm weights are
+not their zero/one init (no hub download). Logits are compared on
+right-padded ragged batches (HF gets the attention_mask; only the valid
+positions are compared); greedy generation of 64 tokens on a ragged batch
+(our 'ar' decoder on right-padded prompts, KV-cached) against HF `generate`
+on each row alone (a padded HF batch would count pad slots in the sliding
+window). Bidirectional and block-causal variants against HF given the same
+attention pattern as an explicit 4-D float mask built here.
 
 Needs the [peer] extra (torch, transformers, safetensors).
 """
+
+import functools
 
 import numpy as np
 import pytest
@@ -17,7 +23,8 @@ import pytest
 import jax
 import jax.numpy as jnp
 
-from lm_decoding.checkpoints import hf_gpt2, hf_llama
+from lm_decoding import checkpoints
+from lm_decoding.checkpoints import hf_gpt2, hf_llama, options
 from lm_decoding.decoding import base
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.models import make_logits_fn
@@ -32,6 +39,48 @@ VOCAB = 97
 NEW_TOKENS = 64
 LENGTHS = np.array([9, 4, 1, 6])  # ragged prompt lengths, width 9
 
+_LLAMA = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96,
+              num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, max_position_embeddings=128,
+              rms_norm_eps=1e-5, rope_theta=500.0)
+# config.json dicts, one per row of the importer table (family x option).
+CASES = {
+    "gpt2": dict(model_type="gpt2", n_layer=2, n_embd=64, n_head=4,
+                 vocab_size=VOCAB, n_positions=128),
+    "gpt2-untied": dict(model_type="gpt2", n_layer=2, n_embd=64, n_head=4,
+                        vocab_size=VOCAB, n_positions=128,
+                        tie_word_embeddings=False),
+    "llama": dict(_LLAMA, model_type="llama"),
+    "llama-tied-bias": dict(_LLAMA, model_type="llama",
+                            tie_word_embeddings=True, attention_bias=True,
+                            mlp_bias=True),
+    "llama-linear": dict(_LLAMA, model_type="llama", rope_parameters=dict(
+        rope_type="linear", factor=4.0, rope_theta=500.0)),
+    # Case I1: the older spelling (transformers < 4.45 wrote `type`).
+    "llama-linear-type": dict(_LLAMA, model_type="llama",
+                              rope_scaling=dict(type="linear", factor=4.0)),
+    "llama-llama3": dict(_LLAMA, model_type="llama", rope_parameters=dict(
+        rope_type="llama3", factor=8.0, low_freq_factor=1.0,
+        high_freq_factor=4.0, original_max_position_embeddings=32,
+        rope_theta=500.0)),
+    # Within max_position_embeddings (every call here) the default RoPE.
+    "llama-dynamic": dict(_LLAMA, model_type="llama", rope_scaling=dict(
+        type="dynamic", factor=2.0)),
+    "llama-yarn": dict(_LLAMA, model_type="llama", rope_scaling=dict(
+        type="yarn", factor=4.0, original_max_position_embeddings=32,
+        beta_fast=16.0, beta_slow=2.0)),
+    "llama-yarn-mscale": dict(_LLAMA, model_type="llama", rope_parameters=dict(
+        rope_type="yarn", factor=4.0, original_max_position_embeddings=32,
+        mscale=0.8, mscale_all_dim=0.4, truncate=False, rope_theta=500.0)),
+    # Case I2: a window shorter than the sequences.
+    "mistral-window": dict(_LLAMA, model_type="mistral", sliding_window=4),
+    "mistral-no-window": dict(_LLAMA, model_type="mistral",
+                              sliding_window=None),
+    "qwen2": dict(_LLAMA, model_type="qwen2"),
+    "qwen2-window": dict(_LLAMA, model_type="qwen2", use_sliding_window=True,
+                         sliding_window=5, max_window_layers=0),
+}
+
 
 def _perturbed(model):
   generator = torch.Generator().manual_seed(1)
@@ -41,29 +90,37 @@ def _perturbed(model):
   return model.eval()
 
 
-@pytest.fixture(scope="module")
-def hf_models():
+@functools.lru_cache(maxsize=None)
+def hf_model(case):
   torch.manual_seed(0)
   torch.set_num_threads(1)
-  # n_positions 128 (not 64): a 9-token prompt plus 64 new tokens must fit.
-  gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(
-      n_layer=2, n_embd=64, n_head=4, vocab_size=VOCAB, n_positions=128))
-  llama = transformers.LlamaForCausalLM(transformers.LlamaConfig(
-      vocab_size=VOCAB, hidden_size=64, intermediate_size=96,
-      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-      max_position_embeddings=128, rms_norm_eps=1e-5, rope_theta=500.0))
-  return {"gpt2": (hf_gpt2, _perturbed(gpt2)),
-          "llama": (hf_llama, _perturbed(llama))}
+  fields = dict(CASES[case])
+  config = transformers.AutoConfig.for_model(fields.pop("model_type"),
+                                             **fields)
+  return _perturbed(transformers.AutoModelForCausalLM.from_config(config))
 
 
-FAMILIES = ("gpt2", "llama")
+def _module(case):
+  """The family module by hand (`checkpoints.family` is tested below)."""
+  return hf_gpt2 if CASES[case]["model_type"] == "gpt2" else hf_llama
 
 
-def _imported(hf_models, family, **overrides):
-  module, model = hf_models[family]
-  config = module.config_from_hf(model.config, **overrides)
-  params = module.params_from_hf(model.state_dict(), config)
-  return module, model, config, jax.tree.map(jnp.asarray, params)
+def _imported(case, **overrides):
+  module = _module(case)
+  config = module.config_from_hf(CASES[case], **overrides)
+  params = module.params_from_hf(hf_model(case).state_dict(), config)
+  return config, jax.tree.map(jnp.asarray, params)
+
+
+def test_family_follows_model_type():
+  """Also: the config.json dict and the transformers object built from it
+  (whose to_dict() spells options its own way) import alike."""
+  for case in CASES:
+    assert checkpoints.family(CASES[case]) is _module(case)
+    assert checkpoints.config_from_hf(hf_model(case).config) == _module(
+        case).config_from_hf(CASES[case])
+  with pytest.raises(ValueError, match="model_type='t5' is not importable"):
+    checkpoints.family({"model_type": "t5"})
 
 
 def _prompts(width=int(LENGTHS.max())):
@@ -72,59 +129,111 @@ def _prompts(width=int(LENGTHS.max())):
   return np.where(valid, tokens, 0), valid
 
 
-def test_config_from_hf(hf_models):
-  gpt2 = hf_gpt2.config_from_hf(hf_models["gpt2"][1].config)
+def _positions(tokens):
+  return jnp.asarray(np.broadcast_to(np.arange(tokens.shape[1]),
+                                     tokens.shape))
+
+
+def test_config_from_hf():
+  gpt2 = checkpoints.config_from_hf(hf_model("gpt2").config)
   assert (gpt2.norm, gpt2.positional, gpt2.mlp_activation, gpt2.norm_eps,
           gpt2.use_bias, gpt2.tie_embeddings, gpt2.scale_embeddings,
           gpt2.mlp_dim, gpt2.max_len) == ("layernorm", "learned", "gelu",
                                           1e-5, True, True, False, 256, 128)
-  llama = hf_llama.config_from_hf(hf_models["llama"][1].config)
+  llama = checkpoints.config_from_hf(hf_model("llama").config)
   assert (llama.num_heads, llama.num_kv_heads, llama.head_dim,
           llama.rope_base, llama.norm_eps, llama.tie_embeddings,
-          llama.use_bias) == (4, 2, 16, 500.0, 1e-5, False, False)
+          llama.use_bias, llama.qkv_bias, llama.rope_scaling,
+          llama.sliding_window) == (4, 2, 16, 500.0, 1e-5, False, False,
+                                    False, None, 0)
+  assert checkpoints.config_from_hf(CASES["qwen2"]).qkv_bias
+  assert checkpoints.config_from_hf(CASES["mistral-window"]).sliding_window == 4
+  assert checkpoints.config_from_hf(CASES["qwen2-window"]).sliding_window == 5
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_logits_match_transformers(hf_models, family):
-  _, model, config, params = _imported(hf_models, family)
-  tokens, valid = _prompts()
+def test_both_spellings_of_the_rope_block_read_the_same():
+  """Case I1: `rope_scaling={'type': ...}` (older files), `rope_type`, and
+  `rope_parameters` give one config; the transformers object too."""
+  spellings = [dict(type="linear", factor=4.0),
+               dict(rope_type="linear", factor=4.0)]
+  read = hf_llama.config_from_hf
+  configs = {read(dict(CASES["llama"], rope_scaling=block))
+             for block in spellings}
+  configs.add(read(dict(CASES["llama"], rope_parameters=dict(
+      rope_type="linear", factor=4.0, rope_theta=500.0))))
+  configs.add(read(hf_model("llama-linear-type").config))
+  assert len(configs) == 1
+  (config,) = configs
+  assert (config.rope_scaling.kind, config.rope_scaling.factor) == ("linear",
+                                                                    4.0)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_logits_match_transformers(case):
+  config, params = _imported(case)
+  tokens, valid = _prompts(width=24)
+  valid[1, :20] = True  # one row longer than the windows and contexts
   with torch.no_grad():
-    want = model(torch.tensor(tokens),
-                 attention_mask=torch.tensor(valid.astype(np.int64))).logits
-  positions = np.broadcast_to(np.arange(tokens.shape[1]), tokens.shape)
+    want = hf_model(case)(
+        torch.tensor(tokens),
+        attention_mask=torch.tensor(valid.astype(np.int64))).logits.numpy()
   got = make_logits_fn(config)(params, jnp.asarray(tokens),
-                               jnp.asarray(positions)).logits
-  assert np.abs(np.asarray(got) - want.numpy())[valid].max() < 1e-4
+                               _positions(tokens)).logits
+  error = np.abs(np.asarray(got) - want)[valid].max()
+  print(f"{case}: max |logit difference| {error:.2e}")
+  assert error < 1e-4
+  if config.rope_scaling or config.sliding_window:  # the option matters
+    plain = config.replace(rope_scaling=None, sliding_window=0)
+    ignored = make_logits_fn(plain)(params, jnp.asarray(tokens),
+                                    _positions(tokens)).logits
+    assert np.abs(np.asarray(ignored) - want)[valid].max() > 1e-2
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_greedy_generation_matches_transformers(hf_models, family):
-  _, model, config, params = _imported(hf_models, family)
-  tokens, valid = _prompts()
-  decoder = base.make_decoder("ar", output_length=NEW_TOKENS, eos_ids=(),
-                              sampling=SamplingConfig(temperature=0.0))
-  ours = decoder.decode(base.bind(make_logits_fn(config), params),
-                        jnp.asarray(tokens), jnp.asarray(LENGTHS), None)
-  width = tokens.shape[1]
-  left = np.zeros_like(tokens)
-  for b, n in enumerate(LENGTHS):  # left-pad for HF
-    left[b, width - n:] = tokens[b, :n]
-  with torch.no_grad():
-    out = model.generate(
-        torch.tensor(left),
-        attention_mask=torch.tensor((left != 0) | (np.arange(width) >=
-                                                   width - LENGTHS[:, None])
-                                    ).long(),
-        do_sample=False, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
-        pad_token_id=0, eos_token_id=None, use_cache=True)
-  np.testing.assert_array_equal(np.asarray(ours.tokens),
-                                out[:, width:].numpy())
+def _greedy(case, name="ar", **options):
+  """Our greedy decode of the ragged prompts with decoder `name`."""
+  config, params = _imported(case)
+  tokens, _ = _prompts()
+  decoder = base.make_decoder(name, output_length=NEW_TOKENS, eos_ids=(),
+                              sampling=SamplingConfig(temperature=0.0),
+                              **options)
+  models = {role: base.Model(make_logits_fn(config), params)
+            for role in base.decoder_class(name).roles}
+  return decoder.decode(models, jnp.asarray(tokens), jnp.asarray(LENGTHS),
+                        None), tokens
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_export_round_trip(hf_models, family):
-  module, model, config, params = _imported(hf_models, family)
-  exported = module.params_to_hf(params, config)
+@pytest.mark.parametrize("case", CASES)
+def test_greedy_generation_matches_transformers(case):
+  ours, tokens = _greedy(case)
+  _assert_hf_generates(case, tokens, ours.tokens)
+
+
+@pytest.mark.parametrize("name, options", [
+    ("prompt_lookup", dict(gamma=3)), ("jacobi", dict(gamma=3))])
+def test_sliding_window_holds_in_draft_and_verify_decoders(name, options):
+  """Case I2 in other decoders: drafts verified in chunks of gamma + 1 with
+  cache rollback, on the windowed Mistral, still give HF's greedy output."""
+  ours, tokens = _greedy("mistral-window", name, **options)
+  _assert_hf_generates("mistral-window", tokens, ours.tokens)
+
+
+def _assert_hf_generates(case, tokens, ours_BxT):
+  """HF `generate` (greedy, cached) on each row alone equals ours_BxT."""
+  for b, n in enumerate(LENGTHS):
+    with torch.no_grad():
+      out = hf_model(case).generate(
+          torch.tensor(tokens[b:b + 1, :n]), do_sample=False,
+          max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
+          pad_token_id=0, eos_token_id=None, use_cache=True)
+    np.testing.assert_array_equal(np.asarray(ours_BxT[b]),
+                                  out[0, n:].numpy(), f"row {b}")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_export_round_trip(case):
+  config, params = _imported(case)
+  model = hf_model(case)
+  exported = _module(case).params_to_hf(params, config)
   original = model.state_dict()
   assert sorted(exported) == sorted(original)
   for name, tensor in original.items():
@@ -134,13 +243,132 @@ def test_export_round_trip(hf_models, family):
   fresh.load_state_dict({k: torch.tensor(v) for k, v in exported.items()})
 
 
-def test_safetensors_file_loads(hf_models, tmp_path):
+def _hf_with_mask(case, tokens, allowed_BxLxS):
+  """HF logits with an explicit additive 4-D float mask (0 where allowed)."""
+  mask = np.where(allowed_BxLxS, 0.0, -1e9).astype(np.float32)[:, None]
+  with torch.no_grad():
+    return hf_model(case)(torch.tensor(tokens),
+                          attention_mask=torch.tensor(mask)).logits.numpy()
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("attention", ["bidirectional", "block_causal"])
+def test_bidirectional_and_block_causal_variants_match_transformers(
+    case, attention):
+  """The LLaDA/Dream backbone: any imported family with attention
+  'bidirectional' (or block-causal, blocks of 4) equals HF run with the same
+  pattern as a 4-D float mask, built here from indices: |i - j| < W where
+  the family has a window, j's block <= i's block for block-causal.
+  """
+  overrides = dict(attention=attention)
+  if attention == "block_causal":
+    overrides["block_length"] = 4
+  config, params = _imported(case, **overrides)
+  tokens, valid = _prompts(width=16)
+  noisy = np.where(valid, tokens, MASK_ID)
+  i = np.arange(16)
+  allowed = np.ones((16, 16), bool)
+  if attention == "block_causal":
+    allowed = i[None] // 4 <= i[:, None] // 4
+  if config.sliding_window:
+    allowed &= np.abs(i[:, None] - i[None]) < config.sliding_window
+  allowed = np.broadcast_to(allowed, (len(LENGTHS), 16, 16))
+  want = _hf_with_mask(case, noisy, allowed)
+  got = make_logits_fn(config)(params, jnp.asarray(noisy),
+                               _positions(noisy)).logits
+  assert np.abs(np.asarray(got) - want).max() < 1e-4
+  causal = np.broadcast_to(i[None] <= i[:, None], allowed.shape)
+  assert np.abs(_hf_with_mask(case, noisy, causal) - want).max() > 1e-2
+
+
+@pytest.mark.parametrize("case", ["gpt2", "llama", "mistral-window", "qwen2"])
+@pytest.mark.parametrize("override", [
+    dict(attention="bidirectional"),
+    dict(attention="block_causal", block_length=2),
+    dict(dtype="bfloat16"), dict(dtype="float16"),
+    dict(param_dtype="bfloat16"),
+    dict(quantization="int8_weights"), dict(kv_cache_dtype="int8")])
+def test_every_documented_override_works_for_every_family(case, override):
+  """Each of options.OVERRIDES on each family: the import loads, the model
+  runs (cached for the KV-cache dtype), the dtype/quantisation overrides
+  stay near the float32 logits, the attention overrides change them (their
+  parity with HF: the test above), and the parameters export."""
+  assert set(override) <= set(options.OVERRIDES)
+  config, params = _imported(case, **override)
+  reference_config, reference = _imported(case)
+  tokens, _ = _prompts(width=8)
+  logits_fn = make_logits_fn(config)
+  cache = (logits_fn.init_cache(len(LENGTHS), 8)
+           if "kv_cache_dtype" in override else None)
+  got = np.asarray(logits_fn(params, jnp.asarray(tokens), _positions(tokens),
+                             cache=cache).logits)
+  want = np.asarray(make_logits_fn(reference_config)(
+      reference, jnp.asarray(tokens), _positions(tokens)).logits)
+  assert np.isfinite(got).all()
+  if "attention" in override:
+    assert np.abs(got - want).max() > 1e-3
+  else:
+    assert np.abs(got - want).max() < 0.05 * np.abs(want).max()
+  exported = _module(case).params_to_hf(params, config)
+  assert sorted(exported) == sorted(hf_model(case).state_dict())
+
+
+def test_refused_overrides_are_named():
+  with pytest.raises(ValueError, match=r"overrides \['d_model'\] are not "
+                     r"allowed"):
+    hf_llama.config_from_hf(CASES["llama"], d_model=32)
+
+
+# --- refused options, named, before any tensor is read -----------------------
+
+@pytest.mark.parametrize("case, change, message", [
+    ("gpt2", dict(activation_function="relu"), "activation_function='relu'"),
+    ("gpt2", dict(scale_attn_by_inverse_layer_idx=True),
+     "scale_attn_by_inverse_layer_idx=True"),
+    ("gpt2", dict(add_cross_attention=True), "add_cross_attention=True"),
+    ("gpt2", dict(n_ctx=64), "n_ctx=64"),
+    ("llama", dict(rope_scaling=dict(type="dynamic", factor=2.0, low=1)),
+     r"rope_type='dynamic' does not use \['low'\]"),
+    ("llama", dict(rope_scaling=dict(rope_type="longrope", short_factor=[1],
+                                     long_factor=[1])), "rope_type='longrope'"),
+    ("llama", dict(rope_scaling=dict(type="linear", factor=2.0, beta=3)),
+     r"does not use \['beta'\]"),
+    ("llama", dict(partial_rotary_factor=0.5), "partial_rotary_factor=0.5"),
+    ("llama", dict(rope_scaling=dict(rope_type="llama3", factor=8.0)),
+     r"rope_type='llama3' needs \['low_freq_factor', 'high_freq_factor'\]"),
+    ("llama", dict(hidden_act="gelu"), "hidden_act='gelu'"),
+    ("llama", dict(attention_bias=True), "attention_bias=True and mlp_bias"),
+    ("llama", dict(sliding_window=4), "sliding_window=4 is not represented"),
+    ("llama", dict(quantization_config=dict(quant_method="gptq")),
+     "quantization_config="),
+    ("llama", dict(model_type="gemma"), "model_type='gemma'"),
+    ("mistral-window", dict(layer_types=["sliding_attention"] * 2),
+     "layer_types="),
+    ("qwen2", dict(use_sliding_window=True, sliding_window=4,
+                   max_window_layers=1), "max_window_layers=1"),
+    ("qwen2", dict(layer_types=["full_attention", "sliding_attention"],
+                   use_sliding_window=True, sliding_window=4), "layer_types"),
+    ("qwen2", dict(some_new_option=1), "some_new_option=1"),
+])
+def test_unsupported_options_are_refused_by_name(case, change, message,
+                                                 monkeypatch):
+  def no_reads(*args, **kwargs):
+    raise AssertionError("a tensor was read before the refusal")
+  monkeypatch.setattr(checkpoints.layout, "read_state_dict", no_reads)
+  with pytest.raises(ValueError, match=message):
+    _module(case).config_from_hf(dict(CASES[case], **change))
+
+
+# --- tensors: layouts, buffers, tied copies ----------------------------------
+
+def test_safetensors_file_loads(tmp_path):
   from safetensors.numpy import save_file
-  _, model, config, params = _imported(hf_models, "gpt2")
+  config, params = _imported("gpt2")
   # The hub's gpt2 layout: no 'transformer.' prefix, no tied lm_head, and
   # the causal-mask buffers of older files.
   state = {k.removeprefix("transformer."): v.numpy()
-           for k, v in model.state_dict().items() if k != "lm_head.weight"}
+           for k, v in hf_model("gpt2").state_dict().items()
+           if k != "lm_head.weight"}
   state["h.0.attn.bias"] = np.ones((1, 1, 128, 128), np.float32)
   save_file(state, str(tmp_path / "model.safetensors"))
   loaded = hf_gpt2.params_from_hf(tmp_path / "model.safetensors", config)
@@ -148,21 +376,23 @@ def test_safetensors_file_loads(hf_models, tmp_path):
                jax.tree.map(np.asarray, params))
 
 
-@pytest.mark.parametrize("family,name,shape", [
+@pytest.mark.parametrize("case,name,shape", [
     ("gpt2", "transformer.h.1.attn.c_attn.weight", (64, 192)),
     ("llama", "model.layers.0.self_attn.k_proj.weight", (32, 64)),
+    ("qwen2", "model.layers.1.self_attn.v_proj.bias", (32,)),
 ])
-def test_bad_tensors_are_named(hf_models, family, name, shape):
-  module, model, config, _ = _imported(hf_models, family)
-  state = {k: v.numpy() for k, v in model.state_dict().items()}
-  wrong = dict(state, **{name: np.zeros((shape[0] + 1, shape[1]))})
+def test_bad_tensors_are_named(case, name, shape):
+  config, _ = _imported(case)
+  module = _module(case)
+  state = {k: v.numpy() for k, v in hf_model(case).state_dict().items()}
+  wrong_shape = (shape[0] + 1,) + shape[1:]
+  wrong = dict(state, **{name: np.zeros(wrong_shape)})
   with pytest.raises(ValueError, match=rf"'{name}' has shape "
-                     rf"\({shape[0] + 1}, {shape[1]}\); expected "
-                     rf"\({shape[0]}, {shape[1]}\)"):
+                     rf"{wrong_shape}; expected {shape}".replace(
+                         "(", r"\(").replace(")", r"\)")):
     module.params_from_hf(wrong, config)
   missing = {k: v for k, v in state.items() if k != name}
-  with pytest.raises(ValueError, match=rf"lacks tensor '{name}' \(expected "
-                     rf"shape \({shape[0]}, {shape[1]}\)\)"):
+  with pytest.raises(ValueError, match=rf"lacks tensor '{name}'"):
     module.params_from_hf(missing, config)
   extra = dict(state, **{"model.extra.weight": np.zeros(3)})
   with pytest.raises(ValueError, match=r"unexpected tensors "
@@ -170,45 +400,55 @@ def test_bad_tensors_are_named(hf_models, family, name, shape):
     module.params_from_hf(extra, config)
 
 
-def test_tied_head_must_equal_embedding(hf_models):
-  _, model, config, _ = _imported(hf_models, "gpt2")
-  state = {k: v.numpy() for k, v in model.state_dict().items()}
-  state["lm_head.weight"] = state["lm_head.weight"] + 1.0
-  with pytest.raises(ValueError, match="'lm_head.weight' differs from "
-                     "'transformer.wte.weight'"):
-    hf_gpt2.params_from_hf(state, config)
+@pytest.mark.parametrize("case", ["llama-linear", "llama-yarn"])
+def test_rope_inv_freq_buffers_are_checked_and_skipped(case):
+  """Case I4: `model.layers.N.self_attn.rotary_emb.inv_freq` (and the
+  model-level `model.rotary_emb.inv_freq`) are skipped when they hold the
+  config's frequencies, refused by name when not; unknown tensors still
+  refused."""
+  config, params = _imported(case)
+  state = {k: v.numpy() for k, v in hf_model(case).state_dict().items()}
+  inv_freq = hf_model(case).model.rotary_emb.inv_freq.numpy()
+  with_buffers = dict(state, **{
+      "model.rotary_emb.inv_freq": inv_freq,
+      **{f"model.layers.{i}.self_attn.rotary_emb.inv_freq": inv_freq
+         for i in range(2)}})
+  loaded = hf_llama.params_from_hf(with_buffers, config)
+  jax.tree.map(np.testing.assert_array_equal, loaded,
+               jax.tree.map(np.asarray, params))
+  other = dict(with_buffers, **{
+      "model.layers.1.self_attn.rotary_emb.inv_freq": inv_freq * 2})
+  with pytest.raises(ValueError, match=r"'model.layers.1.self_attn."
+                     r"rotary_emb.inv_freq' holds RoPE frequencies"):
+    hf_llama.params_from_hf(other, config)
+  with pytest.raises(ValueError, match=r"unexpected tensors "
+                     r"\['model.layers.0.self_attn.rotary_emb.cos'\]"):
+    hf_llama.params_from_hf(dict(state, **{
+        "model.layers.0.self_attn.rotary_emb.cos": inv_freq}), config)
 
 
-def test_unsupported_hf_options_are_refused(hf_models):
-  config = hf_models["gpt2"][1].config.to_dict()
-  with pytest.raises(ValueError, match="activation_function='relu'"):
-    hf_gpt2.config_from_hf(dict(config, activation_function="relu"))
-  config = hf_models["llama"][1].config.to_dict()
-  with pytest.raises(ValueError, match="rope_type='llama3'"):
-    hf_llama.config_from_hf(dict(config, rope_parameters={
-        "rope_type": "llama3", "rope_theta": 1e4}))
-
-
-def test_bidirectional_llama_denoises(hf_models):
-  """The LLaDA/Dream backbone: the LLaMA import with bidirectional attention.
-
-  One denoising forward (each row's prompt, then MASK up to the width)
-  equals HF's with an all-True 4-D mask (no causal mask) at every position.
-  """
-  _, model, config, params = _imported(hf_models, "llama",
-                                       attention="bidirectional")
-  tokens, valid = _prompts(width=16)
-  noisy = np.where(valid, tokens, MASK_ID)
-  full = torch.ones((noisy.shape[0], 1, 16, 16), dtype=torch.bool)
-  with torch.no_grad():
-    want = model(torch.tensor(noisy), attention_mask=full).logits.numpy()
-  positions = np.broadcast_to(np.arange(16), noisy.shape)
-  got = make_logits_fn(config)(params, jnp.asarray(noisy),
-                               jnp.asarray(positions)).logits
-  assert np.abs(np.asarray(got) - want).max() < 1e-4
-  causal = make_logits_fn(hf_llama.config_from_hf(model.config))(
-      params, jnp.asarray(noisy), jnp.asarray(positions)).logits
-  assert np.abs(np.asarray(causal) - want).max() > 1e-2  # the mask matters
+@pytest.mark.parametrize("case, embedding, head", [
+    ("llama-tied-bias", "model.embed_tokens.weight", "lm_head.weight"),
+    ("gpt2", "transformer.wte.weight", "lm_head.weight")])
+def test_tied_checkpoints_load_from_any_layout(case, embedding, head):
+  """Case I6: a tied file may store the embedding only, the head only (as
+  some writers do), or both (then equal)."""
+  config, params = _imported(case)
+  module = _module(case)
+  state = {k: v.numpy() for k, v in hf_model(case).state_dict().items()}
+  for drop in (head, embedding):
+    loaded = module.params_from_hf(
+        {k: v for k, v in state.items() if k != drop}, config)
+    jax.tree.map(np.testing.assert_array_equal, loaded,
+                 jax.tree.map(np.asarray, params))
+  state[head] = state[head] + 1.0
+  with pytest.raises(ValueError, match=f"'{head}' differs from "
+                     f"'{embedding}'"):
+    module.params_from_hf(state, config)
+  both_missing = {k: v for k, v in state.items() if k not in (head,
+                                                              embedding)}
+  with pytest.raises(ValueError, match=f"lacks tensor '{embedding}'"):
+    module.params_from_hf(both_missing, config)
 
 
 def test_library_does_not_import_torch():

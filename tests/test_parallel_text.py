@@ -32,7 +32,7 @@ def test_split_is_by_whole_book_deterministic_and_disjoint(pairs):
   assert not references["train"] & references["valid"]
   assert not references["train"] & references["test"]
   assert not references["valid"] & references["test"]
-  books = {name: {p.book for p in split} for name, split in first.items()}
+  books = {name: {p.group for p in split} for name, split in first.items()}
   assert books["valid"] == set(pt.VALID_BOOKS)
   assert books["test"] == set(pt.TEST_BOOKS)
   assert not books["train"] & (books["valid"] | books["test"])
@@ -40,7 +40,7 @@ def test_split_is_by_whole_book_deterministic_and_disjoint(pairs):
 
 
 def test_book_of_numbered_book():
-  assert pt.Pair("1 Peter 2:3", "a", "b").book == "1 Peter"
+  assert pt.Pair("1 Peter 2:3", "a", "b").group == "1 Peter"
 
 
 def test_read_pairs_rejects_a_malformed_line(tmp_path):

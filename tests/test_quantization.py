@@ -189,6 +189,47 @@ def test_int8_weights_logits_are_close_to_float32(untied):
   assert 0 < error < 0.05 * np.abs(reference).max()
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("untied", [False, True])
+def test_int8_weights_in_half_precision_stay_finite_at_large_activations(
+    dtype, untied):
+  """Case I3: norm gains of 8 on a d128 model make activations large; the
+  float-weight model in half precision stays finite, so must the int8 one
+  (the unscaled x @ q product overflowed float16: every logit non-finite),
+  and its error against int8 in float32 be of the float-weight model's
+  (half against float32) order."""
+  config = TransformerConfig(vocab_size=300, d_model=128, num_layers=2,
+                             num_heads=4, num_kv_heads=2, head_dim=32,
+                             mlp_dim=512, max_len=24, kv_cache_dtype="int8")
+  if untied:
+    config = config.replace(tie_embeddings=False, use_bias=True)
+  params = jax.tree_util.tree_map_with_path(
+      lambda path, x: x * 8.0 if path[-1].key == "scale" else x,
+      init_params(config, jax.random.key(0)))
+  quantised = quantize_params(params, config)
+  tokens = jax.random.randint(jax.random.key(2), (3, 8), 3, 300)
+  positions = _positions(3, 8)
+  logits = {}
+  for compute in ("float32", dtype):
+    for weights in ("none", "int8_weights"):
+      logits[compute, weights] = np.asarray(_apply(config.replace(
+          dtype=compute, quantization=weights))(
+              quantised if weights != "none" else params, tokens,
+              positions).logits)
+  assert np.isfinite(logits[dtype, "none"]).all()
+  assert np.isfinite(logits[dtype, "int8_weights"]).all()
+  float_error = np.abs(logits[dtype, "none"] - logits["float32", "none"])
+  int8_error = np.abs(logits[dtype, "int8_weights"]
+                      - logits["float32", "int8_weights"])
+  assert int8_error.max() < 4 * float_error.max()
+  # Cached decoding (int8 weights and int8 KV cache) too.
+  logits_fn = make_logits_fn(config.replace(dtype=dtype,
+                                            quantization="int8_weights"))
+  cached = logits_fn(quantised, tokens, positions,
+                     cache=logits_fn.init_cache(3, 8)).logits
+  assert np.isfinite(np.asarray(cached)).all()
+
+
 def test_int8_cache_logits_are_close_to_the_float_cache():
   """Keys/values move by at most absmax / 254 of their head vector: the
   measured logit change is 0.14% of the range; tolerance 2%."""

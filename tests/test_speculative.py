@@ -316,18 +316,57 @@ def test_acceptance_statistics_match_the_rounds_and_the_calls():
   assert committed - int(out.lengths[0]) <= 3
 
 
-def test_prompt_lookup_copies_what_followed_the_latest_match():
+def test_prompt_lookup_copies_what_followed_the_earliest_match():
+  """Case T3: the reference rule (Saxena 2023; transformers' prompt lookup)
+  copies after the earliest match; match='latest' after the most recent."""
+  context = jnp.array([1, 2, 3, 1, 2, 4, 1, 2, 0, 0], jnp.int32)
+  np.testing.assert_array_equal(lookup(context, jnp.int32(7), 2, 2, PAD),
+                                [3, 1])
+  np.testing.assert_array_equal(
+      lookup(context, jnp.int32(7), 2, 2, PAD, "latest"), [4, 1])
   sequence = jnp.array([5, 6, 7, 8, 9, 5, 6, 7, 2, 5, 6, 0, 0, 0], jnp.int32)
-  # Last tokens (5, 6) at pos 10; latest earlier "5 6 7"? no: the 3-gram
-  # "2 5 6" never occurred, so the 2-gram "5 6" at 5 wins (the latest).
+  # Last tokens (5, 6) at pos 10; the 3-gram "2 5 6" never occurred, so the
+  # 2-gram "5 6" wins: at 0 (earliest) or at 5 (latest).
   np.testing.assert_array_equal(lookup(sequence, jnp.int32(10), 4, 3, PAD),
-                                [7, 2, 5, 6])
+                                [7, 8, 9, 5])
+  np.testing.assert_array_equal(
+      lookup(sequence, jnp.int32(10), 4, 3, PAD, "latest"), [7, 2, 5, 6])
   # Copying past the known context gives PAD.
-  np.testing.assert_array_equal(lookup(sequence, jnp.int32(10), 7, 3, PAD),
-                                [7, 2, 5, 6, PAD, PAD, PAD])
+  np.testing.assert_array_equal(
+      lookup(sequence, jnp.int32(10), 7, 3, PAD, "latest"),
+      [7, 2, 5, 6, PAD, PAD, PAD])
   # No match at all.
   np.testing.assert_array_equal(lookup(sequence, jnp.int32(2), 2, 3, PAD),
                                 [PAD, PAD])
+
+
+@pytest.mark.parametrize("match", ["earliest", "latest"])
+def test_prompt_lookup_either_match_is_the_greedy_output(match):
+  """Both rules decode the target's greedy output; their acceptance rates
+  (accept_counts) are what differs, printed for the record."""
+  target = long_stub(1)
+  reference = make_decoder("ar", output_length=64, sampling=GREEDY).decode(
+      base.bind(target, None), RAGGED, RAGGED_LENGTHS, None)
+  out = make_decoder("prompt_lookup", output_length=64, sampling=GREEDY,
+                     gamma=4, match=match).decode(
+                         models(target), RAGGED, RAGGED_LENGTHS, None)
+  np.testing.assert_array_equal(out.tokens, reference.tokens)
+  counts = np.asarray(out.stats["accept_counts"]).sum(0)
+  accepted = (np.arange(5) @ counts) / (4 * counts.sum())
+  print(f"prompt lookup match={match}: draft tokens accepted {accepted:.3f}")
+
+
+def test_draft_tokens_after_an_eos_are_not_counted_accepted():
+  """Case T3: draft == target scripted [5, EOS, 6, 7]: all four drafts agree
+  but only two are committed (the EOS ends the row); accept_counts says 2."""
+  script = stubs.TableLogitsFn.scripted([[5, 5, 5, EOS, 6, 7] + [9] * 10],
+                                        12)
+  out = make_decoder("speculative", output_length=8, gamma=4,
+                     sampling=GREEDY, eos_ids=(EOS,)).decode(
+                         models(script, script), RAGGED[:1],
+                         RAGGED_LENGTHS[:1], None)
+  np.testing.assert_array_equal(out.tokens[0, :2], [5, EOS])
+  np.testing.assert_array_equal(out.stats["accept_counts"][0], [0, 0, 1, 0, 0])
 
 
 SKELETON_T, SKELETON_GAMMA = 12, 4
@@ -359,6 +398,7 @@ def test_skeleton_with_threshold_zero_is_the_mdlm_sample():
     ("speculative", dict(gamma=True), r"gamma=True must be an integer >= 1"),
     ("jacobi", dict(gamma=2.5), r"gamma=2.5 must be an integer >= 1"),
     ("prompt_lookup", dict(max_ngram=0), r"max_ngram=0 must be"),
+    ("prompt_lookup", dict(match="first"), r"match='first'; allowed"),
     ("diffusion_draft", dict(gamma=2, draft_steps=3),
      r"draft_steps=3 must be an integer in \[1, gamma=2\]"),
     ("diffusion_draft", dict(order="random"), r"order='random'; allowed"),

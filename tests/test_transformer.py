@@ -528,3 +528,49 @@ def test_initial_loss_is_near_uniform(name):
   loss = -float(np.take_along_axis(np.asarray(log_probs),
                                    np.asarray(tokens)[:, 1:, None], -1).mean())
   assert abs(loss - np.log(4096)) < 0.1 * np.log(4096), loss
+
+
+@pytest.mark.parametrize("changes, chunks", [
+    (dict(sliding_window=3), (5, 1, 1, 1, 1, 1)),  # prefill, then one a step
+    (dict(sliding_window=3, attention="bidirectional"), (10,)),
+    (dict(attention="block_causal", block_length=2), (4, 2, 2, 2)),
+    (dict(attention="block_causal", block_length=2, sliding_window=2),
+     (2, 2, 2, 2, 2)),
+])
+def test_window_and_block_causal_hold_with_the_kv_cache(changes, chunks):
+  """The default mask of block-causal attention and the sliding window
+  (`config.sliding_window`, ANDed in the model) are the same built from
+  slots with a KV cache as from indices without one: the cached pass,
+  prefill then chunks, equals the full one; and the full one equals an
+  explicit mask built here."""
+  config = BASE.replace(**changes)
+  params = _params(config)
+  tokens = jax.random.randint(jax.random.key(3), (2, 10), 0, 32)
+  logits_fn = make_logits_fn(config)
+  full = logits_fn(params, tokens, _positions(2, 10)).logits
+  i = np.arange(10)
+  allowed = np.ones((10, 10), bool)
+  if config.attention == "causal":
+    allowed = i[None] <= i[:, None]
+  if config.block_length:
+    allowed = i[None] // config.block_length <= i[:, None] // config.block_length
+  if config.sliding_window:
+    allowed &= np.abs(i[:, None] - i[None]) < config.sliding_window
+  plain = config.replace(sliding_window=0)
+  explicit = make_logits_fn(plain)(
+      params, tokens, _positions(2, 10),
+      attention_mask=jnp.broadcast_to(jnp.asarray(allowed), (2, 10, 10))).logits
+  np.testing.assert_allclose(full, explicit, atol=1e-5)
+  cache, cached, start = logits_fn.init_cache(2, 10), [], 0
+  for size in chunks:
+    out = logits_fn(params, tokens[:, start:start + size],
+                    _positions(2, size, start), cache=cache)
+    cache, start = out.cache, start + size
+    cached.append(out.logits)
+  if config.attention == "bidirectional":  # one chunk: the whole sequence
+    np.testing.assert_allclose(cached[0], full, atol=1e-5)
+  else:
+    np.testing.assert_allclose(jnp.concatenate(cached, 1), full, atol=1e-5)
+  assert np.abs(np.asarray(full) - np.asarray(
+      make_logits_fn(plain.replace(attention="causal", block_length=0))(
+          params, tokens, _positions(2, 10)).logits)).max() > 1e-3

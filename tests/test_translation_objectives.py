@@ -160,3 +160,28 @@ def test_translation_ar_with_empty_source_is_ar_eval():
   rows = jnp.asarray([[7, 8, BOS_ID, 9, EOS_ID, 0]], jnp.int32)
   _, metrics = to.translation_ar_eval(logits_fn, params, rows)
   assert metrics["tokens"] == 2  # the target token and EOS
+
+
+def test_ctc_loss_is_never_negative():
+  """Case T1: two frames (blank 0, token 17) and the label [token]: float32
+  rounds -log p to -8e-8 unless clamped."""
+  table = jnp.full((16, V), -1e4).at[:, parallel_text.BLANK_ID].set(0.0)
+  table = table.at[:, 5].set(17.0)
+  tokens = jnp.asarray([[6, BOS_ID, 5, EOS_ID, PAD_ID]], jnp.int32)
+  _, metrics = to.ctc_loss(TableLogits(table), None, tokens, None,
+                           source_width=1, upsample=2)
+  assert metrics["tokens"] == 1 and float(metrics["nll"]) >= 0.0
+
+
+def test_ctc_loss_refuses_a_blank_in_the_target():
+  """Case T2: a target holding the blank id (PAD) is refused, row named;
+  under jit the row is left out and counted infeasible."""
+  table = jnp.zeros((16, V))
+  tokens = jnp.asarray([[6, BOS_ID, 5, 6, EOS_ID, PAD_ID],
+                        [6, BOS_ID, 5, PAD_ID, EOS_ID, PAD_ID]], jnp.int32)
+  with pytest.raises(ValueError, match=r"rows \[1\].*blank"):
+    to.ctc_loss(TableLogits(table), None, tokens, None, source_width=1,
+                upsample=3)
+  _, metrics = jax.jit(lambda t: to.ctc_loss(
+      TableLogits(table), None, t, None, source_width=1, upsample=3))(tokens)
+  assert metrics["infeasible"] == 1 and metrics["tokens"] == 2

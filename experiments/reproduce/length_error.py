@@ -76,8 +76,9 @@ def bucket_rows(label, hypotheses, counts, references, reference_lengths):
 def run(workdir: str, smoke: bool, config, model_workdir: str,
         run_command: str) -> dict:
   start = time.time()
-  members, data = translate.load_members(config, model_workdir,
-                                         retrain=False, export=False)
+  data = translate.prepare_data(config, model_workdir, retrain=False)
+  members = translate.load_members(config, model_workdir, retrain=False,
+                                   export=False, data=data)
   summaries = {name: metrics for name, (_, metrics, _) in members.items()}
   sources = {name: source for name, (_, _, source) in members.items()}
   test = data.splits["test"]

@@ -17,7 +17,8 @@ biases on every dense layer, and a tied, unscaled LM head:
 
 Keys without the 'transformer.' prefix (the hub's `gpt2` safetensors,
 `GPT2Model`) are accepted; the causal-mask buffers `h.{i}.attn.bias` and
-`h.{i}.attn.masked_bias` older files carry are skipped.
+`h.{i}.attn.masked_bias` older files carry are skipped. A tied checkpoint
+may hold the embedding, the head `lm_head.weight`, or both (equal).
 """
 
 from __future__ import annotations
@@ -25,29 +26,49 @@ from __future__ import annotations
 from typing import Any
 
 from lm_decoding.checkpoints import layout as layout_lib
+from lm_decoding.checkpoints import options
 from lm_decoding.models.config import TransformerConfig
 
 _GELU_TANH = ("gelu_new", "gelu_pytorch_tanh")
+
+# The GPT-2 column of the importer table (lm_decoding/checkpoints/__init__).
+OPTIONS = {
+    **{name: options.READ for name in (
+        "vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "n_inner",
+        "layer_norm_epsilon", "tie_word_embeddings")},
+    "activation_function": _GELU_TANH,
+    "scale_attn_weights": (True,),
+    "scale_attn_by_inverse_layer_idx": (False,),
+    # Attention in float32, which ours always computes its scores in.
+    "reorder_and_upcast_attn": options.IGNORED,
+    **{name: options.IGNORED for name in (
+        "resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_type",
+        "summary_use_proj", "summary_activation", "summary_proj_to_labels",
+        "summary_first_dropout")},
+    "n_ctx": options.READ,  # older files: must equal n_positions
+}
 
 
 def config_from_hf(hf_config: Any, **overrides) -> TransformerConfig:
   """The `TransformerConfig` of a `transformers.GPT2Config` (or its dict).
 
   Args:
-    hf_config: a GPT2Config or its `to_dict()`.
-    **overrides: TransformerConfig fields to change (e.g. dtype, max_len).
+    hf_config: a GPT2Config or its `to_dict()` (a `config.json`).
+    **overrides: fields in `options.OVERRIDES` (e.g. dtype,
+      attention='bidirectional').
   Raises:
-    ValueError: an option our model does not represent (an activation other
-      than the tanh GELU, attention scaled by layer index or unscaled).
+    ValueError: an option the model does not represent, named (the table in
+      `lm_decoding.checkpoints`: an activation other than the tanh GELU,
+      attention scaled by layer index or unscaled, cross-attention, an
+      unknown option), or an override not in `options.OVERRIDES`; before
+      any tensor is read.
   """
   hf = layout_lib.hf_fields(hf_config)
-  if hf.get("activation_function", "gelu_new") not in _GELU_TANH:
-    raise ValueError(f"activation_function={hf['activation_function']!r}; "
-                     f"supported: {_GELU_TANH} (the tanh GELU)")
-  if hf.get("scale_attn_by_inverse_layer_idx", False):
-    raise ValueError("scale_attn_by_inverse_layer_idx=True is not supported")
-  if not hf.get("scale_attn_weights", True):
-    raise ValueError("scale_attn_weights=False is not supported")
+  layout_lib.check_model_type(hf, ("gpt2",), "GPT-2")
+  options.check(hf, OPTIONS, "GPT-2")
+  if hf.get("n_ctx", hf["n_positions"]) != hf["n_positions"]:
+    raise ValueError(f"GPT-2 config option n_ctx={hf['n_ctx']} differs from "
+                     f"n_positions={hf['n_positions']}")
   d_model, heads = hf["n_embd"], hf["n_head"]
   fields = dict(
       vocab_size=hf["vocab_size"], d_model=d_model,
@@ -58,7 +79,7 @@ def config_from_hf(hf_config: Any, **overrides) -> TransformerConfig:
       tie_embeddings=hf.get("tie_word_embeddings", True),
       scale_embeddings=False, use_bias=True,
       norm_eps=hf.get("layer_norm_epsilon", 1e-5))
-  return TransformerConfig(**{**fields, **overrides})
+  return TransformerConfig(**options.overridden(fields, overrides, "GPT-2"))
 
 
 def _canonical(name: str) -> str:

@@ -37,6 +37,7 @@ import jax
 import numpy as np
 
 from lm_decoding.models.config import TransformerConfig
+from lm_decoding.models.quantization import dequantize_params, quantize_params
 from lm_decoding.models.transformer import abstract_params
 
 Path = tuple[str, ...]
@@ -105,7 +106,11 @@ class Layout:
     canonical: maps a key as found (e.g. without the 'transformer.' prefix
       of GPT2LMHeadModel) to the layout's name.
     ignored: keys matching this regex are not weights (GPT-2's causal-mask
-      buffers) and are skipped.
+      buffers, the RoPE `inv_freq` some LLaMA files carry) and are skipped,
+      after `check_ignored`.
+    check_ignored: (name, array) -> None, raising ValueError when a skipped
+      buffer disagrees with the config (e.g. RoPE frequencies of another
+      base or scaling); None: not checked.
   """
 
   family: str
@@ -113,6 +118,7 @@ class Layout:
   tied: Mapping[str, str] = dataclasses.field(default_factory=dict)
   canonical: Callable[[str], str] = lambda name: name
   ignored: str | None = None
+  check_ignored: Callable[[str, np.ndarray], None] | None = None
 
 
 def hf_fields(hf_config: Any) -> dict:
@@ -127,6 +133,20 @@ def hf_fields(hf_config: Any) -> dict:
     return hf_config.to_dict()
   raise ValueError(f"hf_config must be a transformers config or a dict; got "
                    f"{type(hf_config).__name__}")
+
+
+def check_model_type(hf: Mapping[str, Any], accepted: Sequence[str],
+                     family: str) -> str:
+  """The config's `model_type` (the first accepted one when absent).
+
+  Raises:
+    ValueError: a model_type outside `accepted`, named.
+  """
+  model_type = hf.get("model_type") or accepted[0]
+  if model_type not in accepted:
+    raise ValueError(f"model_type={model_type!r} is not a {family} "
+                     f"checkpoint; this importer reads {list(accepted)}")
+  return model_type
 
 
 def read_state_dict(source: Any) -> dict[str, np.ndarray]:
@@ -186,19 +206,30 @@ def params_from_state_dict(layout: Layout, source: Any,
     source: see `read_state_dict`.
     config: the model the parameters are for (e.g. from `config_from_hf`).
   Returns:
-    A nested dict of numpy arrays, the tree `init_params(config)` returns.
+    A nested dict of numpy arrays, the tree `init_params(config)` returns
+    (with config.quantization 'int8_weights', the float weights quantised
+    by `quantize_params`). A tied pair (`Layout.tied`) may be found as
+    either tensor or both.
   Raises:
     ValueError: a tensor missing, of the wrong shape, or not in the layout
       (each named with the expected shape); a tied copy that differs from its
-      source; a config the layout does not cover (e.g. a length head).
+      source; a skipped buffer that disagrees with the config
+      (`Layout.check_ignored`); a config the layout does not cover (e.g. a
+      length head).
   """
-  _check_covers(layout, config)
+  float_config = config.replace(quantization="none")
+  _check_covers(layout, float_config)
   state, found_as = {}, {}
   for name, value in read_state_dict(source).items():
     if layout.ignored and re.search(layout.ignored, name):
+      if layout.check_ignored is not None:
+        layout.check_ignored(name, value)
       continue
     state[layout.canonical(name)] = value
     found_as[layout.canonical(name)] = name
+  for copy, origin in layout.tied.items():  # a tied file may hold either
+    if origin not in state and copy in state:
+      state[origin] = state.pop(copy)
   known = {t.name for t in layout.tensors} | set(layout.tied)
   unexpected = sorted(found_as[n] for n in set(state) - known)
   if unexpected:
@@ -223,6 +254,8 @@ def params_from_state_dict(layout: Layout, source: Any,
       for key in path[:-1]:
         node = node.setdefault(key, {})
       node[path[-1]] = np.asarray(leaf, dtype)
+  if config.quantization != "none":
+    params = jax.tree.map(np.asarray, quantize_params(params, float_config))
   return params
 
 
@@ -231,13 +264,15 @@ def state_dict_from_params(layout: Layout, params: Any,
   """The HF state dict (numpy) of our parameters: the inverse of import.
 
   Tied copies are written too, so the keys are those of the HF model's
-  `state_dict()`.
+  `state_dict()`. int8-weight parameters are written dequantised (float).
 
   Raises:
     ValueError: a config the layout does not cover.
   """
-  _check_covers(layout, config)
+  _check_covers(layout, config.replace(quantization="none"))
   params = nn.meta.unbox(params)
+  if config.quantization != "none":
+    params = dequantize_params(params, config.weight_dtype)
 
   def leaf(path):
     node = params

@@ -8,10 +8,23 @@ must hold text: a missing path, an empty file, a binary file (NUL bytes), a
 broken .gz or a file that is not UTF-8 is a ValueError naming the file and
 `data.path`.
 
-Line rule (the only normalisation applied anywhere in the data pipeline):
-each file's text is split into lines at '\\n' and each line is stripped of
-surrounding whitespace (so CRLF line ends, indentation and trailing blanks
-vanish); whitespace inside a line is kept as it is.
+Reading rules (`decode_text`, shared by every text file the project reads,
+corpora and parallel text alike; the only normalisation applied anywhere in
+the data pipeline):
+  encoding        UTF-8; a UTF-8 signature (BOM, EF BB BF) at the start is
+                  dropped; a file starting with a UTF-16 byte-order mark
+                  (FF FE or FE FF) is read as UTF-16 of that byte order.
+                  Anything else that is not valid UTF-8 (Latin-1, cp1252,
+                  UTF-16 without its mark) is a ValueError naming the file,
+                  the line and the offending byte.
+  NUL             a NUL character means a binary file: ValueError.
+  line ends       '\\r\\n' (Windows), '\\r' (old Mac) and '\\n' all end
+                  a line.
+  control chars   every other C0 control character except the tab (form
+                  feed, vertical tab, escape, ...), DEL and the C1 controls
+                  (U+0080-U+009F) become a space, so they act as whitespace.
+Line rule: each line is stripped of surrounding whitespace (indentation and
+trailing blanks vanish); whitespace inside a line is kept as it is.
 
 Formats (`data.format`): a document is
   'paragraphs'  a maximal run of non-empty lines (blank lines between
@@ -54,6 +67,7 @@ large enough for a config is checked on their tokens by
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import gzip
 import importlib.resources
@@ -165,15 +179,50 @@ def read_text(file: pathlib.Path) -> str:
       data = gzip.decompress(data)
   except (OSError, EOFError, zlib.error) as e:
     raise ValueError(f"{where} cannot be read: {e}") from e
-  if b"\0" in data:
-    raise ValueError(f"{where} is binary (it holds NUL bytes), not text")
-  try:
-    text = data.decode("utf-8")
-  except UnicodeDecodeError as e:
-    raise ValueError(f"{where} is not UTF-8: {e}") from e
+  text = decode_text(data, where)
   if not text.strip():
     raise ValueError(f"{where} is empty (no text)")
   return text
+
+
+_SIGNATURES = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"),
+               (codecs.BOM_UTF16_BE, "utf-16-be"))
+# C0 controls but tab and newline, DEL, C1 controls: read as a space.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def decode_text(data: bytes, where: str) -> str:
+  """The text of a file's bytes by the reading rules (module docstring).
+
+  Args:
+    data: the file's bytes (gunzipped).
+    where: names the file in messages, e.g. "data.path file 'x.tsv'".
+  Returns:
+    The text, lines ending in '\\n', control characters as spaces.
+  Raises:
+    ValueError: not valid in its encoding (UTF-8, or UTF-16 after its
+      mark), naming the line (1-based) and the byte; a NUL (binary).
+  """
+  codec = "utf-8"
+  for signature, name in _SIGNATURES:
+    if data.startswith(signature):
+      data, codec = data[len(signature):], name
+      break
+  if codec == "utf-8" and b"\0" in data:
+    raise ValueError(f"{where} is binary (it holds NUL bytes), not text "
+                     f"(UTF-16 text needs its byte-order mark)")
+  try:
+    text = data.decode(codec)
+  except UnicodeDecodeError as e:
+    line = data[:e.start].decode(codec, "replace").count("\n") + 1
+    raise ValueError(f"{where} is not {codec.upper()} text: line {line} "
+                     f"holds byte 0x{data[e.start]:02x}; convert it, e.g. "
+                     f"iconv -f latin1 -t utf-8") from e
+  if "\0" in text:
+    raise ValueError(f"{where} is binary (it holds NUL characters), not "
+                     f"text")
+  text = text.replace("\r\n", "\n").replace("\r", "\n")
+  return _CONTROL.sub(" ", text)
 
 
 def line_runs(text: str) -> list[list[str]]:

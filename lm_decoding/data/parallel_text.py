@@ -1,12 +1,36 @@
-"""Parallel text for translation: the bundled KJV / Reina-Valera 1909 pairs.
+"""Parallel text for translation: the bundled pairs or a user's own file.
 
-English (King James Version) -> Spanish (Reina-Valera 1909), one Bible verse
-per pair (`kjv_rv1909_pairs.tsv.gz`, see PROVENANCE.md). The split holds out
-whole books, so no verse, chapter or book is in two splits:
+The bundled file is English (King James Version) -> Spanish (Reina-Valera
+1909), one Bible verse per pair (`kjv_rv1909_pairs.tsv.gz`, see
+PROVENANCE.md). Any other file works the same way (`read_pairs`): UTF-8 text
+by the reading rules of `corpus.decode_text` (signatures, UTF-16 with its
+mark, CRLF/CR line ends, control characters), gzip if its name ends in .gz,
+one pair per line in one of two layouts, the same on every line:
 
-  valid: VALID_BOOKS (Ruth, Joel, Philippians, James)
-  test:  TEST_BOOKS  (Jonah, Micah, Mark, 1 Peter)
-  train: every other book (58 books).
+  reference<TAB>source<TAB>target   'Genesis 1:1', 'talk_17 3', 's12', ...
+  source<TAB>target                 blank lines separate documents: pair k
+                                    of document d gets reference 'doc{d} {k}';
+                                    a file without blank lines between pairs
+                                    gives each pair the reference 'line{n}'
+                                    (its line number): its own group
+
+Blank lines are skipped; a line with another number of fields, or an empty
+source or target, is a ValueError naming the file and the line.
+
+A pair's group is its reference up to the last space (`Pair.group`: 'Genesis
+1:1' -> 'Genesis', 'doc3 7' -> 'doc3'; a reference without a space is its
+own group). The split keeps every group in one split (`split_pairs`):
+
+  the Bible's books, when the file holds every held-out book:
+    valid: VALID_BOOKS (Ruth, Joel, Philippians, James)
+    test:  TEST_BOOKS  (Jonah, Micah, Mark, 1 Peter)
+    train: every other book (58 books);
+  otherwise by fraction: a group goes to valid when the CRC-32 of its name,
+    divided by 2**32, is below VALID_FRACTION, to test when below
+    VALID_FRACTION + TEST_FRACTION, else to train. Deterministic, and the same
+    for any file holding the group (a distilled file, a subset), whatever
+    the order or the other groups; valid and test each hold about 10% of
+    the groups. A split left empty is a ValueError (too few groups).
 
 One joint SentencePiece tokenizer (`tokenizer.Tokenizer`, the project's
 reserved ids) is trained on the train split's sources and targets together.
@@ -21,18 +45,20 @@ recovers the prefix length as (index of the first BOS) + 1 and the target
 length as the tokens between BOS and EOS (`prefix_and_target_lengths`). The
 prompt of an AR decoder is the prefix, right-padded (`prompts`).
 """
-
 from __future__ import annotations
 
+import collections
 import dataclasses
 import gzip
 import pathlib
+import zlib
 from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from lm_decoding.data import corpus
 from lm_decoding.data.tokenizer import Tokenizer
 from lm_decoding.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
@@ -40,21 +66,23 @@ BUNDLED_PAIRS = "kjv_rv1909_pairs.tsv.gz"
 VALID_BOOKS = ("Ruth", "Joel", "Philippians", "James")
 TEST_BOOKS = ("Jonah", "Micah", "Mark", "1 Peter")
 SPLITS = ("train", "valid", "test")
+VALID_FRACTION = TEST_FRACTION = 0.1  # of the groups, without the books
 BLANK_ID = PAD_ID  # the CTC blank: PAD is never a target token
 
 
 @dataclasses.dataclass(frozen=True)
 class Pair:
-  """One aligned verse: `reference` ('Genesis 1:1'), English source, Spanish
-  target."""
+  """One aligned pair: `reference` ('Genesis 1:1', 'doc3 7'), source text,
+  target text."""
 
   reference: str
   source: str
   target: str
 
   @property
-  def book(self) -> str:
-    """The book name: the reference before its last space ('1 Peter')."""
+  def group(self) -> str:
+    """The reference before its last space ('1 Peter', 'doc3'); the whole
+    reference when it has no space. The split keeps a group together."""
     return self.reference.rsplit(" ", 1)[0]
 
 
@@ -64,29 +92,51 @@ def bundled_pairs_path() -> pathlib.Path:
 
 
 def read_pairs(path: str | pathlib.Path | None = None) -> list[Pair]:
-  """Reads `reference<TAB>source<TAB>target` lines (UTF-8, gzip if .gz).
+  """Reads a pairs file in either layout (module docstring).
 
   Args:
     path: the file; None or '' reads the bundled KJV / RV1909 pairs.
   Returns:
     The pairs in file order.
   Raises:
-    ValueError: the file is missing, or a line has not 3 fields, an empty
-      field, or a reference without a space (the message names the line).
+    ValueError: the file is missing, unreadable, empty or undecodable
+      (`corpus.read_text`: the file and the line named); a line with a
+      number of fields other than the first line's (2 or 3), or an empty
+      reference, source or target (the file, the line and the column
+      named).
   """
   path = pathlib.Path(path) if path else bundled_pairs_path()
   if not path.is_file():
-    raise ValueError(f"path={str(path)!r}: no pairs file there")
-  opener = gzip.open if path.suffix == ".gz" else open
+    raise ValueError(f"data.path={str(path)!r}: no pairs file there")
+  rows, width, document, blank_before = [], None, 0, True
+  for number, line in enumerate(corpus.read_text(path).split("\n"), 1):
+    if not line.strip():
+      blank_before = True
+      continue
+    fields = [field.strip() for field in line.split("\t")]
+    width = width or len(fields)
+    if len(fields) != width or width not in (2, 3):
+      raise ValueError(
+          f"{path}:{number}: expected {width if width in (2, 3) else '2 or 3'}"
+          f" tab-separated fields (reference<TAB>source<TAB>target or "
+          f"source<TAB>target, as the first line); got {len(fields)}: "
+          f"{line[:80]!r}")
+    names = ("reference", "source", "target")[3 - width:]
+    for column, (name, field) in enumerate(zip(names, fields), 1):
+      if not field:
+        raise ValueError(f"{path}:{number}: the {name} (column {column}) is "
+                         f"empty: {line[:80]!r}")
+    document += blank_before
+    blank_before = False
+    rows.append((number, document, fields))
+  if width == 3:
+    return [Pair(*fields) for _, _, fields in rows]
+  in_document = collections.Counter()
   pairs = []
-  with opener(path, "rt", encoding="utf-8") as f:
-    for number, line in enumerate(f, 1):
-      fields = line.rstrip("\n").split("\t")
-      if len(fields) != 3 or not all(fields) or " " not in fields[0]:
-        raise ValueError(
-            f"{path}:{number}: expected 'book chapter:verse<TAB>source<TAB>"
-            f"target' with no empty field; got {line[:80]!r}")
-      pairs.append(Pair(*fields))
+  for number, d, fields in rows:  # references (module docstring)
+    in_document[d] += 1
+    reference = f"doc{d} {in_document[d]}" if document > 1 else f"line{number}"
+    pairs.append(Pair(reference, *fields))
   return pairs
 
 
@@ -138,24 +188,43 @@ def pairs_path(path: str, targets: str, cache_dir: str | pathlib.Path
 
 
 def split_pairs(pairs: Sequence[Pair]) -> dict[str, list[Pair]]:
-  """{'train', 'valid', 'test'}: pairs of VALID_BOOKS / TEST_BOOKS held out.
+  """{'train', 'valid', 'test'}: whole groups, by the Bible's books when
+  every held-out book is there, else by fraction (module docstring).
 
-  Deterministic (file order kept within each split); whole books, so a
-  verse is in exactly one split.
+  Deterministic (file order kept within each split); a group is in exactly
+  one split.
 
   Raises:
-    ValueError: a held-out book has no pair (a different pairs file).
+    ValueError: no pairs, or a split by fraction that leaves valid or test
+      empty (the message gives the number of groups).
   """
+  if not pairs:
+    raise ValueError("no pairs to split (the file holds none)")
+  groups = {p.group for p in pairs}  # for verses: the books
+  if set(VALID_BOOKS + TEST_BOOKS) <= groups:
+    place = {g: "valid" if g in VALID_BOOKS else "test" if g in TEST_BOOKS
+             else "train" for g in groups}
+  else:
+    place = {g: fraction_split(g) for g in groups}
   splits = {name: [] for name in SPLITS}
   for pair in pairs:
-    book = pair.book
-    name = ("valid" if book in VALID_BOOKS
-            else "test" if book in TEST_BOOKS else "train")
-    splits[name].append(pair)
-  missing = set(VALID_BOOKS + TEST_BOOKS) - {p.book for p in pairs}
-  if missing:
-    raise ValueError(f"held-out books {sorted(missing)} are not in the pairs")
+    splits[place[pair.group]].append(pair)
+  empty = [name for name in SPLITS if not splits[name]]
+  if empty:
+    raise ValueError(
+        f"the split by fraction of {len(groups)} groups (references up to "
+        f"their last space) leaves {empty} empty; give more pairs or more "
+        f"groups (about {VALID_FRACTION:.0%} go to valid and "
+        f"{TEST_FRACTION:.0%} to test)")
   return splits
+
+
+def fraction_split(group: str) -> str:
+  """'valid', 'test' or 'train': where the split by fraction puts `group`
+  (CRC-32 of its UTF-8 name / 2**32 against the fractions)."""
+  u = zlib.crc32(group.encode("utf-8")) / 2 ** 32
+  return ("valid" if u < VALID_FRACTION
+          else "test" if u < VALID_FRACTION + TEST_FRACTION else "train")
 
 
 def train_tokenizer(pairs: Sequence[Pair], vocab_size: int) -> Tokenizer:
@@ -310,7 +379,8 @@ TOKENIZER_FILE = "translation_tokenizer.model"
 def prepare(vocab_size: int, max_source_tokens: int, max_target_tokens: int,
             path: str | pathlib.Path | None = None,
             cache_dir: str | pathlib.Path | None = None) -> TranslationData:
-  """Reads, splits by book, trains the joint tokenizer on train, encodes.
+  """Reads, splits (`split_pairs`), trains the joint tokenizer on train,
+  encodes.
 
   Pairs over `max_source_tokens` / `max_target_tokens` are left out of every
   split and counted (`Encoded.dropped`). With `cache_dir`, the tokenizer is

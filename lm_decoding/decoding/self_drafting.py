@@ -16,10 +16,13 @@ greedy decoding, token for token). They differ in where the draft comes from:
                    least one token per call.
   "prompt_lookup"  n-gram lookup in the row's own context (Saxena 2023,
                    "Prompt Lookup Decoding"; Yang et al. 2023, LLMA): find the
-                   most recent earlier occurrence of the row's last n tokens
-                   (n = max_ngram down to 1, the longest that occurs) and
-                   propose the gamma tokens that followed it; PAD where the
-                   copy would run past the known context or nothing matches.
+                   earliest earlier occurrence of the row's last n tokens
+                   (n = max_ngram down to 1, the longest that occurs), as
+                   Saxena's reference code and `transformers`'
+                   `prompt_lookup_num_tokens` do, or with match='latest' the
+                   most recent one, and propose the gamma tokens that
+                   followed it; PAD where the copy would run past the known
+                   context or nothing matches.
 
 Cost: one target call of gamma + 1 tokens per round, plus the prefill; no
 draft calls.
@@ -66,9 +69,16 @@ class JacobiDecoder(DraftVerifyDecoder):
     return jnp.where(source_BxG <= self.gamma, shifted, self.pad_id)
 
 
+LOOKUP_MATCHES = ("earliest", "latest")
+
+
 def lookup(sequence_C: jax.Array, pos: jax.Array, gamma: int, max_ngram: int,
-           pad_id: int) -> jax.Array:
+           pad_id: int, match: str = "earliest") -> jax.Array:
   """int32[gamma]: the prompt-lookup draft of ONE row (module docstring).
+
+  Example: context [1, 2, 3, 1, 2, 4, 1, 2] (pos 7), max_ngram 2, gamma 2:
+  the last 2-gram [1, 2] occurred at 0 and 3; 'earliest' drafts [3, 1],
+  'latest' [4, 1].
 
   Args:
     sequence_C: int32[C] the row's tokens; positions <= pos are known.
@@ -76,6 +86,8 @@ def lookup(sequence_C: jax.Array, pos: jax.Array, gamma: int, max_ngram: int,
     gamma: draft length.
     max_ngram: longest n-gram tried.
     pad_id: the draft where nothing is known.
+    match: which occurrence of the n-gram is copied from, one of
+      `LOOKUP_MATCHES`.
   """
   length = sequence_C.shape[0]
   start_C = jnp.arange(length)
@@ -86,7 +98,9 @@ def lookup(sequence_C: jax.Array, pos: jax.Array, gamma: int, max_ngram: int,
     for j in range(n):
       shifted = jnp.roll(sequence_C, -j)  # shifted[s] = sequence[s + j]
       match_C &= shifted == sequence_C[jnp.maximum(pos - n + 1 + j, 0)]
-    start = jnp.max(jnp.where(match_C, start_C, -1))
+    first = jnp.argmax(match_C[::-1] if match == "latest" else match_C)
+    start = jnp.where(match_C.any(),
+                      length - 1 - first if match == "latest" else first, -1)
     source_G = start + n + jnp.arange(gamma)
     copy = jnp.where(source_G <= pos, sequence_C[jnp.minimum(source_G,
                                                              length - 1)],
@@ -104,19 +118,24 @@ class PromptLookupDecoder(DraftVerifyDecoder):
 
   Attributes (besides `DraftVerifyDecoder`'s):
     max_ngram: longest n-gram matched, >= 1 (module docstring).
+    match: 'earliest' (default, the reference rule) or 'latest' occurrence
+      of the n-gram (`lookup`).
   """
 
   max_ngram: int = 3
+  match: str = "earliest"
   roles: ClassVar[tuple[str, ...]] = ("target",)
 
   def __post_init__(self):
     super().__post_init__()
     if not is_count(self.max_ngram):
       raise ValueError(f"max_ngram={self.max_ngram!r} must be an integer >= 1")
+    if self.match not in LOOKUP_MATCHES:
+      raise ValueError(f"match={self.match!r}; allowed: {LOOKUP_MATCHES}")
 
   def propose(self, models, state, key_B):
     del models, key_B
     draft = jax.vmap(lambda s, p: lookup(s, p, self.gamma, self.max_ngram,
-                                         self.pad_id))(state.sequence,
-                                                       state.pos)
+                                         self.pad_id, self.match))(
+                                             state.sequence, state.pos)
     return draft, None, None, state.cost

@@ -49,8 +49,10 @@ gamma + 1 tokens per round; the draft's calls as each subclass states.
 `DecodeResult.stats`:
   rounds          int32[B] verification rounds while the row was live;
   accept_counts   int32[B, gamma + 1] rounds in which exactly a draft
-                  tokens were accepted, a = 0 .. gamma. The acceptance rate
-                  of draft position i is sum_{a > i} / sum_{a >= i}.
+                  tokens were accepted and committed, a = 0 .. gamma (draft
+                  tokens after an accepted EOS, or past T, are not
+                  counted). The acceptance rate of draft position i is
+                  sum_{a > i} / sum_{a >= i}.
 """
 
 from __future__ import annotations
@@ -437,8 +439,11 @@ def settle(decoder: DraftVerifyDecoder, state: Round, draft_BxG, q_BxGxV,
   generated = state.generated + count_B
   ended_B = (is_eos & (index_G1[None] < count_B[:, None])).any(1)
   new_pos_B = jnp.where(live_B, pos_B + count_B, pos_B)
+  # Draft tokens past the cut (after an EOS, past T) were not committed:
+  # the statistics count only the accepted ones that were.
+  committed_draft_B = jnp.minimum(accepted_B, count_B)
   accept_counts = state.accept_counts + (
-      live_B[:, None] & (accepted_B[:, None] == index_G1[None])
+      live_B[:, None] & (committed_draft_B[:, None] == index_G1[None])
   ).astype(jnp.int32)
   state = state.replace(
       sequence=sequence, generated=generated,

@@ -177,14 +177,20 @@ def param_count(config: TransformerConfig) -> int:
   V D (embedding) + [max_len D (learned positions)] + L (D (H + 2 Hkv) Dh
   + H Dh D + m D F + n D) + n D (final norm) + [D V (untied head)]
   + [D C + C (length head)], m = 3 (SwiGLU) or 2, n = 1 (RMSNorm scale)
-  or 2 (LayerNorm scale and bias) per norm, two norms per layer.
+  or 2 (LayerNorm scale and bias) per norm, two norms per layer; biases
+  per layer: (H + 2 Hkv) Dh with use_bias or qkv_bias, plus D + (m - 1) F
+  + D with use_bias.
   """
   c = config
   d, per_norm = c.d_model, 2 if c.norm == "layernorm" else 1
   mlp_matrices = 3 if c.mlp_activation == "swiglu" else 2
-  layer = (d * (c.num_heads + 2 * c.num_kv_heads) * c.head_dim
-           + c.num_heads * c.head_dim * d + mlp_matrices * d * c.mlp_dim
-           + 2 * per_norm * d)
+  qkv = (c.num_heads + 2 * c.num_kv_heads) * c.head_dim
+  layer = (d * qkv + c.num_heads * c.head_dim * d
+           + mlp_matrices * d * c.mlp_dim + 2 * per_norm * d)
+  if c.use_bias or c.qkv_bias:
+    layer += qkv
+  if c.use_bias:
+    layer += d + (mlp_matrices - 1) * c.mlp_dim + d
   total = c.vocab_size * d + c.num_layers * layer + per_norm * d
   if c.positional == "learned":
     total += c.max_len * d

@@ -6,7 +6,9 @@ import dataclasses
 
 import jax.numpy as jnp
 
-ATTENTION_KINDS = ("causal", "bidirectional")
+from lm_decoding.models.rope import RopeScaling
+
+ATTENTION_KINDS = ("causal", "bidirectional", "block_causal")
 NORMS = ("rmsnorm", "layernorm")
 POSITIONALS = ("rope", "learned")
 MLP_ACTIVATIONS = ("swiglu", "gelu")
@@ -37,10 +39,22 @@ class TransformerConfig:
     positional: 'rope' (rotary, Su et al. 2021) or 'learned' absolute embeddings.
     mlp_activation: 'swiglu' (Shazeer 2020) or 'gelu'.
     tie_embeddings: if True the LM head is the transposed token embedding.
-    attention: 'causal' or 'bidirectional'.
+    attention: 'causal', 'bidirectional' or 'block_causal' (blocks of
+      `block_length` positions, each seeing itself and the blocks before:
+      `masks.block_causal_mask`). Only the default mask: a call may pass
+      its own.
+    block_length: the block of 'block_causal' attention, >= 1 there; 0
+      (default) for the other kinds.
     dtype: compute dtype name; logits are always returned in float32.
     param_dtype: parameter dtype name.
     rope_base: RoPE frequency base.
+    rope_scaling: None (default), or a `rope.RopeScaling` (linear, llama3,
+      yarn) applied to the RoPE frequencies.
+    sliding_window: W > 0 limits every layer's attention to keys fewer than
+      W slots away from the query (|query slot - key slot| < W; slots are
+      input indices, or cache slots with a cache, which every decoder here
+      fills in position order), on top of the mask given or the default;
+      0 (default): no window. Mistral's sliding window attention.
     length_classes: C > 0 adds a length head (CMLM, Ghazvininejad et al.
       2019) predicting a target length in 1..C from mean-pooled source
       hidden states (`transformer.length_logits`); 0 (default): no head,
@@ -61,6 +75,8 @@ class TransformerConfig:
     use_bias: if True every attention projection (query, key, value, out) and
       MLP dense layer has a bias, as GPT-2's; False (default): none, and the
       parameters are those of a model without them.
+    qkv_bias: if True the query, key and value projections have biases
+      (Qwen2's layout) even when use_bias is False.
     scale_embeddings: with tie_embeddings, True (default) multiplies the input
       embeddings by sqrt(d_model) and the logits by d_model**-0.5 (so a
       unit-variance table serves both ends); False applies neither, as GPT-2
@@ -91,11 +107,15 @@ class TransformerConfig:
   dtype: str = "float32"
   param_dtype: str = "float32"
   rope_base: float = 10000.0
+  rope_scaling: RopeScaling | None = None
+  sliding_window: int = 0
+  block_length: int = 0
   length_classes: int = 0
   quantization: str = "none"
   kv_cache_dtype: str = "compute"
   norm_eps: float = 1e-6
   use_bias: bool = False
+  qkv_bias: bool = False
   scale_embeddings: bool = True
   token_shift: bool = False
 
@@ -116,6 +136,17 @@ class TransformerConfig:
                  "num_kv_heads", "head_dim", "mlp_dim", "max_len"):
       if getattr(self, name) < 1:
         raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+    if self.sliding_window < 0:
+      raise ValueError(f"sliding_window={self.sliding_window} must be >= 0 "
+                       f"(0: no window)")
+    if (self.attention == "block_causal") != (self.block_length > 0):
+      raise ValueError(f"block_length={self.block_length} must be >= 1 with "
+                       f"attention='block_causal' and 0 otherwise "
+                       f"(attention={self.attention!r})")
+    if self.rope_scaling is not None and not isinstance(self.rope_scaling,
+                                                        RopeScaling):
+      raise ValueError(f"rope_scaling={self.rope_scaling!r} must be None or "
+                       f"a RopeScaling")
     if self.length_classes < 0:
       raise ValueError(f"length_classes={self.length_classes} must be >= 0 "
                        f"(0: no length head)")

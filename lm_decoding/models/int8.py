@@ -109,6 +109,10 @@ def int8_param(module: nn.Module, name: str, shape: tuple[int, ...],
 class Int8Dense(nn.Module):
   """Weight-only int8 `nn.DenseGeneral`: (x @ q) * scale (+ bias).
 
+  The product x @ q is accumulated in float32 and scaled before the cast to
+  `dtype`, so float16 and bfloat16 compute stay finite wherever the float
+  layer's output is.
+
   Parameters: 'kernel' int8[*in, *features] and 'kernel_scale'
   float32[*features], one scale per output channel (see module doc); with
   `use_bias`, a float32 'bias'[*features] kept unquantised.
@@ -141,8 +145,13 @@ class Int8Dense(nn.Module):
         self, "kernel", tuple(x.shape[a] for a in axis) + features,
         self.kernel_axes, inputs,
         nn.initializers.lecun_normal(in_axis=inputs, out_axis=outputs))
+    # Accumulated and scaled in float32, cast last: the raw int8 values (up
+    # to 127) make the unscaled product up to 127 / max|w| times the true
+    # one, which overflows float16 (max 65504) where the scaled product
+    # does not.
     y = jax.lax.dot_general(x.astype(self.dtype), kernel.astype(self.dtype),
-                            ((axis, inputs), ((), ())))
+                            ((axis, inputs), ((), ())),
+                            preferred_element_type=jnp.float32)
     y = y * scale
     if self.use_bias:
       y = y + self.param("bias", nn.with_logical_partitioning(

@@ -136,19 +136,45 @@ def bd3lm_training_mask(batch: int, length: int,
   return _broadcast(jnp.concatenate([noisy, clean], axis=0), batch)
 
 
+def sliding_window_mask(query_slots_BxL: jax.Array, key_length: int,
+                        window: int) -> jax.Array:
+  """bool[B, L, S]: query i of row b sees key slot j when |q - j| < window,
+  q = query_slots[b, i] (Beltagy et al. 2020; Mistral's sliding window, on
+  the causal side the same rule as `transformers`' q - j < W).
+
+  AND it with another mask: `Transformer` does so for
+  `config.sliding_window`.
+
+  Args:
+    query_slots_BxL: int32[B, L] each query's slot (its index without a
+      cache; cache index + i with one).
+    key_length: S, number of key slots.
+    window: W >= 1.
+  Raises:
+    ValueError: window < 1.
+  """
+  if window < 1:
+    raise ValueError(f"window={window} must be >= 1")
+  slot_S = jnp.arange(key_length)
+  distance = jnp.asarray(query_slots_BxL)[:, :, None] - slot_S[None, None]
+  return jnp.abs(distance) < window
+
+
 def cache_query_mask(index_B: jax.Array, length: int, cache_length: int,
-                     causal: bool) -> jax.Array:
+                     causal: bool, block_length: int = 1) -> jax.Array:
   """bool[B, L, S]: L queries written at slots index..index+L-1 of a cache.
 
   Slots [0, index[b] + L) of row b hold keys (those written before and the L
   new ones); later slots are stale or empty and never seen. With `causal`,
-  query i also sees no slot after its own, index[b] + i.
+  query i also sees no slot after its own block's last slot: blocks of
+  `block_length` slots (1: no slot after its own, index[b] + i).
 
   Args:
     index_B: int32[B] write slot of each row's first query.
     length: L queries.
     cache_length: S slots.
     causal: causal (True) or bidirectional over the written slots (False).
+    block_length: the block of block-causal attention (1: causal).
   """
   index_B = jnp.asarray(index_B, jnp.int32)
   slot_S = jnp.arange(cache_length)
@@ -157,20 +183,27 @@ def cache_query_mask(index_B: jax.Array, length: int, cache_length: int,
                           (index_B.shape[0], length, cache_length))
   if causal:
     query_slot_BxL = index_B[:, None] + jnp.arange(length)[None, :]
-    mask &= slot_S[None, None, :] <= query_slot_BxL[:, :, None]
+    mask &= (slot_S[None, None, :] // block_length
+             <= query_slot_BxL[:, :, None] // block_length)
   return mask
 
 
 def default_mask(attention: str, batch: int, length: int,
                  cache_index_B: jax.Array | None = None,
-                 cache_length: int | None = None) -> jax.Array:
+                 cache_length: int | None = None,
+                 block_length: int = 0) -> jax.Array:
   """The mask a model of kind `attention` uses when given none.
 
-  'causal' is `causal_mask` (or `cache_query_mask(.., causal=True)` with a
-  cache); any other kind attends everywhere (to the written slots with a
-  cache).
+  'causal' is `causal_mask`, 'block_causal' `block_causal_mask` of
+  `block_length` (with a cache: `cache_query_mask(.., causal=True)` of
+  blocks 1 or `block_length`); 'bidirectional' attends everywhere (to the
+  written slots with a cache).
   """
-  causal = attention == "causal"
+  block = block_length if attention == "block_causal" else 1
+  causal = attention in ("causal", "block_causal")
   if cache_index_B is not None:
-    return cache_query_mask(cache_index_B, length, cache_length, causal)
-  return causal_mask(batch, length) if causal else full_mask(batch, length)
+    return cache_query_mask(cache_index_B, length, cache_length, causal,
+                            block)
+  if not causal:
+    return full_mask(batch, length)
+  return block_causal_mask(batch, length, block)

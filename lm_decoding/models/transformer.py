@@ -23,6 +23,7 @@ from lm_decoding.models.config import TransformerConfig
 from lm_decoding.models.kv_cache import (Int8KV, KVCache, as_cached,
                                          write_rows, write_start)
 from lm_decoding.models.output import ModelOutput
+from lm_decoding.models.rope import rotary
 
 _NEG = -1e30  # finite mask value for float32 attention scores
 
@@ -77,19 +78,6 @@ class Norm(nn.Module):
       bias = 0.0
     x = x * jax.lax.rsqrt((x * x).mean(-1, keepdims=True) + cfg.norm_eps)
     return (x * scale + bias).astype(cfg.compute_dtype)
-
-
-def rotary(x_BxLxHxD: jax.Array, positions_BxL: jax.Array,
-           base: float) -> jax.Array:
-  """Rotary position embedding (Su et al. 2021), half-split convention."""
-  half = x_BxLxHxD.shape[-1] // 2
-  freq = base ** (-jnp.arange(half, dtype=jnp.float32) / half)
-  angle_BxLx1xF = (positions_BxL[..., None].astype(jnp.float32) * freq)[:, :, None]
-  sin, cos = jnp.sin(angle_BxLx1xF), jnp.cos(angle_BxLx1xF)
-  x = x_BxLxHxD.astype(jnp.float32)
-  x1, x2 = x[..., :half], x[..., half:]
-  out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
-  return out.astype(x_BxLxHxD.dtype)
 
 
 def _attend(cfg: TransformerConfig, q_BxLxKxGxD: jax.Array,
@@ -170,15 +158,16 @@ class Attention(nn.Module):
   def __call__(self, x_BxLxD, positions_BxL, mask_BxLxS, k_cache, v_cache,
                index_B):
     cfg = self.config
-    dense = lambda feats, axes, name: _dense(cfg, feats, axes, name)
+    dense = lambda feats, axes, name: _dense(
+        cfg, feats, axes, name, use_bias=cfg.use_bias or cfg.qkv_bias)
     q = dense((cfg.num_heads, cfg.head_dim), ("embed", "heads", "kv"), "query")(x_BxLxD)
     k = dense((cfg.num_kv_heads, cfg.head_dim), ("embed", "kv_heads", "kv"),
               "key")(x_BxLxD)
     v = dense((cfg.num_kv_heads, cfg.head_dim), ("embed", "kv_heads", "kv"),
               "value")(x_BxLxD)
     if cfg.positional == "rope":
-      q = rotary(q, positions_BxL, cfg.rope_base)
-      k = rotary(k, positions_BxL, cfg.rope_base)
+      q = rotary(q, positions_BxL, cfg.rope_base, cfg.rope_scaling)
+      k = rotary(k, positions_BxL, cfg.rope_base, cfg.rope_scaling)
     k = jnp.swapaxes(k, 1, 2)  # [B, Hkv, L, Dh]
     v = jnp.swapaxes(v, 1, 2)
     b, l = q.shape[:2]
@@ -280,7 +269,9 @@ class Transformer(nn.Module):
     attention_mask: bool[B, L, S] which keys each query sees (S = L without
       a cache, the cache length with one); build it with
       `lm_decoding.models.masks`. None is `masks.default_mask` of
-      `config.attention` (causal, or every written slot).
+      `config.attention` (causal, block-causal, or every written slot).
+      With `config.sliding_window` W, keys W or more slots from the query
+      are masked out too (`masks.sliding_window_mask`).
   Returns:
     `ModelOutput`: logits float32[B, L, vocab_size]; the cache with the L new
     keys/values written at each row's index and index advanced by L (None
@@ -299,7 +290,7 @@ class Transformer(nn.Module):
     if attention_mask is None:
       attention_mask = masks.default_mask(
           cfg.attention, b, l, None if cache is None else cache.index,
-          None if cache is None else cache.length)
+          None if cache is None else cache.length, cfg.block_length)
     s = l if cache is None else cache.length
     if attention_mask.shape != (b, l, s):
       raise ValueError(f"attention_mask has shape {attention_mask.shape}; "
@@ -326,6 +317,12 @@ class Transformer(nn.Module):
           (cfg.max_len, cfg.d_model), cfg.weight_dtype)
       x = x + jnp.take(pos_embedding, positions_BxL, axis=0).astype(cfg.compute_dtype)
     mask = attention_mask.astype(bool)
+    if cfg.sliding_window:
+      query_slots_BxL = jnp.broadcast_to(jnp.arange(l), (b, l))
+      if cache is not None:
+        query_slots_BxL = query_slots_BxL + cache.index[:, None]
+      mask &= masks.sliding_window_mask(query_slots_BxL, s,
+                                        cfg.sliding_window)
     new_k, new_v = [], []
     for i in range(cfg.num_layers):
       kc = vc = None

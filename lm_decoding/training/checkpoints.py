@@ -24,6 +24,7 @@ import re
 import sys
 from typing import Any
 
+import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
@@ -88,6 +89,27 @@ def _drop_orphaned_io_callbacks() -> None:
 
   hook.drops_orphaned_io = True
   sys.unraisablehook = hook
+
+
+def _on_this_process(abstract_state: Any) -> Any:
+  """`abstract_state` as `jax.ShapeDtypeStruct`s placed on this process's
+  devices: a leaf's own sharding when it has one (a `jax.Array`, or a
+  ShapeDtypeStruct given one), else the default device.
+
+  Without a sharding orbax places an array as it was saved, and a checkpoint
+  saved on a mesh of other devices (2 devices, restored in a 1-device
+  process) then fails with a topology mismatch.
+  """
+  default = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+
+  def place(leaf):
+    if not hasattr(leaf, "shape") or not hasattr(leaf, "dtype"):
+      return leaf
+    return jax.ShapeDtypeStruct(
+        leaf.shape, leaf.dtype,
+        sharding=getattr(leaf, "sharding", None) or default)
+
+  return jax.tree.map(place, abstract_state)
 
 
 def _describe(shape: tuple[int, ...], dtype: Any) -> str:
@@ -208,7 +230,10 @@ class Checkpoints:
     Args:
       abstract_state: a pytree of arrays or `jax.ShapeDtypeStruct` giving the
         structure, shapes and dtypes to restore into; they must equal the
-        stored ones exactly (no casting, see `check_fits`).
+        stored ones exactly (no casting, see `check_fits`). Leaves are
+        placed by their own sharding (a jax.Array's, a ShapeDtypeStruct's),
+        else on the default device, whatever mesh the checkpoint was saved
+        from.
       step: which step; None for the latest.
     Raises:
       CheckpointError: no checkpoint, or it is unreadable or does not match
@@ -221,7 +246,7 @@ class Checkpoints:
     self.check_fits(abstract_state, step)
     try:
       restored = self._manager.restore(step, args=ocp.args.Composite(
-          state=ocp.args.StandardRestore(abstract_state),
+          state=ocp.args.StandardRestore(_on_this_process(abstract_state)),
           meta=ocp.args.JsonRestore()))
     except Exception as e:  # orbax raises many types for bad files
       raise CheckpointError(

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from lm_decoding.data import parallel_text
@@ -177,7 +178,14 @@ def ctc_loss(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array, *,
 
   Rows whose target (plus the blanks its repeats need) cannot fit in their
   frames have an infinite loss; they are left out of the loss and counted in
-  metrics['infeasible'].
+  metrics['infeasible']. A target token equal to the blank
+  (`parallel_text.BLANK_ID`, PAD) cannot be a CTC label: called with concrete
+  tokens, such a row is refused (ValueError naming it); under `jit` (no
+  values to check) it is left out and counted as infeasible.
+
+  A row's -log p is clamped at 0: where the target is all but certain, the
+  float32 log-sum-exp of `optax.ctc_loss` rounds to a value a few 1e-8
+  below 0 (true values below float32's resolution near 1 read as 0).
 
   Args:
     logits_fn: the model.
@@ -191,7 +199,7 @@ def ctc_loss(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array, *,
     'tokens' the target tokens of the feasible rows, plus 'infeasible'.
   Raises:
     ValueError: tokens not int[B, L] with L >= 3; source_width or upsample
-      < 1.
+      < 1; (concrete tokens) a target holding the blank id, naming the rows.
   """
   del key
   _check_tokens(tokens_BxL, min_length=3)
@@ -200,6 +208,15 @@ def ctc_loss(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array, *,
       raise ValueError(f"{name}={value} must be >= 1")
   prefix_B, target_len_B = parallel_text.prefix_and_target_lengths(
       tokens_BxL)
+  position_L = jnp.arange(tokens_BxL.shape[1])
+  in_target_BxL = ((position_L[None] >= prefix_B[:, None])
+                   & (position_L[None] < (prefix_B + target_len_B)[:, None]))
+  blank_B = (in_target_BxL & (tokens_BxL == parallel_text.BLANK_ID)).any(1)
+  if not isinstance(blank_B, jax.core.Tracer) and bool(blank_B.any()):
+    rows = np.flatnonzero(np.asarray(blank_B)).tolist()
+    raise ValueError(f"tokens rows {rows} hold the CTC blank id "
+                     f"{parallel_text.BLANK_ID} (PAD) inside their target; "
+                     f"a blank cannot be a CTC label")
   width = source_width + 1
   prefix_BxP = jnp.where(jnp.arange(width)[None] < prefix_B[:, None],
                          tokens_BxL[:, :width], PAD_ID)
@@ -211,14 +228,15 @@ def ctc_loss(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array, *,
   labels_BxT = jnp.take_along_axis(tokens_BxL, index_BxT, axis=1)
   label_valid_BxT = jnp.arange(labels_BxT.shape[1])[None] < target_len_B[
       :, None]
-  nll_B = optax.ctc_loss(
+  nll_B = jnp.maximum(optax.ctc_loss(
       frames_BxFxV, (~frame_valid_BxF).astype(jnp.float32),
       jnp.where(label_valid_BxT, labels_BxT, 0),
       (~label_valid_BxT).astype(jnp.float32),
-      blank_id=parallel_text.BLANK_ID)
+      blank_id=parallel_text.BLANK_ID), 0.0)
   repeats_B = (label_valid_BxT[:, 1:] & (labels_BxT[:, 1:] == labels_BxT[
       :, :-1])).sum(1)
-  feasible_B = target_len_B + repeats_B <= frame_valid_BxF.sum(1)
+  feasible_B = ((target_len_B + repeats_B <= frame_valid_BxF.sum(1))
+                & ~blank_B)
   nll = jnp.where(feasible_B, nll_B, 0.0).sum()
   loss, metrics = _summarise(nll, jnp.where(feasible_B, target_len_B, 0).sum())
   return loss, dict(metrics,
