@@ -239,6 +239,26 @@ def measure_peak_flops(size: int = 2048, runs: int = 5,
   return 2 * size ** 3 / time_fn(jnp.dot, a, a, runs=runs).median_s
 
 
+def flop_utilisation(flops: float, seconds: float, peak_flops: float
+                     ) -> float:
+  """Model FLOP utilisation: flops / seconds / peak_flops, a fraction.
+
+  Args:
+    flops: the model FLOPs of the work timed (e.g.
+      `cost_model.objective_flops`), >= 0.
+    seconds: its wall time, > 0.
+    peak_flops: the device's peak, FLOP/s (`measure_peak_flops`), > 0.
+  Raises:
+    ValueError: a value out of range (the message names it).
+  """
+  if not flops >= 0:
+    raise ValueError(f"flops={flops} must be >= 0")
+  for name, value in (("seconds", seconds), ("peak_flops", peak_flops)):
+    if not value > 0:
+      raise ValueError(f"{name}={value} must be > 0")
+  return flops / seconds / peak_flops
+
+
 def _tiny_scan(x_8x8, steps):
   def body(carry_8x8, _):  # a dot and an elementwise op: two kernels a trip
     return jnp.tanh(carry_8x8 @ x_8x8), None

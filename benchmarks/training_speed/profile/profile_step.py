@@ -75,7 +75,7 @@ def main(argv):
                                config.train.block_length)
   state = train.init_state(model_cfg, optimizer, jax.random.key(0))
   tokens = jnp.asarray(np.random.RandomState(0).randint(
-      4, config.data.vocab_size,
+      5, config.data.vocab_size,
       (config.train.batch_size, config.data.seq_len)), jnp.int32)
   key = jax.random.key(1)
   compiled = step.lower(state, tokens, key).compile(
