@@ -156,6 +156,9 @@ def main(argv):
           "ratio_a_over_b_per_round": ratios,
           "median_ratio_a_over_b": float(np.median(ratios)),
           "load_after": os.getloadavg()}
+      peak = importlib.import_module(
+          "lm_decoding.evaluation.cost").measure_peak_flops()
+      entry["peak_flops_after"] = peak
       record["objectives"][objective] = entry
       print(objective, json.dumps({k: v for k, v in entry.items()
                                    if k not in ("a", "b")}), flush=True)
