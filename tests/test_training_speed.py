@@ -13,6 +13,7 @@ import pytest
 
 from lm_decoding.evaluation import cost, cost_model as cm
 from lm_decoding.models import TransformerConfig
+from lm_decoding.training import throughput
 from lm_decoding.training import train as train_lib
 
 from test_training import data_dir, fresh_workdir, read_metrics, tiny_config  # noqa: F401
@@ -156,3 +157,29 @@ def test_bad_peak_flops_raises_before_compiling(tmp_path):
   config.peak_flops = -1.0
   with pytest.raises(ValueError, match="peak_flops=-1.0"):
     train_lib.train(config, str(tmp_path / "w"), progress=False)
+
+
+def test_benchmark_smoke_run_writes_its_files(tmp_path):
+  workdir = tmp_path / "bench"
+  subprocess.run(
+      [sys.executable, str(ROOT / "experiments" / "benchmark_training.py"),
+       "--smoke", "--objectives=mdlm", f"--workdir={workdir}",
+       f"--config={ROOT / 'configs' / 'tiny.py'}"],
+      check=True, cwd=ROOT, capture_output=True)
+  table = (workdir / "results.md").read_text()
+  assert "| mdlm | train step | 2 | 16 |" in table
+  assert "| mdlm | forward | 2 | 16 |" in table
+  rows = (workdir / "results.csv").read_text().splitlines()
+  assert rows[0].startswith("objective,program,batch_size,seq_len")
+  assert len(rows) == 3
+  assert (workdir / "mfu.png").stat().st_size > 0
+
+
+def test_throughput_rejects_bad_input_before_compiling():
+  config = tiny_config("ctc")
+  with pytest.raises(ValueError, match="train.objective='ctc'"):
+    throughput.measure(config, 1e9)
+  with pytest.raises(ValueError, match="peak_flops=0"):
+    throughput.measure(tiny_config("ar"), 0.0)
+  with pytest.raises(ValueError, match="runs=0"):
+    throughput.measure(tiny_config("ar"), 1e9, runs=0)

@@ -344,6 +344,17 @@ def state_shardings(model_cfg: TransformerConfig, optimizer, mesh,
                                      rules)
 
 
+def objective_loss(objective: str, block_length: int | None = None,
+                   **options):
+  """The objective's loss, (logits_fn, params, tokens int32[B, L], key) ->
+  (loss, metrics) (see `objectives`), with BD3-LM's `block_length` or a
+  translation objective's `options` (`objective_options`) bound."""
+  loss_fn = functools.partial(_LOSSES[objective], **options)
+  if objective == "bd3lm":
+    loss_fn = functools.partial(loss_fn, block_length=block_length)
+  return loss_fn
+
+
 def make_train_step(model_cfg: TransformerConfig, objective: str, optimizer,
                     block_length: int | None = None,
                     scheduled: tuple[float, int] | None = None, mesh=None,
@@ -367,9 +378,7 @@ def make_train_step(model_cfg: TransformerConfig, objective: str, optimizer,
     ValueError: a mesh without batch_shape, or as `state_shardings` and
       `sharding.batch_sharding`.
   """
-  loss_fn = functools.partial(_LOSSES[objective], **options)
-  if objective == "bd3lm":
-    loss_fn = functools.partial(loss_fn, block_length=block_length)
+  loss_fn = objective_loss(objective, block_length, **options)
   logits_fn = make_logits_fn(model_cfg)
 
   def step_loss(state: TrainState):
