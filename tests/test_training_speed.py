@@ -183,3 +183,25 @@ def test_throughput_rejects_bad_input_before_compiling():
     throughput.measure(tiny_config("ar"), 0.0)
   with pytest.raises(ValueError, match="runs=0"):
     throughput.measure(tiny_config("ar"), 1e9, runs=0)
+
+
+def test_target_log_probs_equal_the_gathered_log_softmax_and_subs():
+  from lm_decoding.models.diffusion import subs_log_probs
+  from lm_decoding.training import objectives
+  key_logits, key_targets = jax.random.split(jax.random.key(0))
+  logits = 4 * jax.random.normal(key_logits, (2, 5, 11))
+  targets = jax.random.randint(key_targets, (2, 5), 0, 11)
+  np.testing.assert_allclose(
+      objectives.target_log_probs(logits, targets),
+      objectives._gather(jax.nn.log_softmax(logits), targets), rtol=1e-6)
+  masked = jnp.full((2, 5), 4)  # every position MASK (id 4): SUBS excludes it
+  targets = jnp.where(targets == 4, 5, targets)
+  np.testing.assert_allclose(
+      objectives.target_log_probs(logits, targets, excluded=4),
+      objectives._gather(subs_log_probs(logits, masked, 4), targets),
+      rtol=1e-6)
+  grad = lambda f: jax.grad(lambda x: f(x).sum())(logits)
+  np.testing.assert_allclose(
+      grad(lambda x: objectives.target_log_probs(x, targets, excluded=4)),
+      grad(lambda x: objectives._gather(subs_log_probs(x, masked, 4),
+                                        targets)), atol=1e-6)
