@@ -13,9 +13,10 @@ imported in turn (sys.modules emptied of `lm_decoding` between them), its
 and compiled ahead of time.
 
 Loss check: both sides start from the same parameters (side A's fresh
-state, seed 0) and take one step on the same batch and key; the record
-gives both losses, their difference, the gradient norms and the largest
-parameter difference after the step. The batch is seeded random tokens
+state, seed 0) and take two steps on the same batch and key (the first at
+learning rate 0, the warm-up's start); the record gives both sides' first
+and second losses, the first's difference and gradient norms, and the
+largest parameter difference after the two steps. The batch is seeded random tokens
 with the last row's final 32 tokens PAD, so padding masks are exercised.
 
 Timing: one warm-up step each, then --rounds rounds of (A step, B step);
@@ -103,9 +104,12 @@ def _side(train, config, options, params, tokens, key):
   compiled = step.lower(state, tokens, key).compile(options)
   compile_s = time.perf_counter() - start
   state, metrics = compiled(state, tokens, key)
-  return compiled, state, fresh, {
-      "source": train.__file__, "compile_s": compile_s, "loss": float(metrics["loss"]),
-      "grad_norm": float(metrics["grad_norm"])}
+  first = {"source": train.__file__, "compile_s": compile_s,
+           "loss": float(metrics["loss"]),
+           "grad_norm": float(metrics["grad_norm"])}
+  state, metrics = compiled(state, tokens, key)  # step 1's rate is 0
+  first["second_loss"] = float(metrics["loss"])
+  return compiled, state, fresh, first
 
 
 def main(argv):
@@ -152,7 +156,7 @@ def main(argv):
                     tokens_per_s=tokens_per_step / float(np.median(times[1])),
                     runs_s=times[1]),
           "loss_difference": sides[1][2]["loss"] - sides[0][2]["loss"],
-          "max_param_difference_after_step": diff,
+          "max_param_difference_after_two_steps": diff,
           "ratio_a_over_b_per_round": ratios,
           "median_ratio_a_over_b": float(np.median(ratios)),
           "load_after": os.getloadavg()}
