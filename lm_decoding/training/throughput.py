@@ -14,9 +14,8 @@ on the values):
 Each is compiled ahead of time (compile time apart), warmed up, then timed
 over `runs` calls (`cost.measure`; the median is reported). Model FLOPs are
 `cost_model.objective_flops` (6 N + 12 n_layers S H Dh per position for a
-step, a third of it forward only), and the MFU their rate over the step's
-median time against `peak_flops`, the device's measured float32 matmul
-peak (`cost.measure_peak_flops`).
+step, a third of it forward only); `Throughput.mfu` is their rate over the
+median time against a peak (e.g. `cost.measure_peak_flops`).
 """
 
 from __future__ import annotations
@@ -51,7 +50,6 @@ class Throughput:
     flops_per_token: model FLOPs per data token
       (`cost_model.objective_flops` / (B L)).
     gflops_per_s: model FLOPs / median time, 1e9 FLOP/s.
-    mfu: gflops_per_s / the peak, a fraction.
   """
 
   objective: str
@@ -64,7 +62,14 @@ class Throughput:
   tokens_per_s: float
   flops_per_token: float
   gflops_per_s: float
-  mfu: float
+
+  def mfu(self, peak_flops: float) -> float:
+    """Model FLOP utilisation against `peak_flops` (FLOP/s), a fraction.
+
+    Raises:
+      ValueError: peak_flops <= 0.
+    """
+    return cost.flop_utilisation(self.gflops_per_s * 1e9, 1.0, peak_flops)
 
 
 def random_batch(config: ml_collections.ConfigDict) -> jax.Array:
@@ -75,8 +80,8 @@ def random_batch(config: ml_collections.ConfigDict) -> jax.Array:
       max(RESERVED_IDS) + 1, config.data.vocab_size, shape), jnp.int32)
 
 
-def _record(config, program, timing: cost.Timing, flops: int,
-            peak_flops: float) -> Throughput:
+def _record(config, program, timing: cost.Timing, flops: int
+            ) -> Throughput:
   batch, length = config.train.batch_size, config.data.seq_len
   return Throughput(
       objective=config.train.objective, program=program, batch_size=batch,
@@ -84,31 +89,27 @@ def _record(config, program, timing: cost.Timing, flops: int,
       median_ms=timing.median_s * 1e3, iqr_ms=timing.iqr_s * 1e3,
       tokens_per_s=batch * length / timing.median_s,
       flops_per_token=flops / (batch * length),
-      gflops_per_s=flops / timing.median_s / 1e9,
-      mfu=cost.flop_utilisation(flops, timing.median_s, peak_flops))
+      gflops_per_s=flops / timing.median_s / 1e9)
 
 
-def measure(config: ml_collections.ConfigDict, peak_flops: float,
-            warmup: int = 2, runs: int = 5) -> tuple[Throughput, Throughput]:
+def measure(config: ml_collections.ConfigDict, warmup: int = 2,
+            runs: int = 5) -> tuple[Throughput, Throughput]:
   """(train step, forward) throughput of `config`'s objective.
 
   Args:
     config: an experiment config (configs/tiny.py layout) whose
       train.objective is one of `cost_model.TRAINED_OBJECTIVES`.
-    peak_flops: FLOP/s the MFU is measured against, > 0.
     warmup: untimed calls after compiling, >= 0.
     runs: timed calls, >= 1.
   Raises:
     ValueError: before compiling: an objective `cost_model.objective_flops`
-      does not count, any error of `train.check_config`, peak_flops <= 0,
-      warmup < 0 or runs < 1.
+      does not count, any error of `train.check_config`, warmup < 0 or
+      runs < 1.
   """
   objective = config.train.objective
   if objective not in cost_model.TRAINED_OBJECTIVES:
     raise ValueError(f"train.objective={objective!r}; allowed: "
                      f"{cost_model.TRAINED_OBJECTIVES}")
-  if not peak_flops > 0:
-    raise ValueError(f"peak_flops={peak_flops!r} must be > 0")
   if warmup < 0 or runs < 1:
     raise ValueError(f"warmup={warmup} must be >= 0 and runs={runs} >= 1")
   model_cfg = train.check_config(config)
@@ -127,5 +128,5 @@ def measure(config: ml_collections.ConfigDict, peak_flops: float,
   step_timing = cost.measure(step, (state, tokens, key), warmup, runs,
                              carry=True)[0]
   flops = cost_model.objective_flops(model_cfg, objective, batch, length)
-  return (_record(config, "train step", step_timing, flops, peak_flops),
-          _record(config, "forward", forward_timing, flops // 3, peak_flops))
+  return (_record(config, "train step", step_timing, flops),
+          _record(config, "forward", forward_timing, flops // 3))

@@ -8,7 +8,8 @@ For each shape B x L of configs/base.py's AR member (model, data, learning
 rate and warm-up fraction as shipped): the train step's tokens/s
 (`throughput.measure`, 3 timed steps), then `train.train` for the steps that
 fit --minutes at that rate (the cosine schedule ends there), validated at
-the end on 8 fixed batches of the shape. The record: per shape the
+the end on the first --eval_rows validation sequences (the same ones for
+every B at one L). The record: per shape the
 measured tokens/s, steps, tokens seen, the training seconds, the
 validation loss and perplexity, and the load averages.
 """
@@ -29,6 +30,9 @@ _SHAPES = flags.DEFINE_list("shapes", ["8x256", "16x256", "32x256"],
                             "Batch shapes BxL.")
 _MINUTES = flags.DEFINE_float("minutes", 3.0, "Training minutes a shape.")
 _OUT = flags.DEFINE_string("out", None, "JSON record.", required=True)
+_EVAL_ROWS = flags.DEFINE_integer(
+    "eval_rows", 256, "Validation sequences, the same for every shape of "
+    "one length (eval_batches = eval_rows / B).")
 _DATA = flags.DEFINE_string("data_dir", "/tmp/sweep_data", "Data cache.")
 
 
@@ -52,11 +56,12 @@ def main(argv):
     config = _base_config()
     config.train.batch_size, config.data.seq_len = batch, length
     config.peak_flops = 1.0  # the MFU is not what this sweep reads
-    rate = throughput.measure(config, 1.0, warmup=1, runs=3)[0].tokens_per_s
+    rate = throughput.measure(config, warmup=1, runs=3)[0].tokens_per_s
     steps = max(10, int(_MINUTES.value * 60 * rate / (batch * length)))
     shipped = _base_config().train
     config.train.update(dict(
         num_steps=steps, eval_every=steps, checkpoint_every=steps,
+        eval_batches=max(1, _EVAL_ROWS.value // batch),
         warmup_steps=max(1, round(steps * shipped.warmup_steps
                                   / shipped.num_steps))))
     with tempfile.TemporaryDirectory() as workdir:
