@@ -42,8 +42,8 @@ def get_config() -> ml_collections.ConfigDict:
   # (B 16, 99) and 1,663 (B 32, 48): a new base member trained for a fixed
   # hour would use batch_size=8 with twice the steps (one seed, one short
   # budget: a direction, not a tuned recipe). L stays 256: the decoders need
-  # P + T = 272 positions, and tokens/s falls at longer L (2,268 at 16 x 256,
-  # 1,815 at 8 x 512; experiments/results/benchmark_training/base_shapes/).
+  # P + T = 272 positions, and tokens/s falls at longer L (2,311 at 16 x 256,
+  # 1,841 at 8 x 512; experiments/results/benchmark_training/base_shapes/).
   config.train.update(dict(num_steps=1500, learning_rate=2e-3,
                            warmup_steps=150, eval_every=250))
   # The evaluator: larger than the decoded models (d384, 6 heads of 64, MLP
