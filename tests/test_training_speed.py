@@ -203,3 +203,15 @@ def test_target_log_probs_equal_the_gathered_log_softmax_and_subs():
       grad(lambda x: objectives.target_log_probs(x, targets, excluded=4)),
       grad(lambda x: objectives._gather(subs_log_probs(x, masked, 4),
                                         targets)), atol=1e-6)
+
+
+def test_the_peak_is_every_device_s_and_translation_has_no_mfu():
+  config = tiny_config("ar")
+  config.peak_flops = 1e9
+  model_cfg = train_lib.model_config(config)
+  flops, peak = train_lib._step_flops_and_peak(config, model_cfg, 64, 4)
+  assert flops == cm.objective_flops(model_cfg, "ar", 16, 64)
+  assert peak == 4e9
+  config.train.objective = "ctc"
+  assert train_lib._step_flops_and_peak(config, model_cfg, 64, 1) == (
+      None, None)

@@ -574,9 +574,9 @@ def train(config: ml_collections.ConfigDict, workdir: str,
     and `train_tokens_per_s`, train tokens over the median step's seconds;
     `wall_s`, this call's wall seconds (a resume of a finished run: its own).
     For an LM objective also `flops_per_token` (model FLOPs of a step per
-    train token, `cost_model.objective_flops`), `peak_flops` (FLOP/s) and
-    `mfu`, the median step's model FLOP utilisation (a fraction); the
-    exported manifest's metrics are this summary.
+    train token, `cost_model.objective_flops`), `peak_flops` (FLOP/s of all
+    the mesh's devices) and `mfu`, the median step's model FLOP utilisation
+    (a fraction); the exported manifest's metrics are this summary.
   Raises:
     ValueError: any error of `check_config` or of the mesh (a bad
       `config.mesh`, a batch size or parameter it cannot split; raised
@@ -637,7 +637,8 @@ def train(config: ml_collections.ConfigDict, workdir: str,
                                **options)
   eval_fn = make_eval_fn(model_cfg, objective, train_cfg.mdlm_eval_timesteps,
                          block_length, **options)
-  step_flops, peak_flops = _step_flops_and_peak(config, model_cfg, seq_len)
+  step_flops, peak_flops = _step_flops_and_peak(
+      config, model_cfg, seq_len, 1 if mesh is None else mesh.devices.size)
   desc = f"train {objective}"
   valid_loss = float("nan")
   step_seconds = []  # this call's
@@ -746,13 +747,15 @@ def train(config: ml_collections.ConfigDict, workdir: str,
 
 
 def _step_flops_and_peak(config: ml_collections.ConfigDict,
-                         model_cfg: TransformerConfig, seq_len: int
-                         ) -> tuple[int | None, float | None]:
-  """(model FLOPs of one train step, peak FLOP/s) for the MFU, or (None,
-  None) for an objective `cost_model.objective_flops` does not count (the
-  translation ones). The peak is `config.peak_flops` or, when that is 0
-  (the default), `cost.measure_peak_flops` measured now, once a run
-  (about 0.2 s)."""
+                         model_cfg: TransformerConfig, seq_len: int,
+                         devices: int) -> tuple[int | None, float | None]:
+  """(model FLOPs of one train step, peak FLOP/s of the `devices` that run
+  it) for the MFU, or (None, None) for an objective
+  `cost_model.objective_flops` does not count (the translation ones). The
+  peak is `devices` x `config.peak_flops` (one device's) or, when that is 0
+  (the default), x `cost.measure_peak_flops` of the default device measured
+  now, once a run (about 0.2 s). Scheduled sampling's extra forward pass
+  (`objectives.ar_scheduled_sampling_loss`) is not counted."""
   objective = config.train.objective
   if objective not in cost_model.TRAINED_OBJECTIVES:
     return None, None
@@ -760,4 +763,4 @@ def _step_flops_and_peak(config: ml_collections.ConfigDict,
                                      config.train.batch_size, seq_len)
   peak = config.get("peak_flops", 0.0) or cost.measure_peak_flops(
       PEAK_MATMUL_SIZE, runs=3)
-  return flops, float(peak)
+  return flops, devices * float(peak)
