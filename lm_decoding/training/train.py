@@ -180,8 +180,7 @@ def check_config(config: ml_collections.ConfigDict) -> TransformerConfig:
       rate of `_NUMBERS` not a finite number above 0 (weight decay: >= 0);
       data.format unknown; data.targets not in parallel_text.TARGETS;
       data.path missing; peak_flops not a number >= 0; train.block_length
-      (bd3lm) not
-      dividing data.seq_len; train.scheduled_sampling malformed (see
+      (bd3lm) not dividing data.seq_len; train.scheduled_sampling malformed (see
       `scheduled_sampling`); or any error of `model_config`.
   """
   if not is_count(config.seed, minimum=0):
