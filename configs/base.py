@@ -32,6 +32,18 @@ def get_config() -> ml_collections.ConfigDict:
   config = tiny.get_config()
   config.model.update(dict(d_model=256, num_layers=4, num_heads=4,
                            num_kv_heads=4, head_dim=64, mlp_dim=1024))
+  # The shipped members' recipe; kept, as every member must match it. Measured
+  # for future training (docs/training_speed.md; benchmarks/training_speed/
+  # recipe/sweep.json, AR, 3 minutes of training a shape, learning rate and
+  # warm-up fraction as here, load average ~6 on 2 cores): at the same
+  # 4,096-token steps' throughput (2,150-2,180 tokens/s measured while
+  # training, for B 8, 16 and 32 at L 256) the smaller batch, taking more
+  # steps, reached validation perplexity 510 (B 8, 154 steps) against 806
+  # (B 16, 99) and 1,663 (B 32, 48): a new base member trained for a fixed
+  # hour would use batch_size=8 with twice the steps (one seed, one short
+  # budget: a direction, not a tuned recipe). L stays 256: the decoders need
+  # P + T = 272 positions, and tokens/s falls at longer L (2,311 at 16 x 256,
+  # 1,841 at 8 x 512; experiments/results/benchmark_training/base_shapes/).
   config.train.update(dict(num_steps=1500, learning_rate=2e-3,
                            warmup_steps=150, eval_every=250))
   # The evaluator: larger than the decoded models (d384, 6 heads of 64, MLP

@@ -13,6 +13,9 @@ from lm_decoding.parallel import sharding
 def get_config() -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
   config.seed = 0
+  # FLOP/s the training log's MFU is measured against; 0 measures a float32
+  # matmul at the start of each run (not part of a model's recipe).
+  config.peak_flops = 0.0
 
   # Device mesh (lm_decoding.parallel.sharding.mesh_from_config). (1, 1, 1) is
   # one device, the unsharded path; -1 (or 0) in one axis takes the devices

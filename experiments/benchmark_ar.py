@@ -59,6 +59,7 @@ from lm_decoding.checkpoints import hf_gpt2, hf_llama
 from lm_decoding.decoding import base
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.evaluation import cost
+from lm_decoding.evaluation import cost_model
 from lm_decoding.models import count_params, make_logits_fn
 
 
@@ -121,15 +122,6 @@ def matmul_peak_flops(n: int = 2048, runs: int = 5) -> float:
   """Measured float32 matmul throughput, FLOP/s: a jitted n x n jnp.dot."""
   a = jnp.ones((n, n), jnp.float32)
   return 2 * n ** 3 / cost.time_fn(jnp.dot, a, a, runs=runs).median_s
-
-
-def matmul_params(config) -> int:
-  """Parameters read by matmuls per token: the blocks' kernels + LM head."""
-  d, h, hkv, dh, m = (config.d_model, config.num_heads, config.num_kv_heads,
-                      config.head_dim, config.mlp_dim)
-  mlp = (3 if config.mlp_activation == "swiglu" else 2) * d * m
-  per_layer = d * (h + 2 * hkv) * dh + h * dh * d + mlp
-  return config.num_layers * per_layer + d * config.vocab_size
 
 
 def attention_flops(config, queries: float, keys: float) -> float:
@@ -248,7 +240,7 @@ def _decode_row(model, config, params, batch, new_tokens, prompt_length,
   bytes_s = cost.ar_decode_roofline_s(p_bytes, kv_per_token, prompt_length,
                                       new_tokens, bandwidth)
   context = prompt_length + (new_tokens - 1) / 2  # mean keys per step
-  flops = new_tokens * (2 * batch * matmul_params(config)
+  flops = new_tokens * (2 * batch * cost_model.matmul_params(config)
                         + attention_flops(config, batch, context))
   bound_s = max(bytes_s, flops / peak)
   tokens = batch * new_tokens
@@ -290,7 +282,7 @@ def _forward_row(model, config, params, batch, length, runs, peak):
 
   times = _interleaved(lambda: jax.block_until_ready(compiled(*args)),
                        theirs, runs)
-  flops = (2 * batch * length * matmul_params(config)
+  flops = (2 * batch * length * cost_model.matmul_params(config)
            + attention_flops(config, batch * length, length))
   return {"kind": "forward", "batch": batch, "length": length,
           "compile_s": compile_s, "flops": flops,

@@ -58,10 +58,14 @@ class Timing:
 
 
 def measure(fn: Callable[..., Any], args: tuple, warmup: int,
-            runs: int) -> tuple[Timing, Any, Any]:
+            runs: int, carry: bool = False) -> tuple[Timing, Any, Any]:
   """(Timing, compiled executable, output of the last run) of fn(*args).
 
-  As `time_fn`, which returns only the Timing.
+  As `time_fn`, which returns only the Timing. With `carry`, fn returns
+  (carry, out) and every call takes the previous call's carry as its first
+  argument, so that argument may be donated (a train state: `fn(state,
+  batch, key) -> (state, metrics)`); the output returned is then the last
+  (carry, out).
 
   Raises:
     ValueError: if warmup < 0 or runs < 1.
@@ -74,12 +78,20 @@ def measure(fn: Callable[..., Any], args: tuple, warmup: int,
   start = time.perf_counter()
   compiled = jitted.lower(*args).compile()
   compile_s = time.perf_counter() - start
+
+  def call():
+    nonlocal args
+    out = jax.block_until_ready(compiled(*args))
+    if carry:
+      args = (out[0],) + tuple(args[1:])
+    return out
+
   for _ in range(warmup):
-    jax.block_until_ready(compiled(*args))
+    call()
   runs_s = []
   for _ in range(runs):
     start = time.perf_counter()
-    out = jax.block_until_ready(compiled(*args))
+    out = call()
     runs_s.append(time.perf_counter() - start)
   timing = Timing(compile_s=compile_s, median_s=float(np.median(runs_s)),
                   runs_s=tuple(runs_s))
@@ -237,6 +249,26 @@ def measure_peak_flops(size: int = 2048, runs: int = 5,
     raise ValueError(f"size={size} must be >= 1")
   a = jax.random.normal(jax.random.key(0), (size, size), dtype)
   return 2 * size ** 3 / time_fn(jnp.dot, a, a, runs=runs).median_s
+
+
+def flop_utilisation(flops: float, seconds: float, peak_flops: float
+                     ) -> float:
+  """Model FLOP utilisation: flops / seconds / peak_flops, a fraction.
+
+  Args:
+    flops: the model FLOPs of the work timed (e.g.
+      `cost_model.objective_flops`), >= 0.
+    seconds: its wall time, > 0.
+    peak_flops: the device's peak, FLOP/s (`measure_peak_flops`), > 0.
+  Raises:
+    ValueError: a value out of range (the message names it).
+  """
+  if not flops >= 0:
+    raise ValueError(f"flops={flops} must be >= 0")
+  for name, value in (("seconds", seconds), ("peak_flops", peak_flops)):
+    if not value > 0:
+      raise ValueError(f"{name}={value} must be > 0")
+  return flops / seconds / peak_flops
 
 
 def _tiny_scan(x_8x8, steps):

@@ -222,10 +222,28 @@ def _check_counts(**counts) -> None:
       raise ValueError(f"{name}={value!r} must be an integer >= 1")
 
 
+def matmul_params(config: TransformerConfig) -> int:
+  """N: the weights every position is multiplied by in a forward pass.
+
+  L (D (H + 2 Hkv) Dh + H Dh D + m D F) + D V: the query, key, value,
+  output and MLP kernels of every layer and the LM head (the tied embedding
+  counts once, as the head: a lookup is not a matmul). Norms, biases,
+  positional tables and the length head are left out, so a forward pass
+  costs 2 N FLOPs per position plus attention.
+  """
+  c = config
+  mlp_matrices = 3 if c.mlp_activation == "swiglu" else 2
+  layer = (c.d_model * (c.num_heads + 2 * c.num_kv_heads) * c.head_dim
+           + c.num_heads * c.head_dim * c.d_model
+           + mlp_matrices * c.d_model * c.mlp_dim)
+  return c.num_layers * layer + c.d_model * c.vocab_size
+
+
 def forward_flops(config: TransformerConfig, batch_size: int, length: int,
                   key_length: int) -> int:
   """FLOPs of one forward pass over B x L positions attending to S slots
-  (the per-position count of the module docstring, times B L).
+  (the per-position count of the module docstring, times B L):
+  B L (2 `matmul_params` + 4 S H Dh per layer).
 
   Args:
     config: the model.
@@ -237,14 +255,60 @@ def forward_flops(config: TransformerConfig, batch_size: int, length: int,
     ValueError: a count below 1 (the message names it).
   """
   _check_counts(batch_size=batch_size, length=length, key_length=key_length)
-  c = config
-  d, hd = c.d_model, c.head_dim
-  mlp_matrices = 3 if c.mlp_activation == "swiglu" else 2
-  layer = (2 * d * (c.num_heads + 2 * c.num_kv_heads) * hd
-           + 2 * c.num_heads * hd * d + 4 * key_length * c.num_heads * hd
-           + 2 * mlp_matrices * d * c.mlp_dim)
-  per_position = c.num_layers * layer + 2 * d * c.vocab_size
+  attention = 4 * key_length * config.num_heads * config.head_dim
+  per_position = 2 * matmul_params(config) + config.num_layers * attention
   return batch_size * length * per_position
+
+
+# Positions one training pass runs per row of L data tokens: AR predicts
+# tokens[1:] from tokens[:-1]; MDLM denoises all L; BD3-LM runs [x_t ; x_0].
+_TRAINED_POSITIONS = {"ar": lambda length: length - 1,
+                      "mdlm": lambda length: length,
+                      "bd3lm": lambda length: 2 * length}
+TRAINED_OBJECTIVES = tuple(_TRAINED_POSITIONS)
+
+
+def objective_flops(config: TransformerConfig, objective: str,
+                    batch_size: int, seq_len: int, backward: bool = True
+                    ) -> int:
+  """FLOPs of one training step of an LM objective on B x L data tokens.
+
+  The model runs P positions per row (`_TRAINED_POSITIONS`: L - 1 for
+  'ar', L for 'mdlm', 2 L for 'bd3lm'), each attending to all P (masked
+  keys are computed, as in `forward_flops`). The backward pass costs twice
+  the forward (a gradient for the activations and one for the weights),
+  so a step is 3 forward passes; per position
+
+    6 N + 12 n_layers S H Dh        (N = `matmul_params`, S = P),
+
+  Kaplan et al. 2020's 6N plus the attention scores and their gradients,
+  as PaLM (Chowdhery et al. 2022, appendix B) counts model FLOPs for MFU.
+  The optimizer update, norms, softmax and the loss are left out.
+  `backward=False` gives the forward pass alone, 2 N + 4 n_layers S H Dh
+  per position: what one denoising step over the same batch costs.
+
+  Args:
+    config: the model.
+    objective: one of TRAINED_OBJECTIVES.
+    batch_size: B, rows, >= 1.
+    seq_len: L, data tokens per row (>= 2 for 'ar').
+    backward: count the backward pass (a training step) or not.
+  Returns:
+    FLOPs per step; divide by B L for FLOPs per data token.
+  Raises:
+    ValueError: an objective not in TRAINED_OBJECTIVES, or a count below 1
+      (the message names it).
+  """
+  if objective not in _TRAINED_POSITIONS:
+    raise ValueError(f"objective={objective!r}; allowed: "
+                     f"{TRAINED_OBJECTIVES}")
+  _check_counts(batch_size=batch_size, seq_len=seq_len)
+  positions = _TRAINED_POSITIONS[objective](seq_len)
+  if positions < 1:
+    raise ValueError(f"seq_len={seq_len} must be >= 2 for objective "
+                     f"{objective!r}")
+  forward = forward_flops(config, batch_size, positions, positions)
+  return 3 * forward if backward else forward
 
 
 def forward_bytes(config: TransformerConfig, batch_size: int, length: int,

@@ -51,6 +51,17 @@ def _dense(cfg: TransformerConfig, features, axes, name, axis=-1,
       bias_init=_init(nn.initializers.zeros, *bias_axes))
 
 
+def _flat_positions(x_BxLxD: jax.Array) -> jax.Array:
+  """x [B, L, D] as [T = B L, D], the shape every dense layer runs on.
+
+  A weight gradient then contracts one axis (T), which XLA CPU's dot reads
+  in place; contracting B and L apart, it first writes the activation
+  gradient transposed, a strided copy per matmul (1.1 s of a 2.8 s base AR
+  train step; benchmarks/training_speed/flatten/). A reshape: no copy.
+  """
+  return x_BxLxD.reshape(-1, x_BxLxD.shape[-1])
+
+
 def _per_key(scale_BxHxS: jax.Array) -> jax.Array:
   """int8 cache scales [B, Hkv, S] broadcast against scores [B, Hkv, G, L, S]."""
   return scale_BxHxS[:, :, None, None, :]
@@ -149,7 +160,8 @@ class Attention(nn.Module):
   int8 and their per-(row, KV head, slot) scales are folded in: into the
   scores (q . k_q * k_scale[s]) and into the probabilities (sum_s p[s] *
   v_scale[s] * v_q[s]), which equals attending over the dequantised cache
-  without writing it.
+  without writing it. The projections run on the B x L positions flattened
+  (`_flat_positions`).
   """
 
   config: TransformerConfig
@@ -158,19 +170,22 @@ class Attention(nn.Module):
   def __call__(self, x_BxLxD, positions_BxL, mask_BxLxS, k_cache, v_cache,
                index_B):
     cfg = self.config
-    dense = lambda feats, axes, name: _dense(
-        cfg, feats, axes, name, use_bias=cfg.use_bias or cfg.qkv_bias)
-    q = dense((cfg.num_heads, cfg.head_dim), ("embed", "heads", "kv"), "query")(x_BxLxD)
-    k = dense((cfg.num_kv_heads, cfg.head_dim), ("embed", "kv_heads", "kv"),
-              "key")(x_BxLxD)
-    v = dense((cfg.num_kv_heads, cfg.head_dim), ("embed", "kv_heads", "kv"),
-              "value")(x_BxLxD)
+    b, l = positions_BxL.shape
+    x_TxD = _flat_positions(x_BxLxD)
+
+    def project(heads, axes, name):  # [T, D] -> [B, L, heads, Dh]
+      return _dense(cfg, (heads, cfg.head_dim), axes, name,
+                    use_bias=cfg.use_bias or cfg.qkv_bias)(x_TxD).reshape(
+                        b, l, heads, cfg.head_dim)
+
+    q = project(cfg.num_heads, ("embed", "heads", "kv"), "query")
+    k = project(cfg.num_kv_heads, ("embed", "kv_heads", "kv"), "key")
+    v = project(cfg.num_kv_heads, ("embed", "kv_heads", "kv"), "value")
     if cfg.positional == "rope":
       q = rotary(q, positions_BxL, cfg.rope_base, cfg.rope_scaling)
       k = rotary(k, positions_BxL, cfg.rope_base, cfg.rope_scaling)
     k = jnp.swapaxes(k, 1, 2)  # [B, Hkv, L, Dh]
     v = jnp.swapaxes(v, 1, 2)
-    b, l = q.shape[:2]
     groups = cfg.num_heads // cfg.num_kv_heads
     q_BxLxKxGxD = q.reshape(b, l, cfg.num_kv_heads, groups, cfg.head_dim)
     if k_cache is None:
@@ -191,11 +206,11 @@ class Attention(nn.Module):
           (k_new, v_new, new_mask)])
       k_cache = write_rows(k_cache, _after(k_new, out), index_B)
       v_cache = write_rows(v_cache, _after(v_new, out), index_B)
-    out_BxLxHxD = jnp.moveaxis(out, 3, 1).reshape(b, l, cfg.num_heads,
-                                                  cfg.head_dim)
-    y = _dense(cfg, cfg.d_model, ("heads", "kv", "embed"), "out",
-               axis=(-2, -1))(out_BxLxHxD)
-    return y, k_cache, v_cache
+    out_TxHxD = jnp.moveaxis(out, 3, 1).reshape(b * l, cfg.num_heads,
+                                                cfg.head_dim)
+    y_TxD = _dense(cfg, cfg.d_model, ("heads", "kv", "embed"), "out",
+                   axis=(-2, -1))(out_TxHxD)
+    return y_TxD.reshape(b, l, cfg.d_model), k_cache, v_cache
 
 
 class Mlp(nn.Module):
@@ -211,12 +226,14 @@ class Mlp(nn.Module):
   def __call__(self, x_BxLxD):
     cfg = self.config
     dense = lambda feats, axes, name: _dense(cfg, feats, axes, name)
-    h = dense(cfg.mlp_dim, ("embed", "mlp"), "wi")(x_BxLxD)
+    x_TxD = _flat_positions(x_BxLxD)
+    h = dense(cfg.mlp_dim, ("embed", "mlp"), "wi")(x_TxD)
     if cfg.mlp_activation == "swiglu":
-      h = nn.silu(dense(cfg.mlp_dim, ("embed", "mlp"), "wi_gate")(x_BxLxD)) * h
+      h = nn.silu(dense(cfg.mlp_dim, ("embed", "mlp"), "wi_gate")(x_TxD)) * h
     else:
       h = nn.gelu(h, approximate=True)
-    return dense(cfg.d_model, ("mlp", "embed"), "wo")(h)
+    return dense(cfg.d_model, ("mlp", "embed"), "wo")(h).reshape(
+        x_BxLxD.shape)
 
 
 class Block(nn.Module):
@@ -333,11 +350,12 @@ class Transformer(nn.Module):
       new_k.append(kc)
       new_v.append(vc)
     x = hidden = Norm(cfg, name="final_norm")(x)
+    x = _flat_positions(x)
     if cfg.length_classes and self.is_initializing():
       # Creates the head's parameters; `length_logits` applies them.
       LengthHead(cfg, name="length_head")(hidden, tokens_BxL >= 0)
     if cfg.tie_embeddings:
-      logits = jnp.einsum("bld,vd->blv", x, embedding.astype(cfg.compute_dtype),
+      logits = jnp.einsum("td,vd->tv", x, embedding.astype(cfg.compute_dtype),
                           preferred_element_type=jnp.float32)
       if cfg.quantization == "int8_weights":
         logits = logits * embedding_scale
@@ -346,7 +364,7 @@ class Transformer(nn.Module):
     else:
       logits = _dense(cfg, cfg.vocab_size, ("embed", "vocab"), "lm_head",
                       use_bias=False)(x)
-    logits = logits.astype(jnp.float32)
+    logits = logits.astype(jnp.float32).reshape(b, l, cfg.vocab_size)
     if cache is not None:
       cache = cache.replace(k=tuple(new_k), v=tuple(new_v),
                             index=cache.index + l)

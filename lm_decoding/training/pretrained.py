@@ -528,14 +528,15 @@ def member_configs(config: ml_collections.ConfigDict
   model, the draft of speculative decoding (Leviathan et al. 2023): the
   backbone of 'ar' with the entry's model overrides, and the same data,
   tokenizer, seed and training. No member config holds the sections
-  'compare', 'evaluator', 'drafts' or 'mesh' (where it runs is not part of
-  the recipe), so a member's recipe does not change when they do.
+  'compare', 'evaluator', 'drafts' or 'mesh', nor 'peak_flops' (where it
+  runs and the MFU's peak are not part of the recipe; a member's training
+  measures the peak), so a member's recipe does not change when they do.
   """
   drafts = config.get("drafts", ml_collections.ConfigDict())
   members = {}
   for name in ("ar", "mdlm", "bd3lm", "evaluator", *drafts):
     member = ml_collections.ConfigDict(config.to_dict())
-    for section in ("compare", "evaluator", "drafts", "mesh"):
+    for section in ("compare", "evaluator", "drafts", "mesh", "peak_flops"):
       if section in member:
         del member[section]
     member.train.objective = name if name in ("mdlm", "bd3lm") else "ar"

@@ -8,8 +8,9 @@ the same.
 
 One jit-compiled step (optax AdamW, warmup + cosine decay, global-norm
 clipping), deterministic validation, orbax checkpoints that resume
-automatically, a progress bar with the latest loss and tokens/s, and one JSON
-record per step appended to `{workdir}/metrics.jsonl`.
+automatically, a progress bar with the latest loss, tokens/s and model FLOP
+utilisation (MFU), and one JSON record per step appended to
+`{workdir}/metrics.jsonl`.
 
 Crash safety (`kill -9`, a full disk, a read-only workdir): a step's record is
 written before its checkpoint, checkpoints are atomic (see `checkpoints`), and
@@ -44,6 +45,8 @@ from lm_decoding.data import parallel_text
 from lm_decoding.data import pipeline
 from lm_decoding.data.tokenizer import MIN_VOCAB_SIZE
 from lm_decoding.decoding.base import is_count, is_number
+from lm_decoding.evaluation import cost
+from lm_decoding.evaluation import cost_model
 from lm_decoding.models import TransformerConfig, abstract_params
 from lm_decoding.models import count_params, init_params, make_logits_fn
 from lm_decoding.parallel import multihost
@@ -179,8 +182,8 @@ def check_config(config: ml_collections.ConfigDict) -> TransformerConfig:
       integer >= 0; a count of `_COUNTS` not an integer >= its minimum; a
       rate of `_NUMBERS` not a finite number above 0 (weight decay: >= 0);
       data.format unknown; data.targets not in parallel_text.TARGETS;
-      data.path missing; train.block_length (bd3lm) not
-      dividing data.seq_len; train.scheduled_sampling malformed (see
+      data.path missing; peak_flops not a number >= 0; train.block_length
+      (bd3lm) not dividing data.seq_len; train.scheduled_sampling malformed (see
       `scheduled_sampling`); or any error of `model_config`.
   """
   if not is_count(config.seed, minimum=0):
@@ -207,6 +210,10 @@ def check_config(config: ml_collections.ConfigDict) -> TransformerConfig:
     raise ValueError(f"data.targets={targets!r}; allowed: "
                      f"{parallel_text.TARGETS}")
   scheduled_sampling(config)
+  peak = config.get("peak_flops", 0.0)
+  if not is_number(peak) or not 0 <= peak < math.inf:
+    raise ValueError(f"peak_flops={peak!r} must be a number in [0, inf) "
+                     "(0: measured at the start)")
   if config.train.objective == "bd3lm":
     block, seq_len = config.train.get("block_length"), config.data.seq_len
     if not is_count(block) or seq_len % block:
@@ -291,6 +298,7 @@ def scheduled_sampling(config: ml_collections.ConfigDict
   return float(p_max), int(ramp_steps)
 
 
+PEAK_MATMUL_SIZE = 1024  # the matmul `train` measures the peak with
 NO_DECAY = ("bias", "scale")  # leaf names weight decay never reaches
 
 
@@ -376,6 +384,17 @@ def state_shardings(model_cfg: TransformerConfig, optimizer, mesh,
                                      rules)
 
 
+def objective_loss(objective: str, block_length: int | None = None,
+                   **options):
+  """The objective's loss, (logits_fn, params, tokens int32[B, L], key) ->
+  (loss, metrics) (see `objectives`), with BD3-LM's `block_length` or a
+  translation objective's `options` (`objective_options`) bound."""
+  loss_fn = functools.partial(_LOSSES[objective], **options)
+  if objective == "bd3lm":
+    loss_fn = functools.partial(loss_fn, block_length=block_length)
+  return loss_fn
+
+
 def make_train_step(model_cfg: TransformerConfig, objective: str, optimizer,
                     block_length: int | None = None,
                     scheduled: tuple[float, int] | None = None, mesh=None,
@@ -400,9 +419,7 @@ def make_train_step(model_cfg: TransformerConfig, objective: str, optimizer,
     ValueError: a mesh without batch_shape, or as `state_shardings` and
       `sharding.batch_sharding`.
   """
-  loss_fn = functools.partial(_LOSSES[objective], **options)
-  if objective == "bd3lm":
-    loss_fn = functools.partial(loss_fn, block_length=block_length)
+  loss_fn = objective_loss(objective, block_length, **options)
   logits_fn = make_logits_fn(model_cfg)
 
   def step_loss(state: TrainState, length: int):
@@ -590,7 +607,12 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   short, reported as such (the summary's `steps`); a run already past it
   is reported at its latest step.
 
-  With `progress`, shows a bar with the latest loss and tokens/s (its
+  Every step's record holds its tokens/s and, for an LM objective, its
+  model FLOP utilisation `mfu` (`cost.flop_utilisation` of
+  `cost_model.objective_flops` against `config.peak_flops`, or against a
+  peak measured at the start when that is 0 or absent).
+
+  With `progress`, shows a bar with the latest loss, tokens/s and MFU (its
   description says 'eval' or 'save' while validating or checkpointing), says
   so when it resumes, and prints the final validation perplexity (MDLM: its
   upper bound) as one line.
@@ -602,6 +624,10 @@ def train(config: ml_collections.ConfigDict, workdir: str,
     trained them, resumes included; validation and checkpointing excluded),
     and `train_tokens_per_s`, train tokens over the median step's seconds;
     `wall_s`, this call's wall seconds (a resume of a finished run: its own).
+    For an LM objective also `flops_per_token` (model FLOPs of a step per
+    train token, `cost_model.objective_flops`), `peak_flops` (FLOP/s of all
+    the mesh's devices) and `mfu`, the median step's model FLOP utilisation
+    (a fraction); the exported manifest's metrics are this summary.
   Raises:
     ValueError: any error of `check_config` or of the mesh (a bad
       `config.mesh`, a batch size or parameter it cannot split; raised
@@ -663,6 +689,8 @@ def train(config: ml_collections.ConfigDict, workdir: str,
                                **options)
   eval_fn = make_eval_fn(model_cfg, objective, train_cfg.mdlm_eval_timesteps,
                          block_length, **options)
+  step_flops, peak_flops = _step_flops_and_peak(
+      config, model_cfg, seq_len, 1 if mesh is None else mesh.devices.size)
   desc = f"train {objective}"
   valid_loss = float("nan")
   step_seconds = []  # this call's
@@ -728,10 +756,13 @@ def train(config: ml_collections.ConfigDict, workdir: str,
       record = {"step": done, "loss": loss,
                 "tokens_per_s": tokens_per_step / seconds,
                 "grad_norm": float(metrics["grad_norm"])}
+      postfix = dict(loss=f"{loss:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
+      if step_flops is not None:
+        record["mfu"] = cost.flop_utilisation(step_flops, seconds, peak_flops)
+        postfix["mfu"] = f"{record['mfu']:.0%}"
       if "replaced" in metrics:  # scheduled sampling's replaced fraction
         record["replaced"] = float(metrics["replaced"])
-      bar.set_postfix(loss=f"{loss:.3f}",
-                      tok_s=f"{record['tokens_per_s']:.0f}", refresh=False)
+      bar.set_postfix(**postfix, refresh=False)
       bar.update(1)
       if done % train_cfg.eval_every == 0 or done == last:
         valid_loss = validate(state.params)
@@ -754,11 +785,37 @@ def train(config: ml_collections.ConfigDict, workdir: str,
           f"{int(state.step)} ({workdir})")
   if primary:  # the whole run's steps, whichever calls trained them
     step_seconds = _logged_step_seconds(log_path, tokens_per_step)
-  return {"objective": objective,
-          "num_params": count_params(state.params),
-          "steps": int(state.step), "valid_loss": valid_loss,
-          "valid_ppl": valid_ppl,
-          "train_s": float(np.sum(step_seconds)),
-          "train_tokens_per_s": (tokens_per_step / np.median(step_seconds)
-                                 if step_seconds else 0.0),
-          "wall_s": time.time() - start_time}
+  summary = {"objective": objective,
+             "num_params": count_params(state.params),
+             "steps": int(state.step), "valid_loss": valid_loss,
+             "valid_ppl": valid_ppl,
+             "train_s": float(np.sum(step_seconds)),
+             "train_tokens_per_s": (tokens_per_step / np.median(step_seconds)
+                                    if step_seconds else 0.0),
+             "wall_s": time.time() - start_time}
+  if step_flops is not None:
+    summary.update(
+        flops_per_token=step_flops / tokens_per_step, peak_flops=peak_flops,
+        mfu=(cost.flop_utilisation(step_flops, float(np.median(step_seconds)),
+                                   peak_flops) if step_seconds else 0.0))
+  return summary
+
+
+def _step_flops_and_peak(config: ml_collections.ConfigDict,
+                         model_cfg: TransformerConfig, seq_len: int,
+                         devices: int) -> tuple[int | None, float | None]:
+  """(model FLOPs of one train step, peak FLOP/s of the `devices` that run
+  it) for the MFU, or (None, None) for an objective
+  `cost_model.objective_flops` does not count (the translation ones). The
+  peak is `devices` x `config.peak_flops` (one device's) or, when that is 0
+  (the default), x `cost.measure_peak_flops` of the default device measured
+  now, once a run (about 0.2 s). Scheduled sampling's extra forward pass
+  (`objectives.ar_scheduled_sampling_loss`) is not counted."""
+  objective = config.train.objective
+  if objective not in cost_model.TRAINED_OBJECTIVES:
+    return None, None
+  flops = cost_model.objective_flops(model_cfg, objective,
+                                     config.train.batch_size, seq_len)
+  peak = config.get("peak_flops", 0.0) or cost.measure_peak_flops(
+      PEAK_MATMUL_SIZE, runs=3)
+  return flops, devices * float(peak)
