@@ -29,10 +29,6 @@ TINY = TransformerConfig(vocab_size=10, d_model=4, num_layers=1, num_heads=2,
 # Forward per position: 2 N + 16 S = 320 + 16 S.
 
 
-def _gather(log_probs_BxLxV, ids_BxL):
-  """log_probs[b, l, ids[b, l]]: the reference target_log_probs replaces."""
-  return jnp.take_along_axis(log_probs_BxLxV, ids_BxL[..., None], -1)[..., 0]
-
 
 def test_matmul_params_by_hand():
   assert cm.matmul_params(TINY) == 160
@@ -196,17 +192,17 @@ def test_target_log_probs_equal_the_gathered_log_softmax_and_subs():
   targets = jax.random.randint(key_targets, (2, 5), 0, 11)
   np.testing.assert_allclose(
       objectives.target_log_probs(logits, targets),
-      _gather(jax.nn.log_softmax(logits), targets), rtol=1e-6)
+      objectives._gather(jax.nn.log_softmax(logits), targets), rtol=1e-6)
   masked = jnp.full((2, 5), 4)  # every position MASK (id 4): SUBS excludes it
   targets = jnp.where(targets == 4, 5, targets)
   np.testing.assert_allclose(
       objectives.target_log_probs(logits, targets, excluded=4),
-      _gather(subs_log_probs(logits, masked, 4), targets),
+      objectives._gather(subs_log_probs(logits, masked, 4), targets),
       rtol=1e-6)
   grad = lambda f: jax.grad(lambda x: f(x).sum())(logits)
   np.testing.assert_allclose(
       grad(lambda x: objectives.target_log_probs(x, targets, excluded=4)),
-      grad(lambda x: _gather(subs_log_probs(x, masked, 4),
+      grad(lambda x: objectives._gather(subs_log_probs(x, masked, 4),
                                         targets)), atol=1e-6)
 
 

@@ -76,13 +76,17 @@ def _positions(tokens_BxL):
       jnp.arange(tokens_BxL.shape[1], dtype=jnp.int32), tokens_BxL.shape)
 
 
+def _gather(log_probs_BxLxV, ids_BxL):
+  return jnp.take_along_axis(log_probs_BxLxV, ids_BxL[..., None], axis=-1)[..., 0]
+
+
 def target_log_probs(logits_BxLxV: jax.Array, targets_BxL: jax.Array,
                      excluded: int | None = None) -> jax.Array:
   """float32[B, L]: log softmax(logits)[b, l, targets[b, l]], as
   logits[target] - logsumexp(logits), the log-probabilities [B, L, V] never
   materialised.
 
-  Equal to log_softmax(logits) gathered at the targets up to float32
+  Equal to `_gather(jax.nn.log_softmax(logits), targets)` up to float32
   rounding; with `excluded` (SUBS's MASK id) that id gets probability 0 as
   in `diffusion.subs_log_probs`, whose value this is at a masked position.
   The target's logit is picked by comparing ids (a select, fused into the
