@@ -29,7 +29,6 @@ TINY = TransformerConfig(vocab_size=10, d_model=4, num_layers=1, num_heads=2,
 # Forward per position: 2 N + 16 S = 320 + 16 S.
 
 
-
 def test_matmul_params_by_hand():
   assert cm.matmul_params(TINY) == 160
   assert cm.matmul_params(TINY.replace(mlp_activation="gelu")) == 160 - 24
