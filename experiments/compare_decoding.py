@@ -14,8 +14,11 @@ decoders bind plus the evaluator (shipped pretrained parameters when they
 match the config, else trained under --workdir, or always with --retrain),
 takes prompts from the held-out test split, runs every decoder at every
 output length and batch size, and writes results.csv, report.md,
-latency.png, quality.png and run.json under --workdir. A bad option or a
-too small corpus ends the job in its first seconds with a one-line message.
+frontier.png, latency.png (speed-up over the baseline), quality.png and
+run.json under --workdir, and ends with the verdict (report.md opens with
+it): per batch size the quality-cost Pareto front and the fastest decoder
+within `compare.tolerance_*` of AR sampling. A bad option or a too small
+corpus ends the job in its first seconds with a one-line message.
 """
 
 import json
@@ -31,7 +34,8 @@ import jax
 from ml_collections import config_flags
 
 from lm_decoding.data import pipeline
-from lm_decoding.evaluation import comparison, cost_model, entries, report
+from lm_decoding.evaluation import (
+    comparison, cost_model, entries, frontier, report)
 from lm_decoding.parallel import sharding
 from lm_decoding.training import pretrained
 from lm_decoding.training import train
@@ -87,7 +91,7 @@ def plan(config, workdir: str):
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  start = time.time()
+  start, load_start = time.time(), os.getloadavg()[0]
   config, workdir = _CONFIG.value, _WORKDIR.value
   cmp = config.compare
   try:
@@ -118,8 +122,6 @@ def main(argv):
       mesh=mesh, rules=rules)
   decode_s = time.time() - decode_start
   header = "\n".join([
-      "# Sequential vs parallel decoding",
-      "",
       f"- device: {jax.devices()[0].device_kind} x{jax.device_count()} "
       f"({platform.processor() or platform.machine()}, {os.cpu_count()} cores)",
       *([] if mesh is None else [
@@ -146,14 +148,21 @@ def main(argv):
       seconds = cost_model.comparison_row_s(row, configs, cmp.prompt_len,
                                             profile)
       return None if seconds is None else seconds * 1e3
-  paths = report.write(result, header, cmp.baseline, workdir, predict_ms)
+  tolerance = frontier.Tolerance(cmp.tolerance_gen_ppl, cmp.tolerance_entropy)
+  paths = report.write(result, header, cmp.baseline, workdir, tolerance,
+                       predict_ms)
+  verdict = frontier.summarize(result.rows, cmp.baseline, tolerance).lines
   run_json = os.path.join(workdir, "run.json")
   with open(run_json, "w") as f:
-    json.dump({"models": lines, "wall_s": time.time() - start,
-               "decode_s": decode_s, "config": config.to_dict()}, f,
+    json.dump({"command": " ".join([sys.executable, *sys.argv]),
+               "models": lines, "wall_s": time.time() - start,
+               "decode_s": decode_s,
+               "load_average_1min": [load_start, os.getloadavg()[0]],
+               "verdict": verdict, "config": config.to_dict()}, f,
               indent=2, default=str)
   print(f"wrote {', '.join([*paths.values(), run_json])} in "
         f"{time.time() - start:.0f} s")
+  print("\n".join(verdict))
 
 
 if __name__ == "__main__":

@@ -289,6 +289,10 @@ COMPARE_ROWS = [
                 r"compare.temperature=inf must be a finite number >= 0"),
     compare_row("compare.temperature", float("nan"),
                 r"compare.temperature=nan must be a finite number >= 0"),
+    compare_row("compare.tolerance_gen_ppl", -0.1,
+                r"compare.tolerance_gen_ppl=-0.1 must be a finite number > 0"),
+    compare_row("compare.tolerance_entropy", float("nan"),
+                r"compare.tolerance_entropy=nan must be a finite number > 0"),
     compare_row("compare.output_lengths", (32, 400),
                 r"prompt_len \+ max\(compare.output_lengths\) = 416 must be "
                 r"<= the ar model's max_len=320"),

@@ -37,8 +37,8 @@ import tqdm
 from jax.sharding import Mesh
 
 from lm_decoding.data.tokenizer import Tokenizer
-from lm_decoding.decoding import base
-from lm_decoding.decoding import iterative
+from lm_decoding.decoding import (
+    autoregressive, base, bd3lm, hybrid, iterative, speculative)
 from lm_decoding.evaluation import cost, quality
 from lm_decoding.evaluation.entries import Planned
 from lm_decoding.models import count_params
@@ -110,19 +110,81 @@ def _timing_columns(timing: cost.Timing) -> dict:
           "compile_s": timing.compile_s}
 
 
+# One compile, in forward token positions: ~2.5 s of XLA compile at the
+# tiny model's ~25 us per position on 2 CPU cores (configs/tiny.py).
+COMPILE_POSITIONS = 100_000
+
+
+def expected_forward_tokens(decoder, batch: int, prompt_len: int) -> int:
+  """Forward token positions one decode will process, all roles, estimated
+  from the decoder's options before it runs (for the progress bar).
+
+  Exact for cached AR (B x (P + T - 1)), uncached AR (T x B x (P + T)),
+  BD3-LM and scheduled iterative decoders without a cache (K x B x
+  (P + T)); an upper
+  bound for self-paced ones (at most W steps per block of W, e.g. threshold
+  decoding) and those skipping unchanged calls (MDLM). Cached iterative
+  decoders: one full pass per block, the other steps over the block (dual
+  cache, BD3-LM) or from the block to the end (prefix cache). Draft-verify
+  decoders: T / 2 rounds (about one draft token accepted per round) of
+  gamma + 1 target positions, gamma draft positions for an AR draft, the
+  skeleton decoder's own estimate for a diffusion skeleton. Any other
+  decoder: T full passes.
+
+  Args:
+    decoder: a decoder config (`entries.build`).
+    batch: B.
+    prompt_len: P.
+  Returns:
+    The estimated count (>= 1).
+  """
+  t = decoder.output_length
+  full = batch * (prompt_len + t)
+  if isinstance(decoder, speculative.DraftVerifyDecoder):
+    rounds = -(-t // 2)
+    tokens = batch * (prompt_len + rounds * (decoder.gamma + 1))
+    if isinstance(decoder, hybrid.SkeletonPolishDecoder):
+      return tokens + expected_forward_tokens(decoder.skeleton_decoder(),
+                                              batch, prompt_len)
+    if "draft" in decoder.roles:
+      tokens += batch * (prompt_len + rounds * decoder.gamma)
+    return tokens
+  if isinstance(decoder, autoregressive.UncachedDecoder):
+    return t * full
+  if isinstance(decoder, autoregressive.SequenceConfig):
+    return batch * (prompt_len + t - 1)
+  if isinstance(decoder, iterative.IterativeDecoder):
+    width, blocks = decoder.block_size(), decoder.num_blocks()
+    per_block = decoder.max_block_steps(width)
+    if isinstance(decoder, bd3lm.BD3LMDecoder):
+      # prefill, K window calls, a cache write between blocks
+      return batch * (prompt_len + (blocks * (per_block + 1) - 1) * width)
+    if decoder.kv_cache == "none":
+      return blocks * per_block * full
+    rest = (per_block - 1) * batch
+    if decoder.kv_cache == "dual":
+      return blocks * (full + rest * width)
+    return sum(full + rest * (t - n * width) for n in range(blocks))
+  return t * full
+
+
 def _expected_cost(p: Planned, batch: int, largest: bool, prompt_len: int,
                    runs: int) -> float:
-  """A rough cost of one work unit in seconds, for the progress bar's ETA.
+  """The expected cost of one work unit of `run`, in forward positions.
 
-  2 s per compile (fixed length; at the largest batch also EOS mode and, for
-  a cached decoder, the error measurement and its reference) plus runs x B x
-  (P + T) x steps / 25k positions per s, with steps the decoder's `steps`
-  option, else T (AR, self-paced decoders): an upper bound of the work.
+  The timed runs (plus, at the largest batch, the EOS-mode decode and, for
+  a cached decoder, the error measurement and its kv_cache="none"
+  reference) at `expected_forward_tokens` each, and `COMPILE_POSITIONS` per
+  compile.
   """
-  t = p.output_length
-  steps = getattr(p.decoder, "steps", None) or t
-  compiles = 1 + largest * (1 + 2 * p.cached)
-  return compiles * 2.0 + runs * batch * (prompt_len + t) * steps / 25e3
+  tokens = expected_forward_tokens(p.decoder, batch, prompt_len)
+  decodes, compiles = runs, 1
+  if largest:
+    decodes, compiles = decodes + 1 + p.cached, compiles + 1 + 2 * p.cached
+  total = decodes * tokens + compiles * COMPILE_POSITIONS
+  if largest and p.cached:
+    total += expected_forward_tokens(p.reference, batch, prompt_len)
+  return float(total)
 
 
 def _mean(values: np.ndarray) -> float:
