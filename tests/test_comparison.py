@@ -300,8 +300,8 @@ def test_expected_forward_tokens_bound_the_measured_ones(measured):
   planned, result, _ = measured
   by_label = {p.label: p for p in planned}
   for r in result.rows:
-    expected = comparison.expected_forward_tokens(
-        by_label[r["decoder"]].decoder, r["batch_size"], 4)
+    expected = comparison.expected_work(
+        by_label[r["decoder"]].decoder, r["batch_size"], 4).forward_tokens
     measured_tokens = sum(r["forward_tokens"].values())
     if r["decoder"] == "AR cached":
       assert expected == measured_tokens
@@ -326,7 +326,22 @@ def test_expected_forward_tokens_bound_the_measured_ones(measured):
 ])
 def test_expected_forward_tokens_exactly(name, options, batch, t, tokens):
   decoder = base.make_decoder(name, output_length=t, eos_ids=(), **options)
-  assert comparison.expected_forward_tokens(decoder, batch, 16) == tokens
+  assert comparison.expected_work(decoder, batch, 16).forward_tokens == tokens
+
+
+def test_expected_drawn_positions():
+  """Iterative decoders draw over their window at every step; AR and the
+  verifier one position per row per token it scores."""
+  def work(name, t, batch, **options):
+    decoder = base.make_decoder(name, output_length=t, eos_ids=(), **options)
+    return comparison.expected_work(decoder, batch, 16)
+  assert work("mdlm", 256, 8, steps=8).drawn == 8 * 8 * 256
+  assert work("llada", 256, 8, steps=32, block_length=32).drawn == 32 * 8 * 32
+  assert work("ar", 256, 8).drawn == 8 * 256
+  # 16 rounds of gamma = 4: 5 target and 4 draft positions each.
+  spec = work("speculative", 32, 1, gamma=4)
+  assert (spec.forward_tokens, spec.drawn) == (2 * 16 + 16 * 9, 16 * 9)
+  assert spec.positions == spec.forward_tokens + spec.drawn
 
 
 def test_eos_mode_real_tokens_and_timing(measured):

@@ -110,80 +110,111 @@ def _timing_columns(timing: cost.Timing) -> dict:
           "compile_s": timing.compile_s}
 
 
-# One compile, in forward token positions: ~2.5 s of XLA compile at the
-# tiny model's ~25 us per position on 2 CPU cores (configs/tiny.py).
+# One compile, in positions (`Work.positions`): ~4.5 s of XLA compile at
+# the tiny model's ~45 us per position on 2 CPU cores (configs/tiny.py).
 COMPILE_POSITIONS = 100_000
 
 
-def expected_forward_tokens(decoder, batch: int, prompt_len: int) -> int:
-  """Forward token positions one decode will process, all roles, estimated
-  from the decoder's options before it runs (for the progress bar).
+@dataclasses.dataclass(frozen=True)
+class Work:
+  """What one decode is expected to process (`expected_work`).
 
-  Exact for cached AR (B x (P + T - 1)), uncached AR (T x B x (P + T)),
-  BD3-LM and scheduled iterative decoders without a cache (K x B x
-  (P + T)); an upper
-  bound for self-paced ones (at most W steps per block of W, e.g. threshold
-  decoding) and those skipping unchanged calls (MDLM). Cached iterative
-  decoders: one full pass per block, the other steps over the block (dual
-  cache, BD3-LM) or from the block to the end (prefix cache). Draft-verify
-  decoders: T / 2 rounds (about one draft token accepted per round) of
-  gamma + 1 target positions, gamma draft positions for an AR draft, the
-  skeleton decoder's own estimate for a diffusion skeleton. Any other
-  decoder: T full passes.
+  Attributes:
+    forward_tokens: token positions the models process, all roles (the
+      harness's `forward_tokens`, summed).
+    drawn: positions whose token is drawn from a distribution over the
+      vocabulary (softmax and sampling over V): an iterative decoder draws
+      at every position of its window at every step, an AR decoder one per
+      row per step.
+  """
+
+  forward_tokens: int
+  drawn: int
+
+  @property
+  def positions(self) -> int:
+    """The cost weight: forward and drawn positions cost alike on the
+    tiny model on 2 CPU cores (within 2x over the default grid)."""
+    return self.forward_tokens + self.drawn
+
+  def __add__(self, other: "Work") -> "Work":
+    return Work(self.forward_tokens + other.forward_tokens,
+                self.drawn + other.drawn)
+
+
+def expected_work(decoder, batch: int, prompt_len: int) -> Work:
+  """The work of one decode, estimated from the decoder's options before it
+  runs (for the progress bar).
+
+  Forward tokens are exact for cached AR (B x (P + T - 1)), uncached AR
+  (T x B x (P + T)), BD3-LM and scheduled iterative decoders without a
+  cache (K x B x (P + T)); an upper bound for self-paced ones (at most W
+  steps per block of W, e.g. threshold decoding) and those skipping
+  unchanged calls (MDLM). Cached iterative decoders: one full pass per
+  block, the other steps over the block (dual cache, BD3-LM) or from the
+  block to the end (prefix cache). Draft-verify decoders: T / 2 rounds
+  (about one draft token accepted per round) of gamma + 1 target positions
+  and gamma draft positions for an AR draft, plus the skeleton decoder's
+  own work for a diffusion skeleton. Any other decoder: T full passes.
 
   Args:
     decoder: a decoder config (`entries.build`).
     batch: B.
     prompt_len: P.
   Returns:
-    The estimated count (>= 1).
+    A `Work`.
   """
   t = decoder.output_length
   full = batch * (prompt_len + t)
   if isinstance(decoder, speculative.DraftVerifyDecoder):
     rounds = -(-t // 2)
-    tokens = batch * (prompt_len + rounds * (decoder.gamma + 1))
+    target = batch * rounds * (decoder.gamma + 1)
+    work = Work(batch * prompt_len + target, target)
     if isinstance(decoder, hybrid.SkeletonPolishDecoder):
-      return tokens + expected_forward_tokens(decoder.skeleton_decoder(),
-                                              batch, prompt_len)
+      return work + expected_work(decoder.skeleton_decoder(), batch,
+                                  prompt_len)
     if "draft" in decoder.roles:
-      tokens += batch * (prompt_len + rounds * decoder.gamma)
-    return tokens
+      draft = batch * rounds * decoder.gamma
+      work += Work(batch * prompt_len + draft, draft)
+    return work
   if isinstance(decoder, autoregressive.UncachedDecoder):
-    return t * full
+    return Work(t * full, batch * t)
   if isinstance(decoder, autoregressive.SequenceConfig):
-    return batch * (prompt_len + t - 1)
+    return Work(batch * (prompt_len + t - 1), batch * t)
   if isinstance(decoder, iterative.IterativeDecoder):
     width, blocks = decoder.block_size(), decoder.num_blocks()
     per_block = decoder.max_block_steps(width)
+    drawn = blocks * per_block * batch * width
     if isinstance(decoder, bd3lm.BD3LMDecoder):
       # prefill, K window calls, a cache write between blocks
-      return batch * (prompt_len + (blocks * (per_block + 1) - 1) * width)
+      return Work(batch * (prompt_len
+                           + (blocks * (per_block + 1) - 1) * width), drawn)
     if decoder.kv_cache == "none":
-      return blocks * per_block * full
+      return Work(blocks * per_block * full, drawn)
     rest = (per_block - 1) * batch
     if decoder.kv_cache == "dual":
-      return blocks * (full + rest * width)
-    return sum(full + rest * (t - n * width) for n in range(blocks))
-  return t * full
+      return Work(blocks * (full + rest * width), drawn)
+    return Work(sum(full + rest * (t - n * width) for n in range(blocks)),
+                drawn)
+  return Work(t * full, batch * t)
 
 
 def _expected_cost(p: Planned, batch: int, largest: bool, prompt_len: int,
                    runs: int) -> float:
-  """The expected cost of one work unit of `run`, in forward positions.
+  """The expected cost of one work unit of `run`, in positions.
 
   The timed runs (plus, at the largest batch, the EOS-mode decode and, for
   a cached decoder, the error measurement and its kv_cache="none"
-  reference) at `expected_forward_tokens` each, and `COMPILE_POSITIONS` per
-  compile.
+  reference) at `expected_work(...).positions` each, and
+  `COMPILE_POSITIONS` per compile.
   """
-  tokens = expected_forward_tokens(p.decoder, batch, prompt_len)
+  positions = expected_work(p.decoder, batch, prompt_len).positions
   decodes, compiles = runs, 1
   if largest:
     decodes, compiles = decodes + 1 + p.cached, compiles + 1 + 2 * p.cached
-  total = decodes * tokens + compiles * COMPILE_POSITIONS
+  total = decodes * positions + compiles * COMPILE_POSITIONS
   if largest and p.cached:
-    total += expected_forward_tokens(p.reference, batch, prompt_len)
+    total += expected_work(p.reference, batch, prompt_len).positions
   return float(total)
 
 
