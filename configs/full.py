@@ -25,32 +25,25 @@ def get_config() -> ml_collections.ConfigDict:
   config = tiny.get_config()
   config.compare.output_lengths = (32, 128, 256)
   config.compare.timed_runs = 5
+  # The default grid's entries (pinned by tests/test_comparison.py), in
+  # order, and the other settings of each family between them.
+  (ar_cached, ar_uncached, mdlm_8, llada_margin, threshold_dual, maskgit,
+   remdm, bd3lm, speculative, prompt_lookup,
+   skeleton) = config.compare.decoders
   config.compare.decoders = (
-      "AR cached | ar | model=ar",
-      "AR uncached | ar_uncached | model=ar",
-      "MDLM K={steps} | mdlm | model=mdlm | steps=8",
+      ar_cached, ar_uncached, mdlm_8,
       "MDLM K={steps} | mdlm | model=mdlm | steps=32",
       "MDLM K={steps} | mdlm | model=mdlm | steps=T",
       "LLaDA K={steps} | llada | model=mdlm | steps=32",
       "LLaDA K={steps} block={block_length} | llada | model=mdlm | steps=32 block_length=32",
       "LLaDA K={steps} block={block_length} | llada | model=mdlm | steps=T block_length=32",
-      "LLaDA {remasking} K={steps} block={block_length} | llada | model=mdlm"
-      " | remasking=margin steps=32 block_length=32",
+      llada_margin,
       "threshold tau={threshold} block={block_length} cache={kv_cache} | threshold | model=mdlm"
       " | threshold=0.9 block_length=32 kv_cache=none",
       "threshold tau={threshold} block={block_length} cache={kv_cache} | threshold | model=mdlm"
       " | threshold=0.9 block_length=32 kv_cache=prefix",
-      "threshold tau={threshold} block={block_length} cache={kv_cache} | threshold | model=mdlm"
-      " | threshold=0.9 block_length=32 kv_cache=dual",
+      threshold_dual,
       "factor f={factor} block={block_length} | factor | model=mdlm | factor=1.0 block_length=32",
-      "MaskGIT K={steps} | maskgit | model=mdlm | steps=32",
-      "ReMDM K={steps} | remdm | model=mdlm | steps=32",
-      "BD3-LM block={block_length} K={steps} | bd3lm | model=bd3lm | block_length=16 steps=T",
-      "speculative small draft gamma={gamma} | speculative"
-      " | target=ar draft=draft_small | gamma=4",
-      "prompt lookup gamma={gamma} | prompt_lookup | target=ar | gamma=4",
-      "MDLM K={draft_steps} skeleton + AR polish p>={threshold} gamma={gamma}"
-      " | skeleton_polish | target=ar draft=mdlm | draft_steps=32 threshold=0.01"
-      " gamma=8",
+      maskgit, remdm, bd3lm, speculative, prompt_lookup, skeleton,
   )
   return config

@@ -45,6 +45,10 @@ _CONFIG = config_flags.DEFINE_config_file(
     "Experiment configuration file.")
 _WORKDIR = flags.DEFINE_string("workdir", "/tmp/lm_decoding_compare",
                                "Output directory.")
+_PREDICT = flags.DEFINE_list(
+    "predict", ["h100_sxm", "tpu_v5e"], "Published cost-model profiles "
+    "(cost_model.PROFILES) on which the frontier is also predicted from "
+    "the measured calls (frontier_<name>.png); '' for none.")
 _RETRAIN = flags.DEFINE_bool(
     "retrain", False, "Train all models here even if shipped ones match.")
 _PROFILE = flags.DEFINE_string(
@@ -97,6 +101,8 @@ def main(argv):
   try:
     profile = (cost_model.load_profile(_PROFILE.value) if _PROFILE.value
                else None)
+    other_hardware = [cost_model.load_profile(name)
+                      for name in _PREDICT.value if name]
     planned, members = plan(config, workdir)
     mesh = sharding.mesh_or_none(config.get("mesh"))
     rules = sharding.rules_from_config(config.get("mesh"))
@@ -138,19 +144,18 @@ def main(argv):
       f"- decoding took {decode_s / 60:.1f} min of the job's "
       f"{(time.time() - start) / 60:.1f} min",
   ])
+  configs = {name: train.model_config(m) for name, m in members.items()}
   predict_ms = None
   if profile is not None:
-    configs = {name: train.model_config(m) for name, m in members.items()}
     header += (f"\n- predicted ms: the cost model on profile {profile.name} "
                f"({profile.source})")
-
-    def predict_ms(row):
-      seconds = cost_model.comparison_row_s(row, configs, cmp.prompt_len,
-                                            profile)
-      return None if seconds is None else seconds * 1e3
+    predict_ms = cost_model.comparison_row_ms(configs, cmp.prompt_len,
+                                              profile)
+  elsewhere = {p.name: cost_model.comparison_row_ms(configs, cmp.prompt_len, p)
+               for p in other_hardware}
   tolerance = frontier.Tolerance(cmp.tolerance_gen_ppl, cmp.tolerance_entropy)
   paths = report.write(result, header, cmp.baseline, workdir, tolerance,
-                       predict_ms)
+                       predict_ms, elsewhere)
   verdict = frontier.summarize(result.rows, cmp.baseline, tolerance).lines
   run_json = os.path.join(workdir, "run.json")
   with open(run_json, "w") as f:

@@ -199,6 +199,11 @@ def verdicts(all_points: Sequence[Point], baseline: str,
   return out
 
 
+def _ms(ms: float) -> str:
+  """Whole ms from 100 ms up, else 3 significant digits."""
+  return f"{ms:.0f}" if ms >= 100 else f"{ms:.3g}"
+
+
 def _quality(point: Point, reference: Point) -> str:
   return (f"gen-PPL {point.gen_ppl / reference.gen_ppl - 1:+.0%}, entropy "
           f"{point.entropy - reference.entropy:+.2f} nats")
@@ -218,15 +223,15 @@ def verdict_lines(found: Sequence[Verdict], baseline: str,
            "tolerance; quality is scored at the largest batch."]
   for v in found:
     where = f"T={v.output_length} B={v.batch_size}"
-    front = "; ".join(f"{p.label} ({p.ms:.0f} ms, gen-PPL {p.gen_ppl:.0f}, "
+    front = "; ".join(f"{p.label} ({_ms(p.ms)} ms, gen-PPL {p.gen_ppl:.0f}, "
                       f"TPF {p.tpf:.2f})" for p in v.front)
     lines.append(f"{where}: Pareto front: {front}")
     if v.fastest is not None:
       p = v.fastest
       lines.append(
           f"{where}: fastest within tolerance: {p.label}, "
-          f"{v.speedup(p):.2f}x faster than {baseline} ({p.ms:.0f} vs "
-          f"{v.reference.ms:.0f} ms; {_quality(p, v.reference)})")
+          f"{v.speedup(p):.2f}x faster than {baseline} ({_ms(p.ms)} vs "
+          f"{_ms(v.reference.ms)} ms; {_quality(p, v.reference)})")
     elif v.nearest_miss is None:
       lines.append(f"{where}: fastest within tolerance: none on this "
                    "hardware (no other decoder measured)")
@@ -235,7 +240,7 @@ def verdict_lines(found: Sequence[Verdict], baseline: str,
       lines.append(
           f"{where}: fastest within tolerance: none on this hardware; "
           f"nearest miss: {p.label}, {v.speedup(p):.2f}x the speed of "
-          f"{baseline} ({p.ms:.0f} vs {v.reference.ms:.0f} ms; "
+          f"{baseline} ({_ms(p.ms)} vs {_ms(v.reference.ms)} ms; "
           f"{_quality(p, v.reference)})")
   return lines
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import csv
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import matplotlib
 
@@ -420,6 +420,17 @@ def _samples(comparison: Comparison) -> list[str]:
   return lines
 
 
+def predicted_rows(rows: Sequence[dict],
+                   predict_ms: Callable[[dict], float | None]) -> list[dict]:
+  """The rows with a prediction, their "ms_min" the predicted ms."""
+  out = []
+  for r in rows:
+    ms = predict_ms(r)
+    if ms is not None:
+      out.append(dict(r, ms_min=ms))
+  return out
+
+
 def _with_predictions(rows, predict_ms):
   out = []
   for r in rows:
@@ -431,9 +442,11 @@ def _with_predictions(rows, predict_ms):
 
 def write(comparison: Comparison, header: str, baseline: str,
           workdir: str, tolerance: frontier.Tolerance = frontier.Tolerance(),
-          predict_ms: Callable[[dict], float | None] | None = None
+          predict_ms: Callable[[dict], float | None] | None = None,
+          elsewhere: Mapping[str, Callable[[dict], float | None]] | None = None
           ) -> dict[str, str]:
-  """Writes results.csv, report.md, frontier.png, latency.png, quality.png.
+  """Writes results.csv, report.md, frontier.png, latency.png, quality.png
+  and frontier_<name>.png per entry of `elsewhere`.
 
   report.md opens with the verdict (`frontier.summarize`) and the frontier
   and speed-up figures, then `header` and the tables.
@@ -448,10 +461,13 @@ def write(comparison: Comparison, header: str, baseline: str,
     predict_ms: a row's predicted ms (or None), e.g. from
       `cost_model.comparison_row_s`; when given, the cost table and the CSV
       get `PREDICTED_COLUMNS`.
+    elsewhere: {hardware name: a row's predicted ms or None}: the verdict
+      and the frontier again with those latencies (`predicted_rows`), e.g.
+      `cost_model.comparison_row_ms` on a published profile.
   Returns:
     {kind: path} of the written files.
   Raises:
-    ValueError: the baseline has no scored row.
+    ValueError: the baseline has no scored row (or no prediction).
   """
   rows = sorted(comparison.rows,
                 key=lambda r: (r["output_length"], r["batch_size"]))
@@ -525,6 +541,26 @@ def write(comparison: Comparison, header: str, baseline: str,
             f"gen-PPL {comparison.human['gen_ppl']:.1f} at entropy "
             f"{comparison.human['entropy']:.2f}", "", OMISSION_NOTE, ""]
   lines += ["## Samples", ""] + _samples(comparison)
+  if elsewhere:
+    lines += ["## The frontier predicted on other hardware", "",
+              "The cost model (`cost_model.comparison_row_s`: roofline per "
+              "call plus a fixed overhead, the models' shapes and dtype as "
+              "measured here) costs each row's measured forward calls on a "
+              "published profile; quality and TPF are the measured ones. "
+              "Rows whose calls it does not cost (speculative verification, "
+              "cached blocks, BD3-LM) are left out.", ""]
+  for name, predict in (elsewhere or {}).items():
+    predicted = predicted_rows(rows, predict)
+    found = frontier.summarize(predicted, baseline, tolerance)
+    kind = f"frontier_{name}"
+    paths[kind] = os.path.join(workdir, f"{kind}.png")
+    plot_frontier(found.verdicts, found.points, baseline, tolerance,
+                  paths[kind])
+    left_out = sorted({r["decoder"] for r in rows} - {r["decoder"]
+                                                      for r in predicted})
+    lines += [f"### {name}", "", *[f"- {line}" for line in found.lines[1:]],
+              f"- not costed: {', '.join(left_out) or 'none'}", "",
+              f"![frontier on {name}]({kind}.png)", ""]
   lines += ["![quality](quality.png)", ""]
   with open(paths["report"], "w") as f:
     f.write("\n".join(lines))
