@@ -5,8 +5,9 @@ Pareto front and the fastest decoder within the tolerance of AR sampling),
 the frontier figure (gen-PPL against ms per sequence, entropy as colour,
 TPF per point) and the speed-up of every decoder over the baseline; then
 the setup and the tables. It defines every column it shows, under its
-table, so it reads on its own. Speeds are compared on minimum times (on a shared machine interference
-only ever adds time; the median and the spread are shown beside them).
+table, so it reads on its own. Speeds are compared on minimum times (on a
+shared machine interference only ever adds time; the median and the spread
+are shown beside them).
 
 The crossover is read off the measured rows: where a decoder's median
 latency is below the baseline's minimum (`compare.baseline`, cached AR by
