@@ -110,9 +110,10 @@ def _timing_columns(timing: cost.Timing) -> dict:
           "compile_s": timing.compile_s}
 
 
-# One compile, in positions (`Work.positions`): ~4.5 s of XLA compile at
-# the tiny model's ~45 us per position on 2 CPU cores (configs/tiny.py).
-COMPILE_POSITIONS = 100_000
+# One compile, in positions (`Work.positions`): the default grid's 36
+# compiles took 4.6 s each on average on 2 shared CPU cores, half the job,
+# as many positions as at the tiny model's ~26 us per position there.
+COMPILE_POSITIONS = 175_000
 
 
 @dataclasses.dataclass(frozen=True)
