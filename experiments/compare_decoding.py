@@ -4,9 +4,10 @@ r"""The main job: sequential vs parallel decoding, cost and quality, measured.
       --workdir=/tmp/compare [--config.mesh.shape="(-1, 1, 1)"]
 
 configs/tiny.py's default grid (each decoding family at its strongest
-setting, T = 256, B = 1 and 8) takes about 5 minutes on 2 idle CPU cores;
-configs/full.py is the full grid (19 decoders x 3 output lengths, 20-35
-minutes).
+setting, T = 256, B = 1 and 8) took 8.2 minutes cold on 2 CPU cores shared
+with other jobs (1-minute load average 6.7-10.2; 6.3 CPU minutes:
+experiments/results/tiny_cpu_2core/); configs/full.py is the full grid (19
+decoders x 3 output lengths, 20-35 minutes).
 
 The default mesh (1, 1, 1) is one device, as always; another mesh shape
 (`config.mesh`) runs every decoder sharded (`lm_decoding.parallel.sharded`)
