@@ -23,13 +23,13 @@ import pathlib
 import ml_collections
 
 _spec = importlib.util.spec_from_file_location(
-    "tiny", pathlib.Path(__file__).with_name("tiny.py"))
-tiny = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(tiny)
+    "full", pathlib.Path(__file__).with_name("full.py"))
+full = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(full)
 
 
 def get_config() -> ml_collections.ConfigDict:
-  config = tiny.get_config()
+  config = full.get_config()
   config.model.update(dict(d_model=256, num_layers=4, num_heads=4,
                            num_kv_heads=4, head_dim=64, mlp_dim=1024))
   # The shipped members' recipe; kept, as every member must match it. Measured
@@ -56,9 +56,10 @@ def get_config() -> ml_collections.ConfigDict:
   # Its members are shipped in lm_decoding/pretrained/base/ (the tiny set's
   # folder holds tiny's recipes: looking there would train every member).
   config.compare.pretrained_set = "base"
-  # The grid at this size: T = 256 only, 3 timed runs, and tiny's decoders
-  # less those that make T full passes without a cache (AR uncached, MDLM
-  # K=T, LLaDA K=T, threshold without or with the prefix cache, factor) and
+  # The grid at this size: T = 256 only, 3 timed runs, and the decoders of
+  # configs/full.py (the whole grid, which base derives from) less those
+  # that make T full passes without a cache (AR uncached, MDLM K=T, LLaDA
+  # K=T, threshold without or with the prefix cache, factor) and
   # the margin ordering: each would take minutes a row here. The kept
   # threshold row still shows how many tokens a step commits (its NFE).
   dropped = ("AR uncached |", "| steps=T", "kv_cache=none", "kv_cache=prefix",

@@ -1,11 +1,12 @@
 """The main job on one GPU (experiments/gpu_record.py): a larger model, bf16.
 
-The tiny config (configs/tiny.py) with a 36M-parameter backbone (d512, 8
-layers, 8 heads, MLP 2048: 143 MB of float32 parameters, above a CPU's
-32 MiB L3 cache and an H200's 60 MB L2, so a cached AR step reads them from
-HBM), bfloat16 compute, a training budget that `--retrain` affords on an
-H200 in a few minutes for the five members the grid binds (ar, mdlm, bd3lm,
-draft_small, evaluator), and the rows of the decoder grid that bear on the
+The full grid's config (configs/full.py: configs/tiny.py with every
+decoder) with a 36M-parameter backbone (d512, 8 layers, 8 heads, MLP
+2048: 143 MB of float32 parameters, above a CPU's 32 MiB L3 cache and an
+H200's 60 MB L2, so a cached AR step reads them from HBM), bfloat16
+compute, a training budget that `--retrain` affords on an H200 in a few
+minutes for the five members the grid binds (ar, mdlm, bd3lm, draft_small,
+evaluator), and the rows of the decoder grid that bear on the
 cost question, at B = 1, 8, 32 and T = 128, 256.
 
 Usage:
@@ -23,11 +24,11 @@ import pathlib
 import ml_collections
 
 _spec = importlib.util.spec_from_file_location(
-    "tiny", pathlib.Path(__file__).with_name("tiny.py"))
-tiny = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(tiny)
+    "full", pathlib.Path(__file__).with_name("full.py"))
+full = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(full)
 
-# The rows of the tiny grid kept here, each picked by a piece of its entry
+# The rows of the full grid (configs/full.py) kept here, each picked by a piece of its entry
 # text: AR cached; MDLM K = 8, 32, T; LLaDA with blocks of 32 at K = 32;
 # threshold decoding with the dual KV cache; BD3-LM; speculative decoding
 # with the small draft.
@@ -50,7 +51,7 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
   """
   if preset not in ("", "smoke"):
     raise ValueError(f"preset={preset!r}; allowed: '' or 'smoke'")
-  config = tiny.get_config()
+  config = full.get_config()
   config.model.update(dict(
       d_model=512, num_layers=8, num_heads=8, num_kv_heads=8, head_dim=64,
       mlp_dim=2048, dtype="bfloat16"))

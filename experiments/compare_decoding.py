@@ -3,6 +3,12 @@ r"""The main job: sequential vs parallel decoding, cost and quality, measured.
   python experiments/compare_decoding.py --config=configs/tiny.py \
       --workdir=/tmp/compare [--config.mesh.shape="(-1, 1, 1)"]
 
+configs/tiny.py's default grid (each decoding family at its strongest
+setting, T = 256, B = 1 and 8) took 8.2 minutes cold on 2 CPU cores shared
+with other jobs (1-minute load average 6.7-10.2; 6.3 CPU minutes:
+experiments/results/tiny_cpu_2core/); configs/full.py is the full grid (19
+decoders x 3 output lengths, 20-35 minutes).
+
 The default mesh (1, 1, 1) is one device, as always; another mesh shape
 (`config.mesh`) runs every decoder sharded (`lm_decoding.parallel.sharded`)
 and adds per-device weight bandwidth and FLOP/s columns to results.csv.
@@ -14,8 +20,12 @@ decoders bind plus the evaluator (shipped pretrained parameters when they
 match the config, else trained under --workdir, or always with --retrain),
 takes prompts from the held-out test split, runs every decoder at every
 output length and batch size, and writes results.csv, report.md,
-latency.png, quality.png and run.json under --workdir. A bad option or a
-too small corpus ends the job in its first seconds with a one-line message.
+frontier.png, latency.png (speed-up over the baseline), quality.png,
+frontier_<name>.png per --predict profile and run.json under --workdir,
+and ends with the verdict (report.md opens with
+it): per batch size the quality-cost Pareto front and the fastest decoder
+within `compare.tolerance_*` of AR sampling. A bad option or a too small
+corpus ends the job in its first seconds with a one-line message.
 """
 
 import json
@@ -31,7 +41,8 @@ import jax
 from ml_collections import config_flags
 
 from lm_decoding.data import pipeline
-from lm_decoding.evaluation import comparison, cost_model, entries, report
+from lm_decoding.evaluation import (
+    comparison, cost_model, entries, frontier, report)
 from lm_decoding.parallel import sharding
 from lm_decoding.training import pretrained
 from lm_decoding.training import train
@@ -41,6 +52,10 @@ _CONFIG = config_flags.DEFINE_config_file(
     "Experiment configuration file.")
 _WORKDIR = flags.DEFINE_string("workdir", "/tmp/lm_decoding_compare",
                                "Output directory.")
+_PREDICT = flags.DEFINE_list(
+    "predict", ["h100_sxm", "tpu_v5e"], "Published cost-model profiles "
+    "(cost_model.PROFILES) on which the frontier is also predicted from "
+    "the measured calls (frontier_<name>.png); '' for none.")
 _RETRAIN = flags.DEFINE_bool(
     "retrain", False, "Train all models here even if shipped ones match.")
 _PROFILE = flags.DEFINE_string(
@@ -87,12 +102,14 @@ def plan(config, workdir: str):
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  start = time.time()
+  start, load_start = time.time(), os.getloadavg()[0]
   config, workdir = _CONFIG.value, _WORKDIR.value
   cmp = config.compare
   try:
     profile = (cost_model.load_profile(_PROFILE.value) if _PROFILE.value
                else None)
+    other_hardware = [cost_model.load_profile(name)
+                      for name in _PREDICT.value if name]
     planned, members = plan(config, workdir)
     mesh = sharding.mesh_or_none(config.get("mesh"))
     rules = sharding.rules_from_config(config.get("mesh"))
@@ -118,8 +135,6 @@ def main(argv):
       mesh=mesh, rules=rules)
   decode_s = time.time() - decode_start
   header = "\n".join([
-      "# Sequential vs parallel decoding",
-      "",
       f"- device: {jax.devices()[0].device_kind} x{jax.device_count()} "
       f"({platform.processor() or platform.machine()}, {os.cpu_count()} cores)",
       *([] if mesh is None else [
@@ -136,24 +151,30 @@ def main(argv):
       f"- decoding took {decode_s / 60:.1f} min of the job's "
       f"{(time.time() - start) / 60:.1f} min",
   ])
+  configs = {name: train.model_config(m) for name, m in members.items()}
   predict_ms = None
   if profile is not None:
-    configs = {name: train.model_config(m) for name, m in members.items()}
     header += (f"\n- predicted ms: the cost model on profile {profile.name} "
                f"({profile.source})")
-
-    def predict_ms(row):
-      seconds = cost_model.comparison_row_s(row, configs, cmp.prompt_len,
-                                            profile)
-      return None if seconds is None else seconds * 1e3
-  paths = report.write(result, header, cmp.baseline, workdir, predict_ms)
+    predict_ms = cost_model.comparison_row_ms(configs, cmp.prompt_len,
+                                              profile)
+  elsewhere = {p.name: cost_model.comparison_row_ms(configs, cmp.prompt_len, p)
+               for p in other_hardware}
+  tolerance = frontier.Tolerance(cmp.tolerance_gen_ppl, cmp.tolerance_entropy)
+  paths = report.write(result, header, cmp.baseline, workdir, tolerance,
+                       predict_ms, elsewhere)
+  verdict = frontier.summarize(result.rows, cmp.baseline, tolerance).lines
   run_json = os.path.join(workdir, "run.json")
   with open(run_json, "w") as f:
-    json.dump({"models": lines, "wall_s": time.time() - start,
-               "decode_s": decode_s, "config": config.to_dict()}, f,
+    json.dump({"command": " ".join([sys.executable, *sys.argv]),
+               "models": lines, "wall_s": time.time() - start,
+               "decode_s": decode_s,
+               "load_average_1min": [load_start, os.getloadavg()[0]],
+               "verdict": verdict, "config": config.to_dict()}, f,
               indent=2, default=str)
   print(f"wrote {', '.join([*paths.values(), run_json])} in "
         f"{time.time() - start:.0f} s")
+  print("\n".join(verdict))
 
 
 if __name__ == "__main__":

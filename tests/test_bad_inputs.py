@@ -289,6 +289,10 @@ COMPARE_ROWS = [
                 r"compare.temperature=inf must be a finite number >= 0"),
     compare_row("compare.temperature", float("nan"),
                 r"compare.temperature=nan must be a finite number >= 0"),
+    compare_row("compare.tolerance_gen_ppl", -0.1,
+                r"compare.tolerance_gen_ppl=-0.1 must be a finite number > 0"),
+    compare_row("compare.tolerance_entropy", float("nan"),
+                r"compare.tolerance_entropy=nan must be a finite number > 0"),
     compare_row("compare.output_lengths", (32, 400),
                 r"prompt_len \+ max\(compare.output_lengths\) = 416 must be "
                 r"<= the ar model's max_len=320"),
@@ -477,6 +481,8 @@ _OUT = "--out={tmp}/out"  # speculative.py's results: must stay absent
                              "model=ar | steps=3',)"],
      r"^compare_decoding: error: compare.decoders\[0\] \('X'\): the label "
      r"must show every option"),
+    ("compare_decoding.py", ["--predict=h100_sxm,h300"],
+     r"^compare_decoding: error: unknown profile name='h300'; allowed: "),
     ("train.py", ["--config.train.num_steps=0"],
      r"^error: train.num_steps=0 must be an integer >= 1$"),
     ("train.py", ["--member=draft_huge"],
@@ -499,7 +505,8 @@ _OUT = "--out={tmp}/out"  # speculative.py's results: must stay absent
     ("speculative.py", ["--targets=evaluator", _OUT],
      r"^speculative: error: the router \(part 2\) uses the fastest "
      r"speculative configuration of target 'ar' .* or pass --norouter$"),
-], ids=["compare-label", "train-num-steps", "train-unknown-member",
+], ids=["compare-label", "compare-predict", "train-num-steps",
+        "train-unknown-member",
         "train-missing-data", "train-export-name", "train-export-member",
         "speculative-set",
         "speculative-drafts", "speculative-targets", "speculative-router"])

@@ -17,7 +17,8 @@ import _loading
 from lm_decoding.data import corpus
 from lm_decoding.data.tokenizer import Tokenizer
 from lm_decoding.decoding import base
-from lm_decoding.evaluation import comparison, cost_model, entries, report
+from lm_decoding.evaluation import (
+    comparison, cost_model, entries, frontier, report)
 from lm_decoding.models import TransformerConfig, init_params, make_logits_fn
 from lm_decoding.parallel import sharding
 from lm_decoding.special_tokens import EOS_ID
@@ -179,21 +180,41 @@ def test_cached_threshold_entries_get_their_uncached_reference():
 # ---- option checks before any work -------------------------------------------
 
 
-def tiny_config():
-  config = _load("tiny", ROOT / "configs" / "tiny.py").get_config()
-  names = set(base.registered())
-  config.compare.decoders = tuple(
-      d for d in config.compare.decoders
-      if d.split("|")[1].strip() in names and "bd3lm" not in d)
-  return config
+def load_config(name):
+  return _load(name, ROOT / "configs" / f"{name}.py").get_config()
 
 
-def test_default_grid_of_registered_decoders_is_valid(job, tmp_path):
-  config = tiny_config()
+# The default grid: each family at its strongest setting plus the naive
+# uncached AR loop, T = 256 only (configs/tiny.py).
+DEFAULT_GRID = [
+    "AR cached", "AR uncached", "MDLM K=8", "LLaDA margin K=32 block=32",
+    "threshold tau=0.9 block=32 cache=dual", "MaskGIT K=32", "ReMDM K=32",
+    "BD3-LM block=16 K=256", "speculative small draft gamma=4",
+    "prompt lookup gamma=4", "MDLM K=32 skeleton + AR polish p>=0.01 gamma=8"]
+
+
+def test_default_grid_is_pinned(job, tmp_path):
+  config = load_config("tiny")
   planned, members = job.plan(config, str(tmp_path))
-  assert set(members) >= {"ar", "mdlm", "evaluator"}
-  labels = {p.label for p in planned if p.output_length == 256}
-  assert {"AR cached", "AR uncached", "MDLM K=8", "MDLM K=256"} <= labels
+  assert set(members) >= {"ar", "mdlm", "bd3lm", "draft_small", "evaluator"}
+  assert [p.label for p in planned] == DEFAULT_GRID
+  assert {p.output_length for p in planned} == {256}
+  cmp = config.compare
+  assert (cmp.batch_sizes, cmp.timed_runs, cmp.baseline) == (
+      (1, 8), 3, "AR cached")
+  assert (cmp.tolerance_gen_ppl, cmp.tolerance_entropy) == (0.10, 0.10)
+
+
+def test_full_grid_holds_every_default_entry_at_three_lengths(job,
+                                                              tmp_path):
+  tiny, full = load_config("tiny"), load_config("full")
+  assert set(tiny.compare.decoders) < set(full.compare.decoders)
+  assert len(full.compare.decoders) == 19
+  planned, _ = job.plan(full, str(tmp_path))
+  assert full.compare.output_lengths == (32, 128, 256)
+  assert {p.output_length for p in planned} == {32, 128, 256}
+  assert full.compare.timed_runs == 5
+  assert full.model.to_dict() == tiny.model.to_dict()
 
 
 def test_job_exits_with_one_line_before_preparing_data(tmp_path):
@@ -274,6 +295,55 @@ def test_run_counts_times_and_scores_every_row(measured):
   assert printed.count(f" | T={T} ") == len(rows)  # one line per row
 
 
+def test_expected_forward_tokens_bound_the_measured_ones(measured):
+  """Exact for cached AR; an upper bound for self-paced decoders."""
+  planned, result, _ = measured
+  by_label = {p.label: p for p in planned}
+  for r in result.rows:
+    expected = comparison.expected_work(
+        by_label[r["decoder"]].decoder, r["batch_size"], 4).forward_tokens
+    measured_tokens = sum(r["forward_tokens"].values())
+    if r["decoder"] == "AR cached":
+      assert expected == measured_tokens
+    else:
+      assert measured_tokens <= expected < 2 * measured_tokens
+
+
+@pytest.mark.parametrize("name, options, batch, t, tokens", [
+    # Forward tokens the full grid's run at P = 16 measured (committed in
+    # experiments/results/tiny_cpu_2core before issue 30): exact here.
+    ("ar", {}, 8, 32, 376),
+    ("ar_uncached", {}, 8, 32, 12_288),
+    ("llada", dict(steps=32), 8, 32, 12_288),
+    ("threshold", dict(block_length=32, kv_cache="dual"), 8, 32, 8_320),
+    ("threshold", dict(block_length=32, kv_cache="prefix"), 8, 32, 8_320),
+    ("bd3lm", dict(block_length=16, steps=32), 8, 32, 4_352),
+    ("bd3lm", dict(block_length=16, steps=256), 1, 256, 4_352),
+    # Prefix cache, 2 blocks of 16: a full pass per block, then 15 steps
+    # over the 32 and the 16 positions from the block on.
+    ("threshold", dict(block_length=16, kv_cache="prefix"), 1, 32,
+     2 * 48 + 15 * 32 + 15 * 16),
+])
+def test_expected_forward_tokens_exactly(name, options, batch, t, tokens):
+  decoder = base.make_decoder(name, output_length=t, eos_ids=(), **options)
+  assert comparison.expected_work(decoder, batch, 16).forward_tokens == tokens
+
+
+def test_expected_drawn_positions():
+  """Iterative decoders draw over their window at every step; AR and the
+  verifier one position per row per token it scores."""
+  def work(name, t, batch, **options):
+    decoder = base.make_decoder(name, output_length=t, eos_ids=(), **options)
+    return comparison.expected_work(decoder, batch, 16)
+  assert work("mdlm", 256, 8, steps=8).drawn == 8 * 8 * 256
+  assert work("llada", 256, 8, steps=32, block_length=32).drawn == 32 * 8 * 32
+  assert work("ar", 256, 8).drawn == 8 * 256
+  # 16 rounds of gamma = 4: 5 target and 4 draft positions each.
+  spec = work("speculative", 32, 1, gamma=4)
+  assert (spec.forward_tokens, spec.drawn) == (2 * 16 + 16 * 9, 16 * 9)
+  assert spec.positions == spec.forward_tokens + spec.drawn
+
+
 def test_eos_mode_real_tokens_and_timing(measured):
   _, result, _ = measured
   for r in result.rows:
@@ -294,11 +364,33 @@ def test_cached_rows_report_their_approximation(measured):
   assert dual["forward_tokens"]["model"] < dual["nfe"] * 2 * (4 + T)
 
 
+def test_report_opens_with_the_verdict_and_the_frontier(measured, tmp_path):
+  """The smoke run of the main job's outputs: verdict lines, figures."""
+  _, result, _ = measured
+  paths = report.write(result, "- setup line", "AR cached", str(tmp_path))
+  assert set(paths) == {"csv", "report", "frontier", "latency", "quality"}
+  for path in paths.values():
+    assert os.path.getsize(path) > 0
+  with open(paths["frontier"], "rb") as f:
+    assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+  lines = frontier.summarize(result.rows, "AR cached",
+                             frontier.Tolerance()).lines
+  assert len(lines) == 1 + 2 * 2  # the tolerance, then 2 lines per B
+  assert lines[0].startswith("Verdict: 'within tolerance' of AR sampling")
+  for b, line in zip((1, 1, 2, 2), lines[1:]):
+    assert line.startswith(f"T={T} B={b}: ")
+  assert "Pareto front: " in lines[1]
+  assert "fastest within tolerance: " in lines[2]
+  text = open(paths["report"]).read()
+  verdict = "\n".join(f"- {line}" for line in lines)
+  assert text.startswith(f"# {report.TITLE}\n\n## Verdict\n\n{verdict}\n")
+  assert text.index("![frontier](frontier.png)") < text.index("## Setup")
+  assert "- setup line" in text
+
+
 def test_report_defines_every_column(measured, tmp_path):
   _, result, _ = measured
   paths = report.write(result, "# test", "AR cached", str(tmp_path))
-  for path in paths.values():
-    assert os.path.getsize(path) > 0
   with open(paths["csv"]) as f:
     table = list(csv.DictReader(f))
   assert len(table) == len(result.rows)
@@ -321,12 +413,9 @@ def test_report_predicted_columns_from_the_cost_model(measured, tmp_path):
              for m, a in (("ar", "causal"), ("mdlm", "bidirectional"))}
   profile = cost_model.HardwareProfile("unit", 1e9, 1e9, 1e-4, "test")
 
-  def predict_ms(row):
-    seconds = cost_model.comparison_row_s(row, configs, 4, profile)
-    return None if seconds is None else seconds * 1e3
-
+  predict_ms = cost_model.comparison_row_ms(configs, 4, profile)
   paths = report.write(result, "# test", "AR cached", str(tmp_path),
-                       predict_ms)
+                       predict_ms=predict_ms, elsewhere={"unit": predict_ms})
   with open(paths["csv"]) as f:
     table = {(r["decoder"], r["batch_size"]): r for r in csv.DictReader(f)}
   for b in (1, 2):  # P = 4 (the prompts' width), T = 8
@@ -340,6 +429,13 @@ def test_report_predicted_columns_from_the_cost_model(measured, tmp_path):
       assert table["thr dual", str(b)]["predicted_ms"] == ""
   text = open(paths["report"]).read()
   assert "| pred ms | meas/pred |" in text and "- **pred ms**:" in text
+  # The frontier on the profile: the predicted ms, the dual-cache rows left
+  # out (not costed).
+  assert os.path.getsize(paths["frontier_unit"]) > 0
+  ar_ms = 1e3 * cost_model.ar_decode_s(configs["ar"], 1, 4, T, profile)
+  assert f"- T={T} B=1: Pareto front: AR cached ({ar_ms:.3g} ms" in text
+  if CACHED:
+    assert "- not costed: thr dual" in text
 
 
 def test_fixed_length_and_eos_modes_exactly(tokenizer):

@@ -106,4 +106,5 @@ def test_smoke_writes_the_record(tmp_path):
   assert "- device: cpu x1" in (out / "compare" / "report.md").read_text()
   # Only the report files come back: data and checkpoints stay in scratch.
   assert sorted(p.name for p in (out / "compare").iterdir()) == [
+      "frontier.png", "frontier_h100_sxm.png", "frontier_tpu_v5e.png",
       "latency.png", "quality.png", "report.md", "results.csv", "run.json"]

@@ -13,7 +13,7 @@ import stubs
 from lm_decoding.decoding import base
 from lm_decoding.decoding.base import bind
 from lm_decoding.decoding.iterative import (
-    eos_counts, finish_at_eos, prompt_layout)
+    Step, eos_counts, finish_at_eos, prompt_layout)
 from lm_decoding.decoding.llada import LLaDADecoder
 from lm_decoding.decoding.mdlm import MDLMDecoder
 from lm_decoding.decoding.sampling import SamplingConfig
@@ -432,3 +432,52 @@ def test_low_confidence_ranks_by_the_probability_over_the_whole_vocabulary(
                         trace=True)
   np.testing.assert_array_equal(out.states[0], [[mask, a]])
   np.testing.assert_array_equal(out.tokens, [[a, a]])
+
+
+def _probs_row(top: dict[int, float], vocab: int = 8) -> list[float]:
+  """Probabilities over `vocab` ids: `top` as given, the rest shared."""
+  rest = (1.0 - sum(top.values())) / (vocab - len(top))
+  return [top.get(i, rest) for i in range(vocab)]
+
+
+# Positions 1..3 of a 1-token prompt: (confidence, margin) (0.5, 0.05),
+# (0.4, 0.3) and a tie at the top (0.3, 0) -- margin ranks 2, 1, 3 where
+# confidence ranks 1, 2, 3; a top-2 that skipped the tie would rank 3 second.
+MARGIN_PROBS = (_probs_row({0: 0.9}), _probs_row({5: 0.5, 6: 0.45}),
+                _probs_row({6: 0.4, 7: 0.1}), _probs_row({7: 0.3, 5: 0.3}))
+
+
+def test_margin_is_top1_minus_top2_with_ties_as_top_k():
+  probs = jnp.asarray(MARGIN_PROBS, jnp.float32)
+  step = Step(k=jnp.int32(0), masked=jnp.ones(4, bool),
+              fill=jnp.ones(4, bool), num_masked=jnp.int32(4),
+              drawn=jnp.argmax(probs, -1).astype(jnp.int32), probs=probs,
+              committed_confidence=jnp.zeros(4), uniform=jnp.zeros(4))
+  np.testing.assert_allclose(step.confidence("margin"),
+                             [0.9 - 0.1 / 7, 0.05, 0.3, 0.0], atol=1e-6)
+  # Random rows with repeated values: exactly lax.top_k's two largest.
+  rng = np.random.default_rng(0)
+  many = jnp.asarray(rng.integers(0, 5, (64, 16)) / 8.0, jnp.float32)
+  step = step.replace(probs=many, drawn=jnp.zeros(64, jnp.int32))
+  top2 = jax.lax.top_k(many, 2)[0]
+  np.testing.assert_array_equal(step.confidence("margin"),
+                                top2[:, 0] - top2[:, 1])
+
+
+@pytest.mark.parametrize("remasking, order", [
+    ("margin", [2, 1, 3]), ("low_confidence", [1, 2, 3])])
+def test_llada_commits_in_its_ordering_exactly(remasking, order):
+  """One token per step (K = T = 3), greedy, fixed logits per position."""
+  logits = tuple(tuple(np.log(row).tolist()) for row in MARGIN_PROBS)
+  decoder = LLaDADecoder(output_length=3, steps=3, remasking=remasking,
+                         eos_ids=(), **FULL)
+  out = decoder.denoise(bind(TableDenoiser(logits, max_len=4), None),
+                        jnp.array([[6]], jnp.int32), jnp.array([1], jnp.int32),
+                        jax.random.key(0), trace=True)
+  drawn = {1: 5, 2: 6, 3: 5}  # greedy; the tie at 3 goes to the lower id
+  expected, states = [6, MASK, MASK, MASK], []
+  for position in order:
+    expected[position] = drawn[position]
+    states.append(list(expected))
+  np.testing.assert_array_equal(out.states[:, 0], states)
+  np.testing.assert_array_equal(out.tokens, [[5, 6, 5]])

@@ -363,11 +363,12 @@ def test_set_dir_names_the_shipped_sets():
           == (pretrained.DEFAULT_DIR / pretrained.TOKENIZER_FILE).read_bytes())
 
 
-def test_base_grid_is_tinys_without_the_uncached_full_pass_rows():
-  """configs/base.py keeps 12 of tiny's 19 decoders, in tiny's order: none
-  that makes T full passes without a cache, nor the margin ordering."""
-  tiny, base = tiny_config().compare, load_config("base").compare
-  kept = [d for d in tiny.decoders if d in base.decoders]
+def test_base_grid_is_the_full_one_without_the_uncached_full_pass_rows():
+  """configs/base.py keeps 12 of configs/full.py's 19 decoders, in their
+  order: none that makes T full passes without a cache, nor the margin
+  ordering."""
+  full, base = load_config("full").compare, load_config("base").compare
+  kept = [d for d in full.decoders if d in base.decoders]
   assert list(base.decoders) == kept and len(kept) == 12
   labels = [d.split("|")[0].strip() for d in base.decoders]
   assert "AR cached" in labels and "AR uncached" not in labels

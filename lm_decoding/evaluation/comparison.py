@@ -37,8 +37,8 @@ import tqdm
 from jax.sharding import Mesh
 
 from lm_decoding.data.tokenizer import Tokenizer
-from lm_decoding.decoding import base
-from lm_decoding.decoding import iterative
+from lm_decoding.decoding import (
+    autoregressive, base, bd3lm, hybrid, iterative, speculative)
 from lm_decoding.evaluation import cost, quality
 from lm_decoding.evaluation.entries import Planned
 from lm_decoding.models import count_params
@@ -110,19 +110,113 @@ def _timing_columns(timing: cost.Timing) -> dict:
           "compile_s": timing.compile_s}
 
 
+# One compile, in positions (`Work.positions`): the default grid's 36
+# compiles took 4.6 s each on average on 2 shared CPU cores, half the job,
+# as many positions as at the tiny model's ~26 us per position there.
+COMPILE_POSITIONS = 175_000
+
+
+@dataclasses.dataclass(frozen=True)
+class Work:
+  """What one decode is expected to process (`expected_work`).
+
+  Attributes:
+    forward_tokens: token positions the models process, all roles (the
+      harness's `forward_tokens`, summed).
+    drawn: positions whose token is drawn from a distribution over the
+      vocabulary (softmax and sampling over V): an iterative decoder draws
+      at every position of its window at every step, an AR decoder one per
+      row per step.
+  """
+
+  forward_tokens: int
+  drawn: int
+
+  @property
+  def positions(self) -> int:
+    """The cost weight: forward and drawn positions cost alike on the
+    tiny model on 2 CPU cores (within 2x over the default grid)."""
+    return self.forward_tokens + self.drawn
+
+  def __add__(self, other: "Work") -> "Work":
+    return Work(self.forward_tokens + other.forward_tokens,
+                self.drawn + other.drawn)
+
+
+def expected_work(decoder, batch: int, prompt_len: int) -> Work:
+  """The work of one decode, estimated from the decoder's options before it
+  runs (for the progress bar).
+
+  Forward tokens are exact for cached AR (B x (P + T - 1)), uncached AR
+  (T x B x (P + T)), BD3-LM and scheduled iterative decoders without a
+  cache (K x B x (P + T)); an upper bound for self-paced ones (at most W
+  steps per block of W, e.g. threshold decoding) and those skipping
+  unchanged calls (MDLM). Cached iterative decoders: one full pass per
+  block, the other steps over the block (dual cache, BD3-LM) or from the
+  block to the end (prefix cache). Draft-verify decoders: T / 2 rounds
+  (about one draft token accepted per round) of gamma + 1 target positions
+  and gamma draft positions for an AR draft, plus the skeleton decoder's
+  own work for a diffusion skeleton. Any other decoder: T full passes.
+
+  Args:
+    decoder: a decoder config (`entries.build`).
+    batch: B.
+    prompt_len: P.
+  Returns:
+    A `Work`.
+  """
+  t = decoder.output_length
+  full = batch * (prompt_len + t)
+  if isinstance(decoder, speculative.DraftVerifyDecoder):
+    rounds = -(-t // 2)
+    target = batch * rounds * (decoder.gamma + 1)
+    work = Work(batch * prompt_len + target, target)
+    if isinstance(decoder, hybrid.SkeletonPolishDecoder):
+      return work + expected_work(decoder.skeleton_decoder(), batch,
+                                  prompt_len)
+    if "draft" in decoder.roles:
+      draft = batch * rounds * decoder.gamma
+      work += Work(batch * prompt_len + draft, draft)
+    return work
+  if isinstance(decoder, autoregressive.UncachedDecoder):
+    return Work(t * full, batch * t)
+  if isinstance(decoder, autoregressive.SequenceConfig):
+    return Work(batch * (prompt_len + t - 1), batch * t)
+  if isinstance(decoder, iterative.IterativeDecoder):
+    width, blocks = decoder.block_size(), decoder.num_blocks()
+    per_block = decoder.max_block_steps(width)
+    drawn = blocks * per_block * batch * width
+    if isinstance(decoder, bd3lm.BD3LMDecoder):
+      # prefill, K window calls, a cache write between blocks
+      return Work(batch * (prompt_len
+                           + (blocks * (per_block + 1) - 1) * width), drawn)
+    if decoder.kv_cache == "none":
+      return Work(blocks * per_block * full, drawn)
+    rest = (per_block - 1) * batch
+    if decoder.kv_cache == "dual":
+      return Work(blocks * (full + rest * width), drawn)
+    return Work(sum(full + rest * (t - n * width) for n in range(blocks)),
+                drawn)
+  return Work(t * full, batch * t)
+
+
 def _expected_cost(p: Planned, batch: int, largest: bool, prompt_len: int,
                    runs: int) -> float:
-  """A rough cost of one work unit in seconds, for the progress bar's ETA.
+  """The expected cost of one work unit of `run`, in positions.
 
-  2 s per compile (fixed length; at the largest batch also EOS mode and, for
-  a cached decoder, the error measurement and its reference) plus runs x B x
-  (P + T) x steps / 25k positions per s, with steps the decoder's `steps`
-  option, else T (AR, self-paced decoders): an upper bound of the work.
+  The timed runs (plus, at the largest batch, the EOS-mode decode and, for
+  a cached decoder, the error measurement and its kv_cache="none"
+  reference) at `expected_work(...).positions` each, and
+  `COMPILE_POSITIONS` per compile.
   """
-  t = p.output_length
-  steps = getattr(p.decoder, "steps", None) or t
-  compiles = 1 + largest * (1 + 2 * p.cached)
-  return compiles * 2.0 + runs * batch * (prompt_len + t) * steps / 25e3
+  positions = expected_work(p.decoder, batch, prompt_len).positions
+  decodes, compiles = runs, 1
+  if largest:
+    decodes, compiles = decodes + 1 + p.cached, compiles + 1 + 2 * p.cached
+  total = decodes * positions + compiles * COMPILE_POSITIONS
+  if largest and p.cached:
+    total += expected_work(p.reference, batch, prompt_len).positions
+  return float(total)
 
 
 def _mean(values: np.ndarray) -> float:

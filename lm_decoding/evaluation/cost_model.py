@@ -514,3 +514,13 @@ def comparison_row_s(row: dict, configs: dict[str, TransformerConfig],
     else:
       return None
   return total
+
+
+def comparison_row_ms(configs: dict[str, TransformerConfig],
+                      prompt_length: int, profile: HardwareProfile):
+  """row -> predicted ms of a comparison row (`comparison_row_s` x 1e3),
+  or None where that gives None."""
+  def predict(row: dict) -> float | None:
+    seconds = comparison_row_s(row, configs, prompt_length, profile)
+    return None if seconds is None else seconds * 1e3
+  return predict

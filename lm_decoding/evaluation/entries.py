@@ -43,6 +43,7 @@ from typing import Any
 
 from lm_decoding.decoding import base
 from lm_decoding.decoding.sampling import SamplingConfig
+from lm_decoding.evaluation import frontier
 from lm_decoding.special_tokens import EOS_ID
 
 EVALUATOR = "evaluator"  # the member that scores samples; never decoded
@@ -318,7 +319,8 @@ def check_options(cmp: Any, member_max_len: Mapping[str, int]) -> None:
     ValueError: naming the key and the allowed range: output_lengths or
       batch_sizes empty or not all distinct integers >= 1; timed_runs, prompt_len or
       reference_len not an integer >= 1; temperature not finite >= 0;
-      prompt_len + T above a model's max_len.
+      tolerance_gen_ppl or tolerance_entropy not finite > 0
+      (`frontier.Tolerance`); prompt_len + T above a model's max_len.
   """
   for key in ("output_lengths", "batch_sizes"):
     values = cmp[key]
@@ -336,6 +338,7 @@ def check_options(cmp: Any, member_max_len: Mapping[str, int]) -> None:
       or not 0 <= temperature < math.inf):
     raise ValueError(f"compare.temperature={temperature!r} must be a finite "
                      "number >= 0")
+  frontier.Tolerance(cmp.tolerance_gen_ppl, cmp.tolerance_entropy)
   longest = cmp.prompt_len + max(cmp.output_lengths)
   for member, max_len in member_max_len.items():
     if longest > max_len:

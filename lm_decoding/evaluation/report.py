@@ -1,8 +1,13 @@
-"""Writes the comparison: results.csv, report.md and two PNG plots.
+"""Writes the comparison: results.csv, report.md and its figures.
 
-report.md defines every column it shows, under its table, so it reads on its
-own. Speeds are compared on minimum times (on a shared machine interference
-only ever adds time; the median and the spread are shown beside them).
+report.md opens with the verdict (`frontier`: per batch size the quality-cost
+Pareto front and the fastest decoder within the tolerance of AR sampling),
+the frontier figure (gen-PPL against ms per sequence, entropy as colour,
+TPF per point) and the speed-up of every decoder over the baseline; then
+the setup and the tables. It defines every column it shows, under its
+table, so it reads on its own. Speeds are compared on minimum times (on a
+shared machine interference only ever adds time; the median and the spread
+are shown beside them).
 
 The crossover is read off the measured rows: where a decoder's median
 latency is below the baseline's minimum (`compare.baseline`, cached AR by
@@ -17,17 +22,18 @@ from __future__ import annotations
 import csv
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-import matplotlib.ticker  # noqa: E402
 
+from lm_decoding.evaluation import frontier  # noqa: E402
 from lm_decoding.evaluation.comparison import SPREAD_FLAG, Comparison  # noqa: E402
 
 WORDS_SHOWN = 60  # words of each sample in report.md
+TITLE = "Sequential vs parallel decoding"
 
 
 def _forward_tokens(row: dict) -> str:
@@ -252,28 +258,107 @@ def _colors(labels):
   return {label: palette[i % len(palette)] for i, label in enumerate(labels)}
 
 
-def plot_latency(rows: Sequence[dict], baseline: str, path: str) -> None:
-  """ms min per sequence vs output length, one panel per batch size."""
-  batch_sizes = sorted({r["batch_size"] for r in rows})
-  fig, axes = plt.subplots(1, len(batch_sizes),
-                           figsize=(6 * len(batch_sizes), 4.8), squeeze=False)
-  lengths = sorted({r["output_length"] for r in rows})
-  colors = _colors(_series(rows))
-  for ax, b in zip(axes[0], batch_sizes):
-    for label in colors:
-      pts = sorted((r["output_length"], r["ms_min"]) for r in rows
-                   if label in r["series"] and r["batch_size"] == b)
-      ax.plot(*zip(*pts), "-" if label == baseline else "--", marker="o",
-              color=colors[label], label=label)
-    ax.set(xscale="log", yscale="log", xlabel="output length T (tokens)",
-           ylabel="latency, ms per sequence (min of runs)",
-           title=f"batch {b}")
-    ax.set_xticks(lengths, [str(t) for t in lengths])
-    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+def _panels(keys, width=6.0, height=4.8):
+  """A figure with one panel per (T, B) key, T down and B across."""
+  lengths = sorted({t for t, _ in keys})
+  batches = sorted({b for _, b in keys})
+  fig, axes = plt.subplots(len(lengths), len(batches),
+                           figsize=(width * len(batches),
+                                    height * len(lengths)), squeeze=False,
+                           layout="constrained")
+  return fig, {(t, b): axes[i][j] for i, t in enumerate(lengths)
+               for j, b in enumerate(batches)}
+
+
+def plot_frontier(found: Sequence[frontier.Verdict],
+                  all_points: Sequence[frontier.Point], baseline: str,
+                  tolerance: frontier.Tolerance, path: str) -> None:
+  """gen-PPL against ms per sequence, one panel per (T, B).
+
+  Entropy is the colour (one scale for all panels); decoders outside the
+  entropy tolerance are hollow (they cannot be on the front); the Pareto
+  front is a step line; each point is annotated with its label and TPF;
+  the dashed line is the gen-PPL tolerance above the baseline.
+  """
+  by_key = {(v.output_length, v.batch_size): v for v in found}
+  fig, axes = _panels(by_key, width=7.5, height=5.5)
+  entropies = [p.entropy for p in all_points]
+  norm = plt.Normalize(min(entropies), max(entropies))
+  cmap = plt.get_cmap("viridis")
+  for key, ax in axes.items():
+    v = by_key.get(key)
+    if v is None:
+      ax.set_visible(False)
+      continue
+    ref = v.reference
+    pts = [p for p in all_points
+           if (p.output_length, p.batch_size) == key]
+    for p in pts:
+      kept = tolerance.keeps_entropy(p, ref)
+      ax.scatter([p.ms], [p.gen_ppl], s=60, zorder=3,
+                 marker="*" if p.label == baseline else "o",
+                 facecolors=cmap(norm(p.entropy)) if kept else "none",
+                 edgecolors=cmap(norm(p.entropy)), linewidths=1.5)
+      ax.annotate(f"{p.label}\nTPF {p.tpf:.2f}", (p.ms, p.gen_ppl),
+                  fontsize=6, xytext=(4, 3), textcoords="offset points")
+    if v.front:
+      xs = [p.ms for p in v.front]
+      ys = [p.gen_ppl for p in v.front]
+      ax.step(xs, ys, where="post", color="black", alpha=0.6,
+              label="Pareto front")
+    ax.axhline(ref.gen_ppl * (1 + tolerance.gen_ppl), ls="--", color="grey",
+               label=f"{baseline} gen-PPL +{tolerance.gen_ppl:.0%}")
+    ax.set(xscale="log", yscale="log",
+           xlabel="ms per sequence (min of runs; log)",
+           ylabel="gen-PPL under the evaluator (log)",
+           title=f"T={key[0]}, batch {key[1]}")
     ax.grid(True, which="both", alpha=0.3)
-  handles, labels = axes[0][0].get_legend_handles_labels()
-  fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8)
-  fig.tight_layout(rect=(0, 0.16, 1, 1))
+    ax.legend(fontsize=7, loc="best")
+  fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap),
+               ax=list(axes.values()), label="entropy, nats (hollow: more "
+               f"than {tolerance.entropy:.2f} below {baseline})")
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
+def plot_speedup(found: Sequence[frontier.Verdict],
+                 all_points: Sequence[frontier.Point], baseline: str,
+                 tolerance: frontier.Tolerance, path: str) -> None:
+  """Speed-up over the baseline per decoder as bars, one panel per (T, B).
+
+  Bars of decoders within the quality tolerance are filled, the others
+  hatched; the line at 1 is the baseline.
+  """
+  by_key = {(v.output_length, v.batch_size): v for v in found}
+  labels = list(dict.fromkeys(p.label for p in all_points))
+  fig, axes = _panels(by_key, width=6.5, height=0.3 * len(labels) + 1.5)
+  for key, ax in axes.items():
+    v = by_key.get(key)
+    if v is None:
+      ax.set_visible(False)
+      continue
+    pts = {p.label: p for p in all_points
+           if (p.output_length, p.batch_size) == key}
+    shown = [label for label in labels if label in pts]
+    for y, label in enumerate(shown):
+      p = pts[label]
+      good = tolerance.within(p, v.reference)
+      ax.barh(y, v.speedup(p), color="tab:green" if good else "white",
+              edgecolor="tab:green" if good else "tab:red",
+              hatch=None if good else "//")
+      ax.annotate(f"{v.speedup(p):.2f}x", (v.speedup(p), y), fontsize=7,
+                  xytext=(3, -3), textcoords="offset points")
+    ax.axvline(1.0, color="black", lw=1)
+    ax.set_xlim(right=1.6 * max(1.0, *(v.speedup(pts[x]) for x in shown)))
+    ax.set_yticks(range(len(shown)), shown, fontsize=7)
+    ax.invert_yaxis()
+    ax.set(xscale="log", xlabel=f"{baseline} ms / decoder ms (log; > 1 is "
+           "faster)",
+           title=f"T={key[0]}, batch {key[1]}")
+    ax.grid(True, axis="x", which="both", alpha=0.3)
+  fig.suptitle(f"Speed-up over {baseline}; filled: within the quality "
+               f"tolerance of {baseline} ({tolerance.describe(baseline)}), "
+               "hatched: outside it", fontsize=9)
   fig.savefig(path, dpi=110)
   plt.close(fig)
 
@@ -341,6 +426,17 @@ def _samples(comparison: Comparison) -> list[str]:
   return lines
 
 
+def predicted_rows(rows: Sequence[dict],
+                   predict_ms: Callable[[dict], float | None]) -> list[dict]:
+  """The rows with a prediction, their "ms_min" the predicted ms."""
+  out = []
+  for r in rows:
+    ms = predict_ms(r)
+    if ms is not None:
+      out.append(dict(r, ms_min=ms))
+  return out
+
+
 def _with_predictions(rows, predict_ms):
   out = []
   for r in rows:
@@ -351,21 +447,33 @@ def _with_predictions(rows, predict_ms):
 
 
 def write(comparison: Comparison, header: str, baseline: str,
-          workdir: str,
-          predict_ms: Callable[[dict], float | None] | None = None
+          workdir: str, tolerance: frontier.Tolerance = frontier.Tolerance(),
+          predict_ms: Callable[[dict], float | None] | None = None,
+          elsewhere: Mapping[str, Callable[[dict], float | None]] | None = None
           ) -> dict[str, str]:
-  """Writes results.csv, report.md, latency.png and quality.png.
+  """Writes results.csv, report.md, frontier.png, latency.png, quality.png
+  and frontier_<name>.png per entry of `elsewhere`.
+
+  report.md opens with the verdict (`frontier.summarize`) and the frontier
+  and speed-up figures, then `header` and the tables.
 
   Args:
     comparison: the measured comparison.
-    header: Markdown put above the tables.
-    baseline: the label the crossover compares against.
+    header: Markdown of the setup (device, models, grid), put under the
+      verdict and its figures.
+    baseline: the label the verdict and the crossover compare against.
     workdir: the output folder.
+    tolerance: the quality tolerance of the verdict.
     predict_ms: a row's predicted ms (or None), e.g. from
       `cost_model.comparison_row_s`; when given, the cost table and the CSV
       get `PREDICTED_COLUMNS`.
+    elsewhere: {hardware name: a row's predicted ms or None}: the verdict
+      and the frontier again with those latencies (`predicted_rows`), e.g.
+      `cost_model.comparison_row_ms` on a published profile.
   Returns:
     {kind: path} of the written files.
+  Raises:
+    ValueError: the baseline has no scored row (or no prediction).
   """
   rows = sorted(comparison.rows,
                 key=lambda r: (r["output_length"], r["batch_size"]))
@@ -376,13 +484,31 @@ def write(comparison: Comparison, header: str, baseline: str,
   os.makedirs(workdir, exist_ok=True)
   paths = {k: os.path.join(workdir, f) for k, f in (
       ("csv", "results.csv"), ("report", "report.md"),
-      ("latency", "latency.png"), ("quality", "quality.png"))}
+      ("frontier", "frontier.png"), ("latency", "latency.png"),
+      ("quality", "quality.png"))}
+  summary = frontier.summarize(rows, baseline, tolerance)
   write_csv(rows, paths["csv"])
-  plot_latency(rows, baseline, paths["latency"])
+  plot_frontier(summary.verdicts, summary.points, baseline, tolerance,
+                paths["frontier"])
+  plot_speedup(summary.verdicts, summary.points, baseline, tolerance,
+               paths["latency"])
   plot_quality(rows, comparison.human, paths["quality"])
   scored = [r for r in rows if r.get("gen_ppl") is not None]
   noisy = [r for r in rows if r["noisy"]]
-  lines = [header, "",
+  lines = [f"# {TITLE}", "", "## Verdict", "",
+           *[f"- {line}" for line in summary.lines], "",
+           "![frontier](frontier.png)", "",
+           "Each panel: gen-PPL of a decoder's samples against its ms per "
+           "sequence, entropy as colour (hollow: below the entropy "
+           "tolerance), the Pareto front as a step line, TPF = T / NFE "
+           "(tokens per forward call) beside each point. Quality is "
+           "scored on the largest batch's samples only: speculative "
+           "sampling and prompt lookup sample the AR model's own "
+           "distribution with other random draws, so their gap to the "
+           "baseline's gen-PPL and entropy is sampling noise alone and "
+           "shows its size.", "",
+           "![speed-up over the baseline](latency.png)", "",
+           "## Setup", "", header, "",
            "## Cost, fixed length", "",
            "Every decoder emits exactly T tokens (EOS ignored), so every row "
            "decodes the same amount of text.", "",
@@ -426,7 +552,27 @@ def write(comparison: Comparison, header: str, baseline: str,
             f"gen-PPL {comparison.human['gen_ppl']:.1f} at entropy "
             f"{comparison.human['entropy']:.2f}", "", OMISSION_NOTE, ""]
   lines += ["## Samples", ""] + _samples(comparison)
-  lines += ["![latency](latency.png)", "", "![quality](quality.png)", ""]
+  if elsewhere:
+    lines += ["## The frontier predicted on other hardware", "",
+              "The cost model (`cost_model.comparison_row_s`: roofline per "
+              "call plus a fixed overhead, the models' shapes and dtype as "
+              "measured here) costs each row's measured forward calls on a "
+              "published profile; quality and TPF are the measured ones. "
+              "Rows whose calls it does not cost (speculative verification, "
+              "cached blocks, BD3-LM) are left out.", ""]
+  for name, predict in (elsewhere or {}).items():
+    predicted = predicted_rows(rows, predict)
+    found = frontier.summarize(predicted, baseline, tolerance)
+    kind = f"frontier_{name}"
+    paths[kind] = os.path.join(workdir, f"{kind}.png")
+    plot_frontier(found.verdicts, found.points, baseline, tolerance,
+                  paths[kind])
+    left_out = sorted({r["decoder"] for r in rows} - {r["decoder"]
+                                                      for r in predicted})
+    lines += [f"### {name}", "", *[f"- {line}" for line in found.lines[1:]],
+              f"- not costed: {', '.join(left_out) or 'none'}", "",
+              f"![frontier on {name}]({kind}.png)", ""]
+  lines += ["![quality](quality.png)", ""]
   with open(paths["report"], "w") as f:
     f.write("\n".join(lines))
   return paths

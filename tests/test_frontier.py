@@ -1,0 +1,125 @@
+"""Tests of the verdict: Pareto front, tolerance rule, fastest within it."""
+
+from __future__ import annotations
+
+import pytest
+
+from lm_decoding.evaluation import frontier
+from lm_decoding.evaluation.frontier import Point, Tolerance
+
+TOL = Tolerance(gen_ppl=0.10, entropy=0.10)
+
+
+def pt(label, ms, ppl, entropy=3.5, b=1, t=256, tpf=1.0):
+  return Point(label=label, batch_size=b, output_length=t, ms=ms,
+               gen_ppl=ppl, entropy=entropy, tpf=tpf)
+
+
+AR = pt("AR", 100.0, 400.0)
+
+
+def labels(points):
+  return [p.label for p in points]
+
+
+def test_front_excludes_dominated_points_and_keeps_ties():
+  points = [AR, pt("fast bad", 20.0, 900.0), pt("dominated", 150.0, 450.0),
+            pt("slow good", 300.0, 300.0), pt("twin", 300.0, 300.0),
+            pt("same ms worse", 20.0, 950.0)]
+  assert labels(frontier.pareto_front(points)) == [
+      "fast bad", "AR", "slow good", "twin"]
+
+
+def test_front_of_one_point_and_of_none():
+  assert frontier.pareto_front([AR]) == [AR]
+  assert frontier.pareto_front([]) == []
+
+
+@pytest.mark.parametrize("point, within", [
+    (pt("ppl +10%", 50.0, 440.0), True),
+    (pt("ppl +11%", 50.0, 444.0), False),
+    (pt("ppl lower", 50.0, 100.0), True),          # one-sided
+    (pt("entropy -0.1", 50.0, 400.0, 3.4), True),
+    (pt("entropy -0.2", 50.0, 400.0, 3.3), False),
+    (pt("entropy higher", 50.0, 400.0, 5.0), True),  # one-sided
+])
+def test_tolerance_rule(point, within):
+  assert TOL.within(point, AR) is within
+
+
+def test_verdict_fastest_within_tolerance_and_speedup():
+  points = [AR, pt("fast bad", 10.0, 900.0), pt("fast ok", 40.0, 420.0),
+            pt("faster ok", 25.0, 430.0, 3.45), pt("slow ok", 200.0, 400.0),
+            pt("AR", 300.0, 400.0, b=8), pt("x", 100.0, 400.0, b=8)]
+  v1, v8 = frontier.verdicts(points, "AR", TOL)
+  assert (v1.batch_size, v8.batch_size) == (1, 8)
+  assert v1.fastest.label == "faster ok" and v1.nearest_miss is None
+  assert v1.speedup(v1.fastest) == pytest.approx(4.0)
+  assert labels(v1.front) == ["fast bad", "faster ok", "fast ok", "AR"]
+  assert v8.fastest.label == "x" and v8.speedup(v8.fastest) == 3.0
+
+
+def test_low_entropy_point_is_off_the_front_and_not_accepted():
+  repeats = pt("repeats itself", 30.0, 150.0, entropy=2.0)
+  v, = frontier.verdicts([AR, repeats], "AR", TOL)
+  assert labels(v.front) == ["AR"] and v.fastest is None
+  assert v.nearest_miss is repeats  # faster, outside the tolerance
+
+
+def test_none_on_this_hardware_and_the_nearest_miss():
+  # Faster ones all outside the tolerance: the least outside is the miss.
+  points = [AR, pt("far", 10.0, 1000.0), pt("near", 50.0, 460.0),
+            pt("slow ok", 200.0, 400.0)]
+  v, = frontier.verdicts(points, "AR", TOL)
+  assert v.fastest is None and v.nearest_miss.label == "near"
+  lines = frontier.verdict_lines([v], "AR", TOL)
+  assert lines[-1] == (
+      "T=256 B=1: fastest within tolerance: none on this hardware; nearest "
+      "miss: near, 2.00x the speed of AR (50 vs 100 ms; gen-PPL +15%, "
+      "entropy +0.00 nats)")
+  # None faster: the least slow decoder within the tolerance.
+  v, = frontier.verdicts([AR, pt("slow ok", 200.0, 400.0),
+                          pt("slower ok", 400.0, 400.0)], "AR", TOL)
+  assert v.fastest is None and v.nearest_miss.label == "slow ok"
+  v, = frontier.verdicts([AR], "AR", TOL)
+  assert v.fastest is None and v.nearest_miss is None
+
+
+def test_verdict_lines_state_tolerance_front_and_speedup():
+  points = [AR, pt("spec", 80.0, 410.0, tpf=1.6)]
+  lines = frontier.verdict_lines(frontier.verdicts(points, "AR", TOL), "AR",
+                                 TOL)
+  assert "gen-PPL at most 10% above AR's and entropy at most 0.10 nats " \
+         "below" in lines[0]
+  assert lines[1:] == [
+      "T=256 B=1: Pareto front: spec (80 ms, gen-PPL 410, TPF 1.60); AR "
+      "(100 ms, gen-PPL 400, TPF 1.00)",
+      "T=256 B=1: fastest within tolerance: spec, 1.25x faster than AR (80 "
+      "vs 100 ms; gen-PPL +2%, entropy +0.00 nats)"]
+
+
+def test_points_take_quality_from_the_scored_batch_and_tpf_from_nfe():
+  rows = [dict(decoder="AR", batch_size=8, output_length=32, ms_min=20.0,
+               nfe=32, gen_ppl=400.0, entropy=3.5),
+          dict(decoder="AR", batch_size=1, output_length=32, ms_min=5.0,
+               nfe=32),
+          dict(decoder="MDLM", batch_size=1, output_length=32, ms_min=9.0,
+               nfe=8),
+          dict(decoder="unscored", batch_size=1, output_length=32,
+               ms_min=1.0, nfe=1)]
+  points = frontier.points(rows)
+  assert points == [pt("AR", 20.0, 400.0, b=8, t=32),
+                    pt("AR", 5.0, 400.0, b=1, t=32)]
+  rows[2].update(gen_ppl=500.0, entropy=3.0)
+  assert frontier.points(rows)[2] == pt("MDLM", 9.0, 500.0, 3.0, t=32,
+                                        tpf=4.0)
+
+
+def test_missing_baseline_and_bad_tolerances_raise():
+  with pytest.raises(ValueError, match="baseline='AR cached' has no scored"):
+    frontier.verdicts([AR], "AR cached", TOL)
+  with pytest.raises(ValueError, match=r"compare.tolerance_gen_ppl=0 must "
+                     r"be a finite number > 0"):
+    Tolerance(gen_ppl=0)
+  with pytest.raises(ValueError, match="compare.tolerance_entropy=True"):
+    Tolerance(entropy=True)
