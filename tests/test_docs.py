@@ -35,9 +35,6 @@ INSTALL = 'python3 -m venv .venv && . .venv/bin/activate && pip install -e ".[te
 TEST_COMMAND = "python -m pytest -n 2 tests"
 MAIN_JOB = ("python experiments/compare_decoding.py --config=configs/tiny.py "
             "--workdir=/tmp/compare")
-# Named by the README before they exist: made by issue 30's main-job branch.
-# Once merged they exist, and the test below asks to empty this set.
-PENDING = {"experiments/results/tiny_cpu_2core/frontier.png"}
 EXTENSIONS = (".py", ".md", ".sh", ".json", ".jsonl", ".txt", ".png", ".csv",
               ".ipynb", ".gz", ".toml", ".cfg", ".model", ".tsv", ".log",
               ".safetensors", ".npy")
@@ -129,8 +126,6 @@ def path_problem(token: str) -> str | None:
   token = token.rstrip(".,:;)")
   if token.startswith("/") or "://" in token or token.startswith("gs:"):
     return None  # an output location
-  if token in PENDING:
-    return None
   if "<" in token:  # a placeholder: the folder it goes in must exist
     token = token[:token.index("<")].rpartition("/")[0] + "/"
     if token == "/" or token in tree():
@@ -216,8 +211,6 @@ def link_problems(page: pathlib.Path, text: str) -> list[str]:
       continue
     file, _, anchor = target.partition("#")
     resolved = (page.parent / file).resolve() if file else page
-    if str(resolved.relative_to(ROOT)) in PENDING:
-      continue
     if not resolved.exists():
       problems.append(f"link {target}: no such file")
     elif anchor and resolved.suffix == ".md" and anchor not in anchors(resolved):
@@ -268,12 +261,6 @@ Fine: `lm_decoding/decoding/iterative.py`, `machine_b/`, `metrics.jsonl`, `/tmp/
       "link results.md#no-such-heading: no heading #no-such-heading",
       "no_such_file_anywhere.md: not the end of any path in the tree",
   ])
-
-
-def test_pending_paths_do_not_exist_yet():
-  """The README shows the frontier figure before its branch is merged; once
-  the figure exists, delete it from PENDING so it is checked like the rest."""
-  assert [p for p in PENDING if (ROOT / p).exists()] == []
 
 
 def test_readme_commands_are_the_ones_ci_and_the_default_config_use():
