@@ -179,22 +179,6 @@ def test_the_shift_changes_what_a_block_decoder_commits():
   assert not np.array_equal(shifted.tokens, unshifted.tokens)
 
 
-def test_shifted_window_logits_are_the_parent_position_before():
-  # Block 1 of a shifted model: its first token is predicted by the clean
-  # pass at the last prompt token, i.e. by the parent's causal logits there.
-  decoder = BD3LMDecoder(output_length=4, steps=4, block_length=4,
-                         sampling=GREEDY, remasking="threshold",
-                         threshold=2.0)
-  out = _decode(decoder, PROMPTS[:1], PROMPT_LENGTHS[:1])
-  parent = make_logits_fn(PARENT)(PARAMS, PROMPTS[:1],
-                                  jnp.arange(4)[None]).logits[0, -1]
-  parent = parent.at[MASK_ID].set(-jnp.inf)
-  first = int(out.tokens[0, 0])
-  # The first commit of a one-per-step block is its most confident position;
-  # position 0's greedy draw is the parent's argmax whenever it commits first.
-  assert first == int(jnp.argmax(parent)) or int(out.committed[0, 0]) == 1
-
-
 def test_threshold_above_one_is_one_token_per_step():
   one_per_step = BD3LMDecoder(output_length=8, steps=8, block_length=4,
                               sampling=GREEDY, remasking="low_confidence")
