@@ -382,8 +382,8 @@ def test_metrics_on_empty_and_all_pad_rows():
   assert np.isnan(quality.distinct_n(tokens, lengths * 0, 2))
   assert np.isnan(quality.repetition_rate(np.zeros((2, 0), int),
                                           np.zeros(2, int), 1)).all()
-  np.testing.assert_allclose(quality.omission_rate(["", "the cat"],
-                                                   ["x", ""]), [np.nan, 1.0])
+  np.testing.assert_allclose(quality.omission_rate(["x", ""],
+                                                   ["", "the cat"]), [np.nan, 1.0])
 
 
 def test_gen_ppl_skips_empty_rows_and_refuses_no_tokens():

@@ -266,11 +266,11 @@ def test_omission_rate_exact():
   refs = ["The cat sat on the mat.", "Café au lait", "the of and", "It is",
           "abc123def"]
   hyps = ["a CAT on a cat", "cafe AU lait", "anything", "", "def"]
-  out = quality.omission_rate(refs, hyps)
+  out = quality.omission_rate(hyps, refs)
   np.testing.assert_allclose(out[[0, 1, 4]], [2 / 3, 1 / 3, 1 / 2])
   assert math.isnan(out[2]) and math.isnan(out[3])
-  kept = quality.omission_rate(refs[:1], hyps[:1], stopwords=frozenset())
+  kept = quality.omission_rate(hyps[:1], refs[:1], stopwords=frozenset())
   # {the, cat, sat, on, mat} minus {a, cat, on}: the, sat, mat.
   np.testing.assert_allclose(kept, [3 / 5])
   with pytest.raises(ValueError, match="same length"):
-    quality.omission_rate(refs, hyps[:2])
+    quality.omission_rate(hyps[:2], refs)

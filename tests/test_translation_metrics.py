@@ -7,6 +7,7 @@ import sys
 import numpy as np
 import pytest
 
+from lm_decoding.evaluation import quality
 from lm_decoding.evaluation import translation_metrics as tm
 
 REFERENCES = ["Y dijo Dios: Sea la luz: y fué la luz.",
@@ -49,6 +50,14 @@ def test_consecutive_repetition_rate():
       ["y y dijo dijo Dios", "Dios dijo", "luz", "la luz, la luz LUZ"])
   np.testing.assert_array_equal(rates[[0, 1, 3]], [0.5, 0.0, 0.25])
   assert np.isnan(rates[2])
+
+
+def test_both_omission_rates_take_hypotheses_then_references():
+  # The reference's content word 'mat' is missing from the hypothesis; the
+  # other order would find nothing missing from 'mat cat'.
+  hypothesis, reference = ["cat"], ["mat cat"]
+  assert quality.omission_rate(hypothesis, reference)[0] == 0.5
+  assert tm.omission_rate(["luz"], ["dios luz"])[0] == 0.5
 
 
 def test_omission_rate_ignores_spanish_stopwords():

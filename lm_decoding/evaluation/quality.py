@@ -312,7 +312,7 @@ def content_words(text: str,
   return {w for w in _WORD.findall(text.lower()) if w not in stopwords}
 
 
-def omission_rate(references: Sequence[str], hypotheses: Sequence[str],
+def omission_rate(hypotheses: Sequence[str], references: Sequence[str],
                   stopwords: frozenset[str] = ENGLISH_STOPWORDS) -> np.ndarray:
   """Fraction of each reference's content words missing from its hypothesis.
 
@@ -322,9 +322,12 @@ def omission_rate(references: Sequence[str], hypotheses: Sequence[str],
   content words {cat, sat, mat} miss {sat, mat}: 2/3. Average rows with
   `np.nanmean`.
 
+  Hypotheses come first, references second, as in every metric of this
+  package and in sacrebleu.
+
   Args:
-    references: N reference texts (decoded strings).
-    hypotheses: N generated texts, aligned with `references`.
+    hypotheses: N generated texts (decoded strings).
+    references: N reference texts, aligned with `hypotheses`.
     stopwords: lower-case words to ignore.
   Returns:
     float64[N] in [0, 1]; NaN where a reference has no content word.
@@ -332,8 +335,8 @@ def omission_rate(references: Sequence[str], hypotheses: Sequence[str],
     ValueError: if the two sequences differ in length.
   """
   if len(references) != len(hypotheses):
-    raise ValueError(f"references ({len(references)}) and hypotheses "
-                     f"({len(hypotheses)}) must have the same length")
+    raise ValueError(f"hypotheses ({len(hypotheses)}) and references "
+                     f"({len(references)}) must have the same length")
   out = np.full(len(references), np.nan)
   for i, (ref, hyp) in enumerate(zip(references, hypotheses)):
     wanted = content_words(ref, stopwords)

@@ -107,7 +107,7 @@ def omission_rate(hypotheses: Sequence[str],
   Raises:
     ValueError: the two lists differ in length.
   """
-  return quality.omission_rate(references, hypotheses, SPANISH_STOPWORDS)
+  return quality.omission_rate(hypotheses, references, SPANISH_STOPWORDS)
 
 
 def length_error(hypothesis_lengths: Any,
