@@ -235,7 +235,7 @@ def _decode_row(model, config, params, batch, new_tokens, prompt_length,
   same = bool(np.array_equal(np.asarray(ours()),  # also the warm-up
                              theirs()[:, prompt_length:].numpy()))
   times = _interleaved(ours, theirs, runs, warmup=False)
-  p_bytes = cost.param_bytes(params)
+  p_bytes = cost.tree_bytes(params)
   kv_per_token = logits_fn.init_cache(1, 1).bytes_per_slot() * batch
   bytes_s = cost.ar_decode_roofline_s(p_bytes, kv_per_token, prompt_length,
                                       new_tokens, bandwidth)

@@ -92,7 +92,7 @@ def main(argv):
   devices = 1 if mesh is None else mesh.size
   n_params = count_params(params)
   bandwidth = cost.measure_bandwidth()
-  p_bytes = cost.param_bytes(params)
+  p_bytes = cost.tree_bytes(params)
   kv_per_token = logits_fn.init_cache(1, 1).bytes_per_slot()
   out = {"device": jax.devices()[0].device_kind, "bandwidth_GBps": bandwidth / 1e9,
          "param_bytes": p_bytes, "kv_bytes_per_token": kv_per_token,

@@ -137,7 +137,7 @@ def timing(models: dict, prompt_len: int, new_tokens: int,
         runs_s[name].append(time.perf_counter() - start)
     for name, (config, params) in models.items():
       cache = KVCache.init(config, batch, prompt_len + new_tokens)
-      p_bytes = cost.param_bytes(params)
+      p_bytes = cost.tree_bytes(params)
       bound = cost.ar_decode_roofline_s(
           p_bytes, cache.bytes_per_slot() * batch, prompt_len, new_tokens,
           bandwidth)
@@ -148,7 +148,7 @@ def timing(models: dict, prompt_len: int, new_tokens: int,
           "ms_per_token": median / new_tokens * 1e3,
           "ratio_to_f32": float(np.median(ratios)),
           "param_bytes": p_bytes,
-          "cache_bytes": cost.param_bytes(cache),
+          "cache_bytes": cost.tree_bytes(cache),
           "roofline_ms_per_token": bound / new_tokens * 1e3,
           "x_roofline": median / bound,
           "compile_s": compile_s[name],

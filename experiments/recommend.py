@@ -40,7 +40,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from lm_decoding.evaluation import cost_model  # noqa: E402
 from lm_decoding.evaluation.checklist import (  # noqa: E402
-    Curves, crossover_length, measured_curves, model_curves, recommend)
+    Curves, crossover_from_curves, measured_curves, model_curves, recommend)
 from lm_decoding.training import train  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -137,7 +137,7 @@ def main(argv):
       curves, _LENGTH_PREDICTABLE.value, length, _LATENCY_LIMIT.value,
       _STRUCTURAL.value, _HYBRID_OK.value, _STEPS.value)
   steps = choice.steps or min(_STEPS.value, length)
-  t_star = crossover_length(curves, steps, _MAX_LENGTH.value)
+  t_star = crossover_from_curves(curves, steps, _MAX_LENGTH.value)
   print(f"recommendation: {choice}")
   print(f"latencies: {curves.source}"
         + ("" if _RESULTS.value else f" ({profile.source})"))

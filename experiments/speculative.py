@@ -581,7 +581,7 @@ def run_workload(curves, systems, models, prompts, lengths_T, requests,
 def model_lines(models):
   lines = []
   for name, model in models.items():
-    size = cost.param_bytes(model.params)
+    size = cost.tree_bytes(model.params)
     lines.append(f"  - {name}: {size // 4:,} parameters, {size / 2**20:.2f} "
                  f"MiB f32 ({'fits' if size < 32 * 2**20 else 'exceeds'} "
                  "the 32 MiB L3)")

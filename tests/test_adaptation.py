@@ -101,7 +101,7 @@ def test_complementary_masks_mask_each_token_in_exactly_one_of_the_pair(
     shift):
   keep = objectives.maskable(TOKENS, shift)
   t_B = objectives.sample_times(jax.random.key(4), TOKENS.shape[0])
-  x_t = jnp.where(keep, objectives.mask_tokens(jax.random.key(5), TOKENS,
+  x_t = jnp.where(keep, objectives.mask_at_time(jax.random.key(5), TOKENS,
                                                t_B), TOKENS)
   x0, pair, t_pair = objectives.complement(TOKENS, x_t, t_B, keep)
   batch = TOKENS.shape[0]

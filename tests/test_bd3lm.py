@@ -122,7 +122,7 @@ def test_noise_is_one_time_per_block_and_mdlms_at_block_length_l():
   key_t, key_mask = jax.random.split(key)
   np.testing.assert_array_equal(
       t_l[:, 0], objectives.sample_times(key_t, 64, t_min=EPS))
-  np.testing.assert_array_equal(x_t_l, objectives.mask_tokens(
+  np.testing.assert_array_equal(x_t_l, objectives.mask_at_time(
       key_mask, tokens, t_l[:, 0], MASK, EPS))
   assert not np.array_equal(x_t, x_t_l)
 

@@ -106,12 +106,12 @@ def test_param_bytes_exact():
   tree = {"a": jnp.zeros((3, 4), jnp.float32),
           "b": [jnp.zeros((5,), jnp.bfloat16)],
           "c": jax.ShapeDtypeStruct((2, 2), jnp.int8)}
-  assert cost.param_bytes(tree) == 48 + 10 + 4
+  assert cost.tree_bytes(tree) == 48 + 10 + 4
   config = TransformerConfig(vocab_size=32, d_model=32, num_layers=1,
                              num_heads=2, num_kv_heads=2, head_dim=16,
                              mlp_dim=64, max_len=16)
   params = init_params(config, jax.random.key(0))
-  assert cost.param_bytes(params) == 4 * count_params(params)
+  assert cost.tree_bytes(params) == 4 * count_params(params)
 
 
 def test_roofline_exact():

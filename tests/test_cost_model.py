@@ -279,7 +279,7 @@ def test_checklist_answers(predictable, limit, metric, hybrid, max_steps,
                          max_steps)
   assert str(choice) == expected
   assert choice.reasons[0].startswith("AR at T=100: 100.00 ms")
-  assert checklist.crossover_length(curves, 32, 1000) == 65  # 64 ms = 64 ms: tie
+  assert checklist.crossover_from_curves(curves, 32, 1000) == 65  # 64 ms = 64 ms: tie
 
 
 def test_recommend_reads_measured_curves(tmp_path):

@@ -243,14 +243,14 @@ def test_mdlm_loss_hides_pad_keys_and_counts_real_tokens():
 def test_mask_tokens_rate_and_pad():
   x0 = jnp.tile(jnp.array([[5, 6, 7, 5, PAD]]), (4000, 1))
   t = jnp.tile(jnp.array([0.2, 0.7]), 2000)
-  x_t = np.asarray(objectives.mask_tokens(jax.random.key(0), x0, t, MASK, EPS))
+  x_t = np.asarray(objectives.mask_at_time(jax.random.key(0), x0, t, MASK, EPS))
   assert np.all(x_t[:, 4] == PAD)
   assert np.all((x_t[:, :4] == MASK) | (x_t[:, :4] == np.asarray(x0)[:, :4]))
   for row, tt in ((slice(0, None, 2), 0.2), (slice(1, None, 2), 0.7)):
     rate = (x_t[row, :4] == MASK).mean()
     p = (1 - EPS) * tt
     assert abs(rate - p) < 5 * np.sqrt(p * (1 - p) / 8000)
-  full = objectives.mask_tokens(jax.random.key(1), x0, jnp.ones(4000), MASK, 0.0)
+  full = objectives.mask_at_time(jax.random.key(1), x0, jnp.ones(4000), MASK, 0.0)
   assert np.all(np.asarray(full)[:, :4] == MASK)
 
 

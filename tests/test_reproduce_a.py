@@ -102,7 +102,7 @@ def test_latency_rows(records):
 
 
 def test_fitted_crossover_only_where_ar_grows_faster():
-  crossover = script("ar_vs_parallel_latency").crossover_length
+  crossover = script("ar_vs_parallel_latency").fitted_crossover_length
   line = lambda slope, intercept: {"slope": slope, "intercept": intercept}
   # AR 2 ms/token from 0, MDLM 1 ms/token from 10 ms: equal at T = 10.
   assert crossover(line(2.0, 0.0), line(1.0, 10.0)) == pytest.approx(10.0)

@@ -76,7 +76,7 @@ def measure(smoke: bool) -> tuple[list[dict], dict]:
   return rows, g
 
 
-def crossover_length(ar_fit: dict, mdlm_fit: dict) -> float | None:
+def fitted_crossover_length(ar_fit: dict, mdlm_fit: dict) -> float | None:
   """T beyond which the fitted lines say AR is slower: where they cross,
   when AR's slope is the larger; None when it is not (MDLM never catches up
   as T grows) or the lines cross at T <= 0."""
@@ -100,7 +100,7 @@ def run(folder: str, smoke: bool, cmd: str) -> dict:
     per_batch[b] = {
         "ar_ms_vs_T": ar, "mdlm_ms_vs_T": mdlm,
         "mdlm_ms_per_step_vs_T": step,
-        "crossover_T_fitted": crossover_length(ar, mdlm),
+        "crossover_T_fitted": fitted_crossover_length(ar, mdlm),
         "T_where_mdlm_faster": faster,
         "break_even_steps_by_T": {r["new_tokens"]: r["break_even_steps"]
                                   for r in pts},

@@ -73,7 +73,7 @@ def measured_curves(path: str, batch: int, ar_label: str,
                 source=f"measured, {os.path.basename(path)}, B={batch}")
 
 
-def crossover_length(curves: Curves, steps: int, max_length: int):
+def crossover_from_curves(curves: Curves, steps: int, max_length: int):
   """The shortest T in [1, max_length] at which K parallel steps beat AR."""
   return next((t for t in range(1, max_length + 1)
                if curves.parallel_ms(t, steps) < curves.ar_ms(t)), None)

@@ -91,7 +91,7 @@ def _per_device_columns(row: dict, models: Mapping[str, base.Model],
   weight_bytes = flops = 0.0
   for role, member in roles:
     params = models[member].params
-    weight_bytes += row["calls"][role] * cost.param_bytes(params)
+    weight_bytes += row["calls"][role] * cost.tree_bytes(params)
     flops += 2.0 * row["forward_tokens"][role] * count_params(params)
   return {"devices": devices,
           "weight_GBps_per_device": weight_bytes / seconds / devices / 1e9,

@@ -294,7 +294,7 @@ def measure_step_overhead(steps: int = 10000, runs: int = 5) -> float:
   return time_fn(fn, x, runs=runs).median_s / steps
 
 
-def param_bytes(params: Any) -> int:
+def tree_bytes(params: Any) -> int:
   """Bytes of all leaves of a parameter tree (arrays or ShapeDtypeStructs)."""
   return int(sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize
                  for x in jax.tree.leaves(params)))
@@ -309,7 +309,7 @@ def roofline_s(param_bytes: float, kv_cache_bytes: float,
   full forward pass without a cache use kv_cache_bytes = 0.
 
   Args:
-    param_bytes: parameter bytes (`param_bytes(params)`), >= 0.
+    param_bytes: parameter bytes (`tree_bytes(params)`), >= 0.
     kv_cache_bytes: bytes of the KV cache live at this step (all rows), >= 0.
     bandwidth: memory bandwidth, bytes/s (`measure_bandwidth()`), > 0.
   Raises:

@@ -269,7 +269,7 @@ def sample_times(key: jax.Array, batch_size: int,
       u + jnp.arange(batch_size, dtype=jnp.float32) / batch_size, 1.0)
 
 
-def mask_tokens(key: jax.Array, x0_BxL: jax.Array, t_B: jax.Array,
+def mask_at_time(key: jax.Array, x0_BxL: jax.Array, t_B: jax.Array,
                 mask_id: int = MASK_ID, eps: float = EPS) -> jax.Array:
   """Samples the absorbing forward process q(x_t | x_0) of masked diffusion.
 
@@ -392,8 +392,8 @@ def _mdlm_nelbo(logits_fn, params, x0_BxL, x_t_BxL, t_B, mask_id, eps,
 
 
 def _noise(key, x0_BxL, t, keep_BxL, mask_id, eps):
-  """x_t int32[B, L]: `mask_tokens` at t, the tokens outside keep unmasked."""
-  return jnp.where(keep_BxL, mask_tokens(key, x0_BxL, t, mask_id, eps),
+  """x_t int32[B, L]: `mask_at_time` at t, the tokens outside keep unmasked."""
+  return jnp.where(keep_BxL, mask_at_time(key, x0_BxL, t, mask_id, eps),
                    x0_BxL)
 
 
@@ -403,7 +403,7 @@ def mdlm_loss(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array, *,
   """MDLM training loss (Sahoo et al. 2024): one-sample NELBO per real token.
 
   Per row: an antithetic time t (`sample_times(.., t_min=eps)`), x_t from
-  `mask_tokens` (log-linear schedule with alpha_1 = eps), one bidirectional
+  `mask_at_time` (log-linear schedule with alpha_1 = eps), one bidirectional
   forward pass, and the `mdlm_nelbo_terms` summed over masked positions. The
   loss is the batch NELBO divided by the number of maskable tokens: an
   unbiased estimate of the NELBO per token, except that as in MDLM t < eps is
