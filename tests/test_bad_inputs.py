@@ -487,7 +487,8 @@ _OUT = "--out={tmp}/out"  # speculative.py's results: must stay absent
      r"^error: train.num_steps=0 must be an integer >= 1$"),
     ("train.py", ["--member=draft_huge"],
      r"^error: --member='draft_huge'; the config's members: ar, mdlm, bd3lm, "
-     r"evaluator, draft_medium, draft_small$"),
+     r"evaluator, draft_medium, draft_small, bd3lm4_from_ar, bd3lm16_from_ar, "
+     r"mdlm_from_ar$"),
     ("train.py", ["--config.data.path=/no/such/file.txt"],
      r"^error: data.path='/no/such/file.txt' does not exist"),
     ("train.py", ["--export_pretrained=.", "--export_dir=/tmp/no_such_set"],
