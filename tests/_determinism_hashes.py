@@ -41,12 +41,16 @@ def build(name: str) -> base.Decoder:
 STUB = stubs.TableLogitsFn.random(7, 12, 16, masked_ids=(PAD,))
 
 
+def decode(name: str, seed: int) -> base.DecodeResult:
+  """Decoder `name`'s record with key(seed) on a random stub."""
+  decoder = build(name)
+  return decoder.decode(stubs.bind_roles(decoder, STUB), PROMPTS,
+                        PROMPT_LENGTHS, jax.random.key(seed))
+
+
 def tokens(name: str, seed: int) -> np.ndarray:
   """int32[B, T] tokens of decoder `name` with key(seed) on a random stub."""
-  decoder = build(name)
-  out = decoder.decode(stubs.bind_roles(decoder, STUB), PROMPTS,
-                       PROMPT_LENGTHS, jax.random.key(seed))
-  return np.asarray(out.tokens)
+  return np.asarray(decode(name, seed).tokens)
 
 
 def digest(array: np.ndarray) -> str:

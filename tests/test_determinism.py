@@ -3,19 +3,25 @@
 Across two runs in one process and across processes here, and the main job's
 quality columns across reruns with one seed; across batch sizes
 and batch compositions in `test_iterative.test_batch_equals_each_row_alone`
-(B = 1, 3, 8, every decoder). What is not deterministic on GPU is written down
+(B = 1, 3, 8, every decoder); and with or without `jax.jit` (chex variants:
+the decode jitted whole from outside, and run op by op under
+`jax.disable_jit()`, give the record of its own jitted run). What is not deterministic on GPU is written down
 in docs/errors_and_reproducibility.md ("Reproducibility").
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import pathlib
 import subprocess
 import sys
 
+import chex
+import jax
 import numpy as np
 import pytest
+from absl.testing import parameterized
 
 import _determinism_hashes as hashes
 import stubs
@@ -51,6 +57,30 @@ def test_same_seed_same_tokens_across_processes():
   mine = {name: hashes.digest(hashes.tokens(name, seed=0))
           for name in registered()}
   assert theirs == mine
+
+
+@functools.cache
+def jitted_record(name: str):
+  """The whole `DecodeResult` of decoder `name`'s own jitted decode (seed 0)."""
+  return hashes.decode(name, seed=0)
+
+
+class JitOrNotTest(chex.TestCase):
+  """Every registered decoder, on the random stub at temperature 1: the
+  record (tokens, lengths, committed, NFE, per-role calls and forward tokens,
+  stats) is bit-identical whether the decode is jitted whole from outside or
+  runs op by op, to that of its own jit."""
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.parameters(*registered())
+  def test_record_is_the_same_jitted_or_not(self, name):
+    decode = self.variant(functools.partial(hashes.decode, name))
+    if self.variant.type == chex.ChexVariantType.WITHOUT_JIT:
+      with jax.disable_jit():  # the decoder's own jit too
+        out = decode(seed=0)
+    else:
+      out = decode(seed=0)
+    chex.assert_trees_all_equal(out, jitted_record(name), strict=True)
 
 
 QUALITY = ("gen_ppl", "entropy", "rep_4", "distinct_2", "eos_tokens_per_row",

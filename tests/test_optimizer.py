@@ -1,6 +1,7 @@
 """AdamW's weight decay spares norm scales and biases, whatever their rank
 (R5 of reliability_cases.md)."""
 
+import chex
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -55,7 +56,7 @@ def test_decay_rule_by_name_at_every_rank(name, decayed, shape):
 def test_zero_weight_decay_changes_nothing():
   params = {"kernel": jnp.ones((3, 3)), "bias": jnp.ones(3)}
   out = two_updates_with_zero_gradients(params, weight_decay=0.0)
-  jax.tree.map(np.testing.assert_array_equal, out, params)
+  chex.assert_trees_all_equal(out, params)
 
 
 @pytest.mark.parametrize("tie_embeddings, norm, use_bias", [
