@@ -75,7 +75,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from lm_decoding.decoding.base import Model
-from lm_decoding.models import KVCache
+from lm_decoding.models import KVCache, init_params
 from lm_decoding.models.output import ModelOutput
 
 
@@ -285,3 +285,12 @@ def bind_roles(decoder, logits_fn, params=None) -> dict:
   """{role: Model(logits_fn, params)} for every role `decoder` declares
   (one stub stands in for each model of a multi-role decoder)."""
   return {role: Model(logits_fn, params) for role in decoder.roles}
+
+
+def random_params(config, seed: int = 0):
+  """Parameters of a Transformer `config` drawn from N(0, 0.3^2): weights
+  large enough that every attention pattern (and so every mask) matters."""
+  params = init_params(config, jax.random.key(seed))
+  rng = np.random.default_rng(seed)
+  return jax.tree.map(
+      lambda x: jnp.asarray(rng.normal(0, 0.3, x.shape), x.dtype), params)

@@ -16,12 +16,13 @@ import ml_collections
 import numpy as np
 import pytest
 
+import stubs
 from lm_decoding.decoding.base import bind
 from lm_decoding.decoding.bd3lm import BD3LMDecoder
 from lm_decoding.decoding.fast_dllm import ThresholdDecoder
 from lm_decoding.decoding.mdlm import MDLMDecoder
 from lm_decoding.decoding.sampling import SamplingConfig
-from lm_decoding.models import TransformerConfig, init_params, make_logits_fn
+from lm_decoding.models import TransformerConfig, make_logits_fn
 from lm_decoding.models import masks
 from lm_decoding.models.diffusion import shift_logits
 from lm_decoding.models.output import ModelOutput
@@ -35,15 +36,7 @@ PARENT = TransformerConfig(vocab_size=32, d_model=32, num_layers=2,
 SHIFTED = PARENT.replace(attention="bidirectional", token_shift=True)
 
 
-def _random_params(config, seed=0):
-  """Random weights large enough that every attention pattern matters."""
-  params = init_params(config, jax.random.key(seed))
-  rng = np.random.default_rng(seed)
-  return jax.tree.map(
-      lambda x: jnp.asarray(rng.normal(0, 0.3, x.shape), x.dtype), params)
-
-
-PARAMS = _random_params(PARENT)
+PARAMS = stubs.random_params(PARENT)
 TOKENS = jax.random.randint(jax.random.key(1), (4, 16), 5, 32).at[1, 12:].set(
     PAD_ID)
 GREEDY = SamplingConfig(temperature=0.0)
@@ -116,7 +109,7 @@ def test_complementary_masks_mask_each_token_in_exactly_one_of_the_pair(
                              1.0, rtol=1e-6)
 
 
-def test_complementary_loss_averages_the_two_halves():
+def test_complementary_loss_scores_each_maskable_token_twice():
   logits_fn, key = make_logits_fn(SHIFTED), jax.random.key(6)
   loss, metrics = objectives.bd3lm_loss(logits_fn, PARAMS, TOKENS, key,
                                         block_length=4, complementary=True)

@@ -16,7 +16,7 @@ from lm_decoding.decoding import base
 from lm_decoding.decoding.base import bind, make_decoder
 from lm_decoding.decoding.bd3lm import BD3LMDecoder, block_causal_layout_mask
 from lm_decoding.decoding.sampling import SamplingConfig
-from lm_decoding.models import TransformerConfig, init_params, make_logits_fn
+from lm_decoding.models import TransformerConfig, make_logits_fn
 from lm_decoding.models import masks
 from lm_decoding.models.diffusion import EPS, subs_log_probs
 from lm_decoding.models.output import ModelOutput
@@ -28,15 +28,7 @@ TINY = TransformerConfig(vocab_size=16, d_model=32, num_layers=2, num_heads=2,
                          attention="bidirectional")
 
 
-def _random_params(config, seed=0):
-  """Random weights large enough that every attention pattern matters."""
-  params = init_params(config, jax.random.key(seed))
-  rng = np.random.default_rng(seed)
-  return jax.tree.map(
-      lambda x: jnp.asarray(rng.normal(0, 0.3, x.shape), x.dtype), params)
-
-
-PARAMS = _random_params(TINY)
+PARAMS = stubs.random_params(TINY)
 MODEL = make_logits_fn(TINY)
 TOKENS = jax.random.randint(jax.random.key(1), (4, 8), 5, 16).at[1, 6:].set(
     PAD).at[3, 3:].set(PAD)

@@ -432,8 +432,9 @@ def parent_params(config: ml_collections.ConfigDict, tokenizer: Tokenizer,
 
   Adapting an AR parent (DiffuLLaMA, Fast-dLLM v2, SDAR) starts the
   diffusion model from the parent's parameters. `train.init_from` is the
-  name of a member (taken from `trained`, the members trained in this run,
-  else from the pretrained set `out_dir`) or the path of a training workdir
+  name of a member (taken from `trained`, {name: (params, config)} of the
+  members already loaded in this run, else from the pretrained set
+  `out_dir`) or the path of a training workdir
   (`train.train`'s checkpoints). The parent must have this config's
   backbone and data (model.token_shift and data.seq_len may differ) and, for
   a member, this tokenizer; all is checked before any parameter is read.
