@@ -102,6 +102,11 @@ class StubCache:
   def reorder(self, rows_B):
     return StubCache(tokens=self.tokens[rows_B], index=self.index[rows_B])
 
+  def where(self, rows_B, other):
+    return StubCache(tokens=jnp.where(rows_B[:, None], self.tokens,
+                                      other.tokens),
+                     index=jnp.where(rows_B, self.index, other.index))
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class TableLogitsFn:

@@ -14,7 +14,8 @@ import pytest
 import stubs
 from lm_decoding.decoding import base
 from lm_decoding.decoding.base import bind, make_decoder
-from lm_decoding.decoding.bd3lm import BD3LMDecoder, block_causal_layout_mask
+from lm_decoding.decoding.bd3lm import (
+    BD3LMDecoder, active_sub_block, block_causal_layout_mask)
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.models import TransformerConfig, make_logits_fn
 from lm_decoding.models import masks
@@ -377,6 +378,78 @@ def test_batch_equals_each_row_decoded_alone(decoder, batch):
     np.testing.assert_array_equal(alone.lengths[0], out.lengths[b])
 
 
+# Fast-dLLM v2's sub-blocks: threshold commits, S = 2 inside blocks of 4.
+SUB_BLOCKS = BD3LMDecoder(output_length=8, steps=8, block_length=4,
+                          remasking="threshold", threshold=0.3,
+                          sub_block_length=2, sampling=GREEDY)
+
+
+def test_active_sub_block_is_the_first_one_holding_a_mask():
+  masked = jnp.array([False, False, True, False, True, True])
+  np.testing.assert_array_equal(active_sub_block(masked, 2),
+                                [False, False, True, False, False, False])
+  np.testing.assert_array_equal(active_sub_block(masked, 3),
+                                [False, False, True, False, False, False])
+  np.testing.assert_array_equal(active_sub_block(masked, 6), masked)
+  assert not active_sub_block(jnp.zeros(4, bool), 2).any()
+
+
+def test_sub_blocks_with_the_exact_cache_equal_uncached_recomputation():
+  cached, _ = _decode(SUB_BLOCKS, VISIBLE_HASH)
+  uncached, _ = _decode(dataclasses.replace(SUB_BLOCKS, kv_cache="none"),
+                        VISIBLE_HASH)
+  np.testing.assert_array_equal(cached.tokens, uncached.tokens)
+  np.testing.assert_array_equal(cached.committed, uncached.committed)
+
+
+def test_sub_block_cache_of_one_sub_block_is_the_exact_cache():
+  # S = W: the refresh is the block's first call, every later call covers
+  # the whole window again, so no key is ever stale.
+  whole = dataclasses.replace(SUB_BLOCKS, sub_block_length=4)
+  exact, _ = _decode(whole, VISIBLE_HASH)
+  sub, executed = _decode(dataclasses.replace(whole, kv_cache="dual"),
+                          VISIBLE_HASH)
+  np.testing.assert_array_equal(sub.tokens, exact.tokens)
+  assert int(sub.forward_tokens["model"]) == sum(executed)
+
+
+def test_sub_block_cache_calls_only_the_active_sub_block_between_refreshes():
+  decoder = dataclasses.replace(SUB_BLOCKS, kv_cache="dual",
+                                threshold=2.0)  # one commit per step
+  out, executed = _decode(decoder, VISIBLE_HASH, PROMPTS[:1],
+                          PROMPT_LENGTHS[:1])
+  # Per block of 4: refresh (4), sub-block (2), refresh (4), sub-block (2);
+  # after blocks 0..N-2 a commit (4); one prefill (4) first.
+  assert executed == [4, 4, 2, 4, 2, 4, 4, 2, 4, 2]
+  assert int(out.forward_tokens["model"]) == sum(executed)
+  assert int(out.nfe) == len(executed)
+
+
+@pytest.mark.parametrize("batch", [3, 8])
+def test_sub_block_cache_batch_equals_each_row_decoded_alone(batch):
+  # Rows start their sub-blocks at different steps: the mixed calls.
+  decoder = dataclasses.replace(SUB_BLOCKS, kv_cache="dual")
+  out, _ = _decode(decoder, VISIBLE_HASH, PROMPTS[:batch],
+                   PROMPT_LENGTHS[:batch])
+  keys = base.row_keys(KEY, batch)
+  for b in range(batch):
+    alone, _ = _decode(decoder, VISIBLE_HASH, PROMPTS[b:b + 1],
+                       PROMPT_LENGTHS[b:b + 1], keys[b:b + 1])
+    np.testing.assert_array_equal(alone.tokens[0], out.tokens[b])
+
+
+def test_sub_block_cache_is_approximate_and_measured_on_the_transformer():
+  models = bind(MODEL, PARAMS)
+  decoder = dataclasses.replace(SUB_BLOCKS, kv_cache="dual")
+  out = decoder.denoise(models, PROMPTS, PROMPT_LENGTHS, KEY,
+                        measure_error=True)
+  exact = dataclasses.replace(SUB_BLOCKS).denoise(
+      models, PROMPTS, PROMPT_LENGTHS, KEY, measure_error=True)
+  assert float(exact.max_logit_error) < 1e-4
+  assert float(out.max_logit_error) > 1e-3  # stale keys inside the block
+  assert not np.any(np.asarray(out.tokens) == MASK)
+
+
 def test_layout_mask_worked_example_and_training_alignment():
   mask = np.asarray(block_causal_layout_mask(
       jnp.array([3]), jnp.ones((1, 7), bool), 2))[0]
@@ -401,7 +474,16 @@ def test_layout_mask_worked_example_and_training_alignment():
     (lambda: BD3LMDecoder(output_length=8, steps=6, block_length=2),
      "steps=6 must be a multiple of the number of blocks"),
     (lambda: BD3LMDecoder(output_length=8, steps=8, block_length=2,
-                          kv_cache="dual"), "kv_cache='dual'"),
+                          kv_cache="window"), "kv_cache='window'"),
+    (lambda: BD3LMDecoder(output_length=8, steps=8, block_length=4,
+                          remasking="threshold", sub_block_length=3),
+     "sub_block_length=3 must be a positive divisor of block_length=4"),
+    (lambda: BD3LMDecoder(output_length=8, steps=8, block_length=4,
+                          sub_block_length=2),
+     "sub_block_length=2 needs remasking='threshold'"),
+    (lambda: BD3LMDecoder(output_length=8, steps=8, block_length=4,
+                          remasking="threshold", kv_cache="dual"),
+     "kv_cache='dual' needs sub_block_length"),
     (lambda: BD3LMDecoder(output_length=8, steps=8, cache_refresh="step"),
      "cache_refresh='step'"),
     (lambda: BD3LMDecoder(output_length=8, steps=8, attention="causal"),

@@ -31,6 +31,18 @@ Contexts (`kv_cache`):
             reference's `store_kv` pass). The last block needs no such call.
             The denoising calls' own writes are dropped, so the cache only
             ever holds clean, committed keys.
+  "dual"    the prefix cache above, plus Fast-dLLM v2's sub-block cache
+            inside the active block (Wu et al. 2025, arXiv:2509.26328; with
+            `sub_block_length` S < W): a step that starts a sub-block calls
+            the whole window and keeps its keys; every other step calls
+            only the active sub-block's S positions, attending to the
+            committed blocks and to the window keys of the last such
+            refresh (stale outside the sub-block: an approximation, as
+            Fast-dLLM's dual cache; `measure_error` measures it). A block
+            that finishes is still rewritten clean, so later blocks see
+            exact keys. Rows refresh independently: when some rows of a
+            batch start a sub-block and others do not, both calls run and
+            each row keeps its own, so a row decodes the same in any batch.
   "none"    no cache: each step recomputes the whole layout with the
             block-causal mask; the window's logits are the same numbers
             (later blocks are hidden from it), so this is the exactness
@@ -48,9 +60,14 @@ the committed one, block-causal) and an uncached one realigns the pass
 (`iterative.aligned_logits`). As in training (`objectives.bd3lm_loss`), that
 prediction sees only committed blocks; the others see the noisy window.
 
+Sub-blocks (`sub_block_length` S, Fast-dLLM v2): inside a block, the
+threshold rule commits only in the first S-position sub-block that still
+holds a MASK, so sub-blocks finish left to right; without the sub-block cache
+every step still calls the whole window.
+
 Cost per role "model" (`base.forward`): cached, B P for the prefill, B W per
-denoising call (B (W + 1) with a token shift) and B W per commit; uncached,
-B L per call.
+denoising call (B (W + 1) with a token shift; B S, or B (S + 1), for a
+sub-block call) and B W per commit; uncached, B L per call.
 """
 
 from __future__ import annotations
@@ -64,7 +81,7 @@ import jax.numpy as jnp
 from lm_decoding import debug
 from lm_decoding.decoding import base
 from lm_decoding.decoding.base import Model, register
-from lm_decoding.decoding.base import is_number
+from lm_decoding.decoding.base import is_count, is_number
 from lm_decoding.decoding.fast_dllm import commit_above
 from lm_decoding.decoding.iterative import (
     ORDERINGS, Denoised, Loop, Step, aligned_logits, windows,
@@ -72,7 +89,7 @@ from lm_decoding.decoding.iterative import (
 from lm_decoding.decoding.mdlm import MDLMDecoder
 from lm_decoding.decoding.schedule import transfer_schedule
 
-BD3LM_KV_CACHES = ("prefix", "none")
+BD3LM_KV_CACHES = ("prefix", "dual", "none")
 COMMIT_RULES = ("ancestral",) + ORDERINGS + ("threshold",)
 
 
@@ -96,6 +113,14 @@ def block_causal_layout_mask(prompt_lengths_B: jax.Array, valid_BxL: jax.Array,
           & valid_BxL[:, None, :])
 
 
+def active_sub_block(masked_W: jax.Array, sub_block_length: int) -> jax.Array:
+  """bool[W]: the masked positions of the first sub-block of S =
+  `sub_block_length` positions that still holds one (all False if none)."""
+  index_W = jnp.arange(masked_W.shape[0]) // sub_block_length
+  first = jnp.min(jnp.where(masked_W, index_W, masked_W.shape[0]))
+  return masked_W & (index_W == first)
+
+
 def _run(decoder: BD3LMDecoder, models: Mapping[str, Model],
          prompts_BxP: jax.Array, prompt_lengths_B: jax.Array,
          keys_B: jax.Array, measure_error: bool) -> Loop:
@@ -106,8 +131,9 @@ def _run(decoder: BD3LMDecoder, models: Mapping[str, Model],
       decoder.pad_id)
   length = tokens_BxL.shape[1]
   width, num_blocks = decoder.block_size(), decoder.num_blocks()
+  sub = decoder.sub_block_size()
   max_steps = decoder.max_block_steps(width)
-  cached = decoder.kv_cache == "prefix"
+  cached = decoder.kv_cache != "none"
   model = models["model"]
   positions_BxL = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32),
                                    (batch, length))
@@ -122,8 +148,43 @@ def _run(decoder: BD3LMDecoder, models: Mapping[str, Model],
         cache=cache.at(first_B),
         attention_mask=windows(mask_BxLxL, first_B, size))
 
+  def sub_block_logits(loop, start_B):
+    """The sub-block cache's call(s): (float32[B, W, V] window logits, loop
+    with the kept keys); see the module docstring."""
+    masked_BxW = windows(loop.tokens, start_B, width) == decoder.mask_id
+    first_B = jnp.min(jnp.where(masked_BxW, jnp.arange(width) // sub,
+                                width // sub - 1), -1)
+    offset_B = first_B * sub
+    refresh_B = jnp.all(windows(masked_BxW, offset_B, sub), -1)
+
+    def whole(cost):
+      out, cost = span_call(cost, loop.tokens, loop.cache,
+                            *query_span(model, start_B, width))
+      return out.logits[:, :width], out.cache, cost
+
+    def part(cost):
+      out, cost = span_call(cost, loop.tokens, loop.cache,
+                            *query_span(model, start_B + offset_B, sub))
+      logits = jax.vmap(lambda w, s, o: jax.lax.dynamic_update_slice_in_dim(
+          w, s, o, 0))(loop.logits, out.logits[:, :sub], offset_B)
+      return logits, out.cache, cost
+
+    def mixed(cost):
+      whole_logits, whole_cache, cost = whole(cost)
+      part_logits, part_cache, cost = part(cost)
+      return (jnp.where(refresh_B[:, None, None], whole_logits, part_logits),
+              whole_cache.where(refresh_B, part_cache), cost)
+
+    branch = jnp.where(jnp.all(refresh_B), 0,
+                       jnp.where(jnp.any(refresh_B), 2, 1))
+    logits, cache, cost = jax.lax.switch(branch, (whole, part, mixed),
+                                         loop.cost)
+    return logits, loop.replace(cache=cache, cost=cost)
+
   def window_logits(loop, start_B):
     """One counted call: (float32[B, W, V] window logits, loop)."""
+    if decoder.kv_cache == "dual":
+      return sub_block_logits(loop, start_B)
     if cached:
       out, cost = span_call(loop.cost, loop.tokens, loop.cache,
                             *query_span(model, start_B, width))
@@ -205,6 +266,10 @@ class BD3LMDecoder(MDLMDecoder):
     remasking: 'ancestral', one of `iterative.ORDERINGS`, or 'threshold'.
     threshold: tau > 0 of remasking='threshold' (tau >= 1: one token per
       step); unused otherwise.
+    sub_block_length: S dividing W, with remasking='threshold': commits go
+      to the first sub-block of S positions still holding a MASK
+      (Fast-dLLM v2); None is one sub-block of W. kv_cache='dual'
+      needs it (module docstring).
   `attention` must stay 'bidirectional' and `cache_refresh` 'block': the
   decoder builds its own block-causal masks and writes each block once.
 
@@ -215,6 +280,7 @@ class BD3LMDecoder(MDLMDecoder):
   kv_cache: str = "prefix"
   remasking: str = "ancestral"
   threshold: float = 0.9
+  sub_block_length: int | None = None
 
   def __post_init__(self):
     super().__post_init__()
@@ -236,12 +302,31 @@ class BD3LMDecoder(MDLMDecoder):
       raise ValueError(f"steps={self.steps} must equal output_length="
                        f"{self.output_length} with remasking='threshold': a "
                        "block may take one step per position")
+    if self.sub_block_length is not None:
+      if (not is_count(self.sub_block_length)
+          or self.block_size() % self.sub_block_length):
+        raise ValueError(f"sub_block_length={self.sub_block_length!r} must "
+                         "be a positive divisor of block_length="
+                         f"{self.block_size()}")
+      if self.remasking != "threshold":
+        raise ValueError(f"sub_block_length={self.sub_block_length} needs "
+                         f"remasking='threshold', got {self.remasking!r}")
+    if self.kv_cache == "dual" and self.sub_block_length is None:
+      raise ValueError("kv_cache='dual' needs sub_block_length (a "
+                       "divisor of block_length)")
+
+  def sub_block_size(self) -> int:
+    """S: `sub_block_length`, or the block length W when None."""
+    return self.sub_block_length or self.block_size()
 
   def select(self, step: Step):
     if self.remasking == "ancestral":
       return super().select(step)
     if self.remasking == "threshold":
-      commit = commit_above(step, self.threshold)
+      commit = commit_above(
+          step.replace(masked=active_sub_block(step.masked,
+                                               self.sub_block_size())),
+          self.threshold)
       return commit, jnp.zeros_like(commit)
     count = transfer_schedule(step.num_masked,
                               self.steps // self.num_blocks())[step.k]

@@ -151,6 +151,16 @@ class KVCache:
     """
     return jax.tree.map(lambda a: jnp.take(a, rows_B, axis=0), self)
 
+  def where(self, rows_B: jax.Array, other: "KVCache") -> "KVCache":
+    """Row b from this cache where rows[b], else from `other` (same shapes).
+
+    Args:
+      rows_B: bool[B].
+    """
+    pick = lambda a, b: jnp.where(
+        rows_B.reshape(rows_B.shape + (1,) * (a.ndim - 1)), a, b)
+    return jax.tree.map(pick, self, other)
+
   def bytes_per_slot(self) -> int:
     """Bytes of keys and values (and int8 scales) one token occupies across
     all layers: each array's size without its batch and slot axes."""
