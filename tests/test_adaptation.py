@@ -8,6 +8,7 @@ the decoders on token-shifted models.
 from __future__ import annotations
 
 import dataclasses
+import json
 import types
 
 import jax
@@ -314,3 +315,43 @@ def test_init_from_a_workdir_starts_from_its_parameters(tmp_path):
   summary = train_lib.train(child, str(tmp_path / "child"), progress=False,
                             data_dir=str(tmp_path), init_params=params)
   assert summary["steps"] == 1
+
+  # A block-size schedule trains its first step with blocks of 32 (the
+  # whole sequence): the loss of a child trained with blocks of 32, not 4.
+  def first_loss(name, **train):
+    run = ml_collections.ConfigDict(child.to_dict())
+    run.train.update(train)
+    train_lib.train(run, str(tmp_path / name), progress=False,
+                    data_dir=str(tmp_path), init_params=params)
+    with open(tmp_path / name / "metrics.jsonl") as f:
+      return [json.loads(line) for line in f][1]["loss"]
+
+  scheduled = first_loss("scheduled", block_schedule="0:32,1:4")
+  assert scheduled == first_loss("blocks32", block_length=32)
+  assert scheduled != first_loss("blocks4", block_length=4)
+
+
+def test_block_schedule_parses_and_looks_up():
+  schedule = objectives.parse_block_schedule("0:1,50:16,100:256,200:4",
+                                             256, 4)
+  assert schedule == ((0, 1), (50, 16), (100, 256), (200, 4))
+  assert [objectives.block_length_at(schedule, step)
+          for step in (0, 49, 50, 150, 199, 200, 10**6)] == [
+              1, 1, 16, 256, 256, 4, 4]
+  config = _adapted(**{"train.block_schedule": "0:16,5:4"})
+  assert train_lib.block_schedule(config) == ((0, 16), (5, 4))
+  assert train_lib.block_schedule(_adapted()) == ((0, 4),)
+
+
+@pytest.mark.parametrize("text", [
+    "4:4", "0:4,0:4", "0:3,5:4", "0:16,5:8", "0:4,x:4", "0:4:1", "",
+    "0:512,5:4"])
+def test_block_schedule_refuses_bad_schedules(text):
+  with pytest.raises(ValueError, match="train.block_schedule="):
+    train_lib.check_config(_adapted(**{"train.block_schedule": text}))
+
+
+def test_block_schedule_applies_to_bd3lm_only():
+  with pytest.raises(ValueError, match="applies to train.objective"):
+    train_lib.check_config(_adapted(**{"train.block_schedule": "0:4",
+                                       "train.objective": "mdlm"}))

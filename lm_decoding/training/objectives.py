@@ -341,6 +341,48 @@ def visible_ahead(step, anneal_steps: int, length: int) -> jax.Array:
   return jnp.floor((length - 1) * fraction).astype(jnp.int32)
 
 
+def parse_block_schedule(text: str, seq_len: int,
+                         block_length: int) -> tuple[tuple[int, int], ...]:
+  """The block-size schedule "s0:W0,s1:W1,..." as ((s0, W0), (s1, W1), ...).
+
+  From step s_i on (until s_{i+1}) BD3-LM trains with blocks of W_i: LLaDA
+  2.0's warm-up / stable / decay of the block size when adapting an AR model
+  (small blocks, growing to long ones, then back to the block length the
+  model is decoded with). Example: "0:1,50:16,100:256,200:4" for L = 256.
+
+  Args:
+    text: comma-separated step:block_length pairs.
+    seq_len: L; every W_i must divide it.
+    block_length: the model's block length (`train.block_length`, the one
+      its bound is evaluated and it is decoded with): the last W_i.
+  Raises:
+    ValueError: naming train.block_schedule, unless s0 = 0, the steps rise
+      strictly, every W_i is an integer in [1, L] dividing L, and the last
+      W_i is block_length.
+  """
+  allowed = (f"train.block_schedule={text!r} must be 'step:block_length' "
+             "pairs joined by commas, steps rising from 0, each block length "
+             f"dividing data.seq_len={seq_len}, the last equal to "
+             f"train.block_length={block_length}")
+  try:
+    pairs = tuple(tuple(int(x) for x in item.split(":"))
+                  for item in str(text).split(","))
+  except ValueError:
+    raise ValueError(allowed) from None
+  steps = [pair[0] for pair in pairs]
+  if (any(len(pair) != 2 for pair in pairs) or steps[0] != 0
+      or any(b <= a for a, b in zip(steps, steps[1:]))
+      or any(not 1 <= w <= seq_len or seq_len % w for _, w in pairs)
+      or pairs[-1][1] != block_length):
+    raise ValueError(allowed)
+  return pairs
+
+
+def block_length_at(schedule: tuple[tuple[int, int], ...], step: int) -> int:
+  """W at training `step` (an int) under a `parse_block_schedule` schedule."""
+  return [w for start, w in schedule if start <= step][-1]
+
+
 def mdlm_nelbo_terms(logits_BxLxV: jax.Array, x0_BxL: jax.Array,
                      x_t_BxL: jax.Array, t_B: jax.Array,
                      mask_id: int = MASK_ID, eps: float = EPS) -> jax.Array:

@@ -227,7 +227,8 @@ def check_config(config: ml_collections.ConfigDict) -> TransformerConfig:
 # members' manifests) is unchanged. key -> the objectives it applies to.
 _ADAPTATION_KEYS = {("model", "token_shift"): ("mdlm", "bd3lm"),
                     ("train", "complementary_masks"): ("mdlm", "bd3lm"),
-                    ("train", "anneal_steps"): ("mdlm",)}
+                    ("train", "anneal_steps"): ("mdlm",),
+                    ("train", "block_schedule"): ("bd3lm",)}
 
 
 def _check_adaptation(config: ml_collections.ConfigDict) -> None:
@@ -245,8 +246,12 @@ def _check_adaptation(config: ml_collections.ConfigDict) -> None:
     value = config[section].get(key)
     if value is None:
       continue
-    valid = (is_count(value, minimum=0) if key == "anneal_steps"
-             else isinstance(value, bool))
+    if key == "block_schedule":
+      block_schedule(config)
+      valid = True
+    else:
+      valid = (is_count(value, minimum=0) if key == "anneal_steps"
+               else isinstance(value, bool))
     if not valid:
       kind = "an integer >= 0" if key == "anneal_steps" else "True or False"
       raise ValueError(f"{section}.{key}={value!r} must be {kind}")
@@ -258,6 +263,22 @@ def _check_adaptation(config: ml_collections.ConfigDict) -> None:
   if init_from is not None and not isinstance(init_from, str):
     raise ValueError(f"train.init_from={init_from!r} must be a string: a "
                      "member of the pretrained set or a training workdir")
+
+
+def block_schedule(config: ml_collections.ConfigDict
+                   ) -> tuple[tuple[int, int], ...]:
+  """BD3-LM's block-size schedule (`objectives.parse_block_schedule`) from
+  train.block_schedule, or one block length, train.block_length, from step
+  0 when the key is absent (or for other objectives).
+
+  Raises:
+    ValueError: as `objectives.parse_block_schedule`.
+  """
+  text = config.train.get("block_schedule")
+  if text is None or config.train.objective != "bd3lm":
+    return ((0, config.train.get("block_length")),)
+  return objectives.parse_block_schedule(text, config.data.seq_len,
+                                         config.train.block_length)
 
 
 def scheduled_sampling(config: ml_collections.ConfigDict
@@ -571,7 +592,8 @@ def _fingerprint(config: ml_collections.ConfigDict) -> dict:
   scheduled = scheduled_sampling(config)
   if scheduled is not None:  # absent: old checkpoints fit
     fingerprint["scheduled_sampling"] = list(scheduled)
-  for key in ("init_from", "complementary_masks", "anneal_steps"):
+  for key in ("init_from", "complementary_masks", "anneal_steps",
+              "block_schedule"):
     if config.train.get(key) is not None:  # absent: old checkpoints fit
       fingerprint[key] = config.train[key]
   return fingerprint
@@ -681,12 +703,15 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   tokens_per_step = train_cfg.batch_size * seq_len
   block_length = train_cfg.get("block_length")  # bd3lm only
   options = objective_options(config)
-  train_step = make_train_step(model_cfg, objective, optimizer, block_length,
-                               scheduled_sampling(config), mesh=mesh,
-                               rules=rules,
-                               batch_shape=(train_cfg.batch_size, seq_len),
-                               anneal_steps=train_cfg.get("anneal_steps", 0),
-                               **options)
+  schedule = block_schedule(config)
+  train_steps = {  # one compiled step per block length of the schedule
+      width: make_train_step(model_cfg, objective, optimizer, width,
+                             scheduled_sampling(config), mesh=mesh,
+                             rules=rules,
+                             batch_shape=(train_cfg.batch_size, seq_len),
+                             anneal_steps=train_cfg.get("anneal_steps", 0),
+                             **options)
+      for width in dict(schedule).values()}
   eval_fn = make_eval_fn(model_cfg, objective, train_cfg.mdlm_eval_timesteps,
                          block_length, **options)
   step_flops, peak_flops = _step_flops_and_peak(
@@ -710,8 +735,11 @@ def train(config: ml_collections.ConfigDict, workdir: str,
       state = jax.device_put(state, shardings)
     if not resume:
       if init_params is not None:
+        # A copy: the train step donates its state, and the caller's
+        # arrays must outlive this run.
         state = state.replace(params=jax.device_put(
-            init_params, jax.tree.map(lambda a: a.sharding, state.params)))
+            jax.tree.map(jnp.copy, init_params),
+            jax.tree.map(lambda a: a.sharding, state.params)))
       if primary:  # a log left by a run killed before step 1
         _rewind_metrics(log_path, -1)
     else:
@@ -747,6 +775,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
                                   "valid_ppl": float(np.exp(valid_loss))})
     for step in range(first, last):
       tick = time.time()
+      train_step = train_steps[objectives.block_length_at(schedule, step)]
       state, metrics = train_step(state, next(batches),
                                   jax.random.fold_in(step_key, step))
       loss = float(metrics["loss"])  # waits for the step, so the time is real
