@@ -4,8 +4,9 @@ The grid compares cached AR with the members adapted from it
 (`pretrained.ADAPTED_MEMBERS`, docs/adaptation.md) and with their
 from-scratch counterparts: BD3-LM blocks of 4 with the reference sampler
 (K = T) and with Fast-dLLM v2's threshold commits at three tau, blocks of 16
-with threshold commits, and the adapted full-sequence MDLM with Fast-dLLM
-threshold decoding. T = 256, B = 1 and 8, 3 timed runs.
+with threshold commits, alone and in sub-blocks of 4 without and with
+Fast-dLLM v2's sub-block cache, and the adapted full-sequence MDLM with
+Fast-dLLM threshold decoding. T = 256, B = 1 and 8, 3 timed runs.
 
 `configs/adapted.py` (the default, `:tiny`) uses configs/tiny.py's models and
 set; `configs/adapted.py:base` uses configs/base.py's and keeps its whole grid
@@ -49,6 +50,11 @@ def adapted_decoders() -> tuple[str, ...]:
       " K={steps} | bd3lm"
       " | model=bd3lm16_from_ar | block_length=16 steps=T"
       " remasking=threshold threshold=0.9",
+      *("BD3-LM from AR {remasking} tau={threshold} block={block_length}"
+        " sub={sub_block_length} cache={kv_cache} K={steps} | bd3lm"
+        " | model=bd3lm16_from_ar | block_length=16 steps=T"
+        f" remasking=threshold threshold=0.9 sub_block_length=4 kv_cache={c}"
+        for c in ("prefix", "dual")),
       "MDLM from AR threshold tau={threshold} block={block_length}"
       " cache={kv_cache} | threshold | model=mdlm_from_ar | threshold=0.9"
       " block_length=32 kv_cache=dual",
