@@ -2,6 +2,7 @@
 
 import itertools
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -117,9 +118,8 @@ def test_length_head_params_only_when_switched_on():
   with_head = init_params(_tiny(length_classes=5), jax.random.key(0))
   assert set(with_head) - set(without) == {"length_head"}
   assert with_head["length_head"]["dense"]["kernel"].shape == (16, 5)
-  assert jax.tree.all(jax.tree.map(
-      jnp.array_equal, without,
-      {k: v for k, v in with_head.items() if k != "length_head"}))
+  chex.assert_trees_all_equal(
+      without, {k: v for k, v in with_head.items() if k != "length_head"})
   with pytest.raises(ValueError, match="length_classes"):
     make_logits_fn(_tiny()).length_logits(without, None, None)
 
