@@ -71,8 +71,8 @@ builds a `KVCache` from `config`: with a `TransformerConfig` it supports a
 cache, with a config that cannot build one (None by default) it raises
 AttributeError.
 
-Both are frozen dataclasses hashed by identity (eq=False), so they are valid
-static jit arguments even though they hold numpy arrays.
+The stubs are frozen dataclasses hashed by identity (eq=False), so they are
+valid static jit arguments even though they hold numpy arrays.
 """
 
 from __future__ import annotations
@@ -294,7 +294,7 @@ class VisibleHashLogitsFn:
 
   def init_cache(self, batch_size, length):
     return StubCache(tokens=jnp.zeros((batch_size, length), jnp.int32),
-                           index=jnp.zeros((batch_size,), jnp.int32))
+                     index=jnp.zeros((batch_size,), jnp.int32))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
