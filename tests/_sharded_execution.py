@@ -92,6 +92,7 @@ def main(only: tuple[str, ...] = ("",)):
                              " --xla_force_host_platform_device_count=8")
   import dataclasses
 
+  import chex
   import jax
   import jax.numpy as jnp
   import numpy as np
@@ -246,8 +247,6 @@ def main(only: tuple[str, ...] = ("",)):
     state = jax.device_put(fresh(), shardings)
     new_state, metrics = step(
         state, sharding.shard_batch(tokens, mesh), train_key)
-    close = lambda rtol, atol: lambda a, b: np.testing.assert_allclose(
-        np.asarray(a), np.asarray(b), rtol=rtol, atol=atol)
     # The gradients themselves (the step's metrics hold only their norm).
     loss = lambda p: train._LOSSES["ar"](make_logits_fn(cfg), p, tokens,
                                          train_key)[0]
@@ -256,14 +255,15 @@ def main(only: tuple[str, ...] = ("",)):
     grads = jax.jit(jax.grad(loss), in_shardings=(param_shardings,),
                     out_shardings=param_shardings)(
                         jax.device_put(params, param_shardings))
-    jax.tree.map(close(RTOL, ATOL), grads, ref_grads)
+    chex.assert_trees_all_close(grads, ref_grads, rtol=RTOL, atol=ATOL)
     for name in ("loss", "grad_norm"):
       np.testing.assert_allclose(float(metrics[name]),
                                  float(ref_metrics[name]), rtol=RTOL,
                                  err_msg=name)
-    jax.tree.map(close(MOMENT_RTOL, MOMENT_ATOL), new_state.opt_state,
-                 ref_state.opt_state)
-    jax.tree.map(close(0, PARAM_ATOL), new_state.params, ref_state.params)
+    chex.assert_trees_all_close(new_state.opt_state, ref_state.opt_state,
+                                rtol=MOMENT_RTOL, atol=MOMENT_ATOL)
+    chex.assert_trees_all_close(new_state.params, ref_state.params, rtol=0,
+                                atol=PARAM_ATOL)
     assert int(new_state.step) == int(ref_state.step) == 1
     jax.tree.map(lambda a, s: _assert(
         a.sharding.is_equivalent_to(s, a.ndim), (a.sharding, s)),
@@ -289,8 +289,7 @@ def main(only: tuple[str, ...] = ("",)):
           jax.tree.map(lambda a, s: _assert(
               a.sharding.is_equivalent_to(s, a.ndim), (a.sharding, s)),
                        restored, target)
-          jax.tree.map(lambda a, b: np.testing.assert_array_equal(
-              np.asarray(a), np.asarray(b)), restored, ref_state)
+          chex.assert_trees_all_equal(restored, ref_state)
           state = restored
 
   for shape in MESHES:

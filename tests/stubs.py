@@ -50,6 +50,17 @@ logits change when any token of its row is committed, and a row's logits are
 exact and independent of the other rows. It records `executed` like
 `TableLogitsFn`.
 
+`VisibleHashLogitsFn` hashes, per query, every (slot, token) its
+`attention_mask` lets it see, reading and writing a `StubCache`: cached and
+uncached calls agree exactly when each query sees the same tokens (block
+diffusion's prefix cache). `RecordingLogitsFn` returns zero logits and keeps
+every call's inputs (checks of the layouts and masks a loss builds).
+
+`PositionLogitsFn` gives logits table[position] in every row, whatever the
+tokens (a one-pass NAR or denoiser stand-in whose output reveals which
+positions a decoder fed), hidden states of ones, optional length logits,
+and no cache.
+
 `RaisingLogitsFn` fails on any use: a decoder that raises ValueError with it
 has checked its input before tracing or compiling anything. Its `config`, if
 given, is only read (checks of the model's attention kind). Its variants
@@ -60,8 +71,8 @@ builds a `KVCache` from `config`: with a `TransformerConfig` it supports a
 cache, with a config that cannot build one (None by default) it raises
 AttributeError.
 
-Both are frozen dataclasses hashed by identity (eq=False), so they are valid
-static jit arguments even though they hold numpy arrays.
+The stubs are frozen dataclasses hashed by identity (eq=False), so they are
+valid static jit arguments even though they hold numpy arrays.
 """
 
 from __future__ import annotations
@@ -77,6 +88,7 @@ import numpy as np
 from lm_decoding.decoding.base import Model
 from lm_decoding.models import KVCache, init_params
 from lm_decoding.models.output import ModelOutput
+from lm_decoding.special_tokens import PAD_ID
 
 
 @flax.struct.dataclass
@@ -200,6 +212,14 @@ class TableLogitsFn:
     return cls(table.astype(np.float32))
 
 
+def _hash_to_logits(x: jax.Array) -> jax.Array:
+  """float32 logits in [0, 4) from uint32 hashes (a murmur3-style finaliser,
+  so neighbouring inputs give unrelated logits)."""
+  for shift, factor in ((15, 2246822519), (13, 3266489917), (16, 1)):
+    x = (x ^ (x >> shift)) * jnp.uint32(factor)
+  return (x >> 8).astype(jnp.float32) * (4.0 / 2 ** 24)
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class HashDenoiser:
   """Pseudo-random, context-dependent denoiser logits (see module doc).
@@ -231,15 +251,114 @@ class HashDenoiser:
     context_B = jnp.sum(jnp.where(visible, terms, u32(0)), 1, dtype=jnp.uint32)
     x = (context_B[:, None, None] + u32(positions)[..., None] * u32(40503)
          + jnp.arange(self.vocab, dtype=jnp.uint32) * u32(97) + u32(params))
-    for shift, factor in ((15, 2246822519), (13, 3266489917), (16, 1)):
-      x = (x ^ (x >> shift)) * u32(factor)
-    logits = (x >> 8).astype(jnp.float32) * (4.0 / 2 ** 24)
+    logits = _hash_to_logits(x)
     bonus = jax.nn.one_hot((tokens + 1) % self.vocab, self.vocab) * 5.0
     return ModelOutput(logits + bonus * (tokens != self.mask_id)[..., None],
                        cache)
 
   def init_cache(self, batch_size, length):
     return None
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class VisibleHashLogitsFn:
+  """Logits that hash every (slot, token) a query may attend to, per row.
+
+  Honours `attention_mask` and a `StubCache` (keys are the cache slots,
+  holding the tokens written there, the L new ones included), so cached and
+  uncached calls agree exactly when, and only when, each query sees the same
+  tokens at the same positions. PAD gets logit -inf. Records B * L per
+  executed call.
+  """
+
+  vocab: int = 8
+  max_len: int = 24
+  executed: list = dataclasses.field(default_factory=list)
+
+  def __call__(self, params, tokens, positions, cache=None,
+               attention_mask=None):
+    del params
+    size = int(np.prod(tokens.shape))
+    jax.debug.callback(lambda: self.executed.append(size))
+    u32 = lambda x: jnp.asarray(x, jnp.uint32)
+    keys, slots = tokens, positions
+    if attention_mask is None:  # e.g. an abstract shape probe
+      attention_mask = jnp.ones(tokens.shape + tokens.shape[1:], bool)
+    if cache is not None:
+      keys = jax.vmap(lambda buf, new, i: jax.lax.dynamic_update_slice(
+          buf, new, (i,)))(cache.tokens, tokens, cache.index)
+      slots = jnp.broadcast_to(jnp.arange(keys.shape[1]), keys.shape)
+      cache = cache.replace(tokens=keys, index=cache.index + tokens.shape[1])
+    terms_BxS = u32(keys + 1) * u32(2 * slots + 1) * u32(2654435761)
+    context_BxL = jnp.sum(jnp.where(attention_mask, terms_BxS[:, None], 0),
+                          -1, dtype=jnp.uint32)
+    x = (context_BxL[..., None] + u32(positions)[..., None] * u32(40503)
+         + jnp.arange(self.vocab, dtype=jnp.uint32) * u32(97))
+    logits = _hash_to_logits(x)
+    return ModelOutput(logits.at[..., PAD_ID].set(-jnp.inf), cache)
+
+  def init_cache(self, batch_size, length):
+    return StubCache(tokens=jnp.zeros((batch_size, length), jnp.int32),
+                     index=jnp.zeros((batch_size,), jnp.int32))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class RecordingLogitsFn:
+  """Zero logits over `vocab` ids; every call appends numpy copies of its
+  (tokens, positions, attention_mask) to `seen`. Eager calls only (a loss
+  function called outside jit): it reads its inputs' values."""
+
+  vocab: int = 16
+  seen: list = dataclasses.field(default_factory=list)
+
+  def __call__(self, params, tokens, positions, cache=None,
+               attention_mask=None):
+    del params
+    self.seen.append((np.asarray(tokens), np.asarray(positions),
+                      np.asarray(attention_mask)))
+    return ModelOutput(jnp.zeros(tokens.shape + (self.vocab,)), cache)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class PositionLogitsFn:
+  """logits[b, l] = table[positions[b, l]], whatever the tokens (module doc).
+
+  Attributes:
+    table: float32[N, V] (an array or nested sequence); N is `max_len`.
+    length_fn: None, or source_BxL -> float32[B, C] length logits, returned
+      by `length_logits` (a NAR length head).
+    inputs: None, or a list that receives a numpy copy of every executed
+      call's tokens [B, L] (a `jax.debug.callback`).
+  """
+
+  table: Any
+  length_fn: Callable[[jax.Array], jax.Array] | None = None
+  inputs: list | None = None
+
+  @property
+  def max_len(self) -> int:
+    return np.shape(self.table)[0]
+
+  @property
+  def vocab_size(self) -> int:
+    return np.shape(self.table)[-1]
+
+  def __call__(self, params, tokens, positions, cache=None,
+               attention_mask=None):
+    del params, attention_mask
+    if self.inputs is not None:
+      jax.debug.callback(lambda t: self.inputs.append(np.asarray(t)), tokens)
+    return ModelOutput(jnp.asarray(self.table, jnp.float32)[positions], cache,
+                       jnp.ones(tokens.shape + (1,)))
+
+  def length_logits(self, params, hidden, source_BxL):
+    del params, hidden
+    if self.length_fn is None:
+      raise AssertionError("length_logits called on a stub without length_fn")
+    return self.length_fn(source_BxL)
+
+  def init_cache(self, batch_size: int, length: int):
+    del batch_size, length
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

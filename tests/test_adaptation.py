@@ -11,6 +11,7 @@ import dataclasses
 import json
 import types
 
+import chex
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -310,7 +311,7 @@ def test_init_from_a_workdir_starts_from_its_parameters(tmp_path):
   params, record = pretrained.parent_params(
       child, types.SimpleNamespace(model_proto=b""))
   parent = pretrained.load_trained_params(config, parent_dir)
-  jax.tree.map(np.testing.assert_array_equal, params, parent)
+  chex.assert_trees_all_equal(params, parent)
   assert record["init_from"] == parent_dir and record["steps"] == 2
   summary = train_lib.train(child, str(tmp_path / "child"), progress=False,
                             data_dir=str(tmp_path), init_params=params)

@@ -121,17 +121,11 @@ def test_noise_is_one_time_per_block_and_mdlms_at_block_length_l():
 
 
 def test_training_layout_hides_what_each_half_may_not_see():
-  seen = []
-
-  def logits_fn(params, tokens, positions, cache=None, attention_mask=None):
-    seen.append((np.asarray(tokens), np.asarray(positions),
-                 np.asarray(attention_mask)))
-    return ModelOutput(jnp.zeros(tokens.shape + (16,)), cache)
-
+  logits_fn = stubs.RecordingLogitsFn()
   tokens = jnp.array([[5, 6, 7, 8], [9, 5, PAD, PAD]])
   objectives.bd3lm_loss(logits_fn, None, tokens, jax.random.key(0),
                         block_length=2)
-  inputs, positions, mask = seen[0]
+  inputs, positions, mask = logits_fn.seen[0]
   np.testing.assert_array_equal(inputs[:, 4:], tokens)
   np.testing.assert_array_equal(positions, [[0, 1, 2, 3] * 2] * 2)
   block = np.array([0, 0, 1, 1])
@@ -237,50 +231,7 @@ def test_bad_objective_options_raise(call, match):
 # ----------------------------------------------------------------------------
 # The decoder.
 
-@dataclasses.dataclass(frozen=True, eq=False)
-class VisibleHashLogitsFn:
-  """Logits that hash every (slot, token) a query may attend to, per row.
-
-  Honours `attention_mask` and a `stubs.StubCache` (keys are the cache slots,
-  holding the tokens written there, the L new ones included), so cached and
-  uncached calls agree exactly when, and only when, each query sees the same
-  tokens at the same positions. Records B * L per executed call.
-  """
-
-  vocab: int = 8
-  max_len: int = 24
-  executed: list = dataclasses.field(default_factory=list)
-
-  def __call__(self, params, tokens, positions, cache=None,
-               attention_mask=None):
-    del params
-    size = int(np.prod(tokens.shape))
-    jax.debug.callback(lambda: self.executed.append(size))
-    u32 = lambda x: jnp.asarray(x, jnp.uint32)
-    keys, slots = tokens, positions
-    if attention_mask is None:  # e.g. an abstract shape probe
-      attention_mask = jnp.ones(tokens.shape + tokens.shape[1:], bool)
-    if cache is not None:
-      keys = jax.vmap(lambda buf, new, i: jax.lax.dynamic_update_slice(
-          buf, new, (i,)))(cache.tokens, tokens, cache.index)
-      slots = jnp.broadcast_to(jnp.arange(keys.shape[1]), keys.shape)
-      cache = cache.replace(tokens=keys, index=cache.index + tokens.shape[1])
-    terms_BxS = u32(keys + 1) * u32(2 * slots + 1) * u32(2654435761)
-    context_BxL = jnp.sum(jnp.where(attention_mask, terms_BxS[:, None], 0),
-                          -1, dtype=jnp.uint32)
-    x = (context_BxL[..., None] + u32(positions)[..., None] * u32(40503)
-         + jnp.arange(self.vocab, dtype=jnp.uint32) * u32(97))
-    for shift, factor in ((15, 2246822519), (13, 3266489917), (16, 1)):
-      x = (x ^ (x >> shift)) * u32(factor)
-    logits = (x >> 8).astype(jnp.float32) * (4.0 / 2 ** 24)
-    return ModelOutput(logits.at[..., PAD].set(-jnp.inf), cache)
-
-  def init_cache(self, batch_size, length):
-    return stubs.StubCache(tokens=jnp.zeros((batch_size, length), jnp.int32),
-                           index=jnp.zeros((batch_size,), jnp.int32))
-
-
-VISIBLE_HASH = VisibleHashLogitsFn()
+VISIBLE_HASH = stubs.VisibleHashLogitsFn()
 PROMPTS = jnp.array([[5, 6, 7, 5], [7, PAD, PAD, PAD], [3, 5, 6, PAD],
                      [PAD, PAD, PAD, PAD], [6, 6, PAD, PAD],
                      [5, 7, 6, 5], [7, 7, 7, PAD], [5, PAD, PAD, PAD]])

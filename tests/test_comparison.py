@@ -48,12 +48,6 @@ def entry(text, index=0):
   return entries.parse_entry(text, index)
 
 
-def registered(*names):
-  return pytest.mark.skipif(
-      not set(names) <= set(base.registered()),
-      reason=f"decoders {names} not registered yet")
-
-
 # ---- entries: parsing, resolution, labels, merging --------------------------
 
 
@@ -168,7 +162,6 @@ def test_plan_refuses_one_label_for_two_decoders_at_some_length():
     entries.plan(parsed, (8,), 1.0, MEMBERS)
 
 
-@registered("threshold")
 def test_cached_threshold_entries_get_their_uncached_reference():
   text = "thr {kv_cache} | threshold | model=mdlm | kv_cache="
   parsed = entries.parse_entries([text + "none", text + "dual"])
@@ -244,7 +237,6 @@ def transformer(attention, seed, eos_boost=1.0):
   return base.Model(make_logits_fn(cfg), params)
 
 
-CACHED = {"threshold"} <= set(base.registered())
 T = 8
 
 
@@ -253,9 +245,8 @@ def measured(tokenizer):
   """One run of the harness on tiny Transformers (compiling dominates)."""
   texts = ["AR cached | ar | model=ar",
            "MDLM K={steps} | mdlm | model=mdlm | steps=8",
-           "MDLM K={steps} | mdlm | model=mdlm | steps=T"]
-  if CACHED:
-    texts.append("thr {kv_cache} | threshold | model=mdlm | kv_cache=dual")
+           "MDLM K={steps} | mdlm | model=mdlm | steps=T",
+           "thr {kv_cache} | threshold | model=mdlm | kv_cache=dual"]
   planned = entries.plan(entries.parse_entries(texts), (T,), 1.0, MEMBERS)
   models = {"ar": transformer("causal", 0, eos_boost=40.0),
             "mdlm": transformer("bidirectional", 1, eos_boost=40.0)}
@@ -354,7 +345,6 @@ def test_eos_mode_real_tokens_and_timing(measured):
   assert any(ended)  # the boosted EOS ends some rows early
 
 
-@pytest.mark.skipif(not CACHED, reason="threshold decoder not registered")
 def test_cached_rows_report_their_approximation(measured):
   _, result, _ = measured
   dual = next(r for r in result.rows
@@ -398,7 +388,7 @@ def test_report_defines_every_column(measured, tmp_path):
   text = open(paths["report"]).read()
   defined = set(re.findall(r"^- \*\*(.+?)\*\*:", text, re.M))
   tables = re.findall(r"^(\| .+ \|)\n\|(?:---\|)+$", text, re.M)
-  assert len(tables) >= 4 + CACHED  # cost, K*, EOS mode, quality (+ cache)
+  assert len(tables) >= 5  # cost, K*, EOS mode, quality, cache
   headers = {h.strip() for t in tables for h in t.strip("|").split("|")}
   assert headers - {"K*"} <= defined, headers - defined
   assert "- **K\\***:" in text
@@ -425,8 +415,8 @@ def test_report_predicted_columns_from_the_cost_model(measured, tmp_path):
     assert float(mdlm["predicted_ms"]) == pytest.approx(
         1e3 * int(mdlm["nfe"]) * cost_model.denoise_step_s(
             configs["mdlm"], b, 4, T, profile))
-    if CACHED:  # dual-cache block calls: not costed
-      assert table["thr dual", str(b)]["predicted_ms"] == ""
+    # dual-cache block calls: not costed
+    assert table["thr dual", str(b)]["predicted_ms"] == ""
   text = open(paths["report"]).read()
   assert "| pred ms | meas/pred |" in text and "- **pred ms**:" in text
   # The frontier on the profile: the predicted ms, the dual-cache rows left
@@ -434,8 +424,7 @@ def test_report_predicted_columns_from_the_cost_model(measured, tmp_path):
   assert os.path.getsize(paths["frontier_unit"]) > 0
   ar_ms = 1e3 * cost_model.ar_decode_s(configs["ar"], 1, 4, T, profile)
   assert f"- T={T} B=1: Pareto front: AR cached ({ar_ms:.3g} ms" in text
-  if CACHED:
-    assert "- not costed: thr dual" in text
+  assert "- not costed: thr dual" in text
 
 
 def test_fixed_length_and_eos_modes_exactly(tokenizer):

@@ -20,6 +20,7 @@ import functools
 import numpy as np
 import pytest
 
+import chex
 import jax
 import jax.numpy as jnp
 
@@ -372,8 +373,7 @@ def test_safetensors_file_loads(tmp_path):
   state["h.0.attn.bias"] = np.ones((1, 1, 128, 128), np.float32)
   save_file(state, str(tmp_path / "model.safetensors"))
   loaded = hf_gpt2.params_from_hf(tmp_path / "model.safetensors", config)
-  jax.tree.map(np.testing.assert_array_equal, loaded,
-               jax.tree.map(np.asarray, params))
+  chex.assert_trees_all_equal(loaded, params)
 
 
 @pytest.mark.parametrize("case,name,shape", [
@@ -414,8 +414,7 @@ def test_rope_inv_freq_buffers_are_checked_and_skipped(case):
       **{f"model.layers.{i}.self_attn.rotary_emb.inv_freq": inv_freq
          for i in range(2)}})
   loaded = hf_llama.params_from_hf(with_buffers, config)
-  jax.tree.map(np.testing.assert_array_equal, loaded,
-               jax.tree.map(np.asarray, params))
+  chex.assert_trees_all_equal(loaded, params)
   other = dict(with_buffers, **{
       "model.layers.1.self_attn.rotary_emb.inv_freq": inv_freq * 2})
   with pytest.raises(ValueError, match=r"'model.layers.1.self_attn."
@@ -439,8 +438,7 @@ def test_tied_checkpoints_load_from_any_layout(case, embedding, head):
   for drop in (head, embedding):
     loaded = module.params_from_hf(
         {k: v for k, v in state.items() if k != drop}, config)
-    jax.tree.map(np.testing.assert_array_equal, loaded,
-                 jax.tree.map(np.asarray, params))
+    chex.assert_trees_all_equal(loaded, params)
   state[head] = state[head] + 1.0
   with pytest.raises(ValueError, match=f"'{head}' differs from "
                      f"'{embedding}'"):

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 
+import chex
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -66,8 +67,7 @@ def test_load_models_trains_then_takes_the_exported_member(tmp_path):
   assert shipped.shipped and shipped.valid_ppl == 123.45
   assert shipped.describe("ar").startswith(
       "ar: validation perplexity 123.5 (shipped, pretrained 'ar' (commit ")
-  assert jax.tree.all(jax.tree.map(np.array_equal, shipped.model.params,
-                                   trained.model.params))
+  chex.assert_trees_all_equal(shipped.model.params, trained.model.params)
   assert shipped.model.logits_fn.vocab_size == MIN_VOCAB_SIZE
 
 
@@ -106,19 +106,16 @@ def test_stored_dtype_round_trips_within_its_rounding(trained_member,
       "stored_dtype") == stored_dtype
   loaded, reason = pretrained.find(config, "ar", tokenizer, tmp_path)
   assert loaded is not None, reason
-  assert jax.tree.structure(loaded) == jax.tree.structure(params)
-  for got, want in zip(jax.tree.leaves(loaded), jax.tree.leaves(params)):
-    assert got.dtype == np.float32 and got.shape == want.shape
-    got, want = np.asarray(got), np.asarray(want)
-    if stored_dtype is None:
-      np.testing.assert_array_equal(got, want)
-    elif stored_dtype == "bfloat16":
-      np.testing.assert_array_equal(
-          got, want.astype(jnp.bfloat16).astype(np.float32))
+  assert {x.dtype for x in jax.tree.leaves(params)} == {np.dtype("float32")}
+  chex.assert_trees_all_equal_shapes_and_dtypes(loaded, params)
+  if stored_dtype is None:
+    chex.assert_trees_all_equal(loaded, params)
+  elif stored_dtype == "bfloat16":
+    chex.assert_trees_all_equal(loaded, jax.tree.map(
+        lambda x: x.astype(jnp.bfloat16).astype(np.float32), params))
   if stored_dtype == "int8":  # exactly the dequantised int8 layout
-    want_tree = quantization.dequantize_params(quantization.quantize_params(
-        params, train.model_config(config)))
-    jax.tree.map(np.testing.assert_array_equal, loaded, want_tree)
+    chex.assert_trees_all_equal(loaded, quantization.dequantize_params(
+        quantization.quantize_params(params, train.model_config(config))))
     float_member = pretrained.export(config, workdir, "f32", tokenizer, "cmd",
                                      {}, out_dir=tmp_path)
     # A quarter of the weights' bytes; this 1-layer model's float32 norms,
@@ -155,7 +152,7 @@ def test_convert_stores_a_float_member_as_export_would(trained_member,
                     out_dir=tmp_path / "exported", stored_dtype=stored_dtype)
   converted, _ = pretrained.find(config, "ar", tokenizer, tmp_path / "set")
   exported, _ = pretrained.find(config, "ar", tokenizer, tmp_path / "exported")
-  jax.tree.map(np.testing.assert_array_equal, converted, exported)
+  chex.assert_trees_all_equal(converted, exported)
   after = pretrained.read_manifest("ar", tmp_path / "set")
   assert after.pop("stored_dtype") == stored_dtype
   assert after.pop("conversion")["command"] == "convert cmd"

@@ -18,39 +18,12 @@ from lm_decoding.decoding.llada import LLaDADecoder
 from lm_decoding.decoding.mdlm import MDLMDecoder
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.models import TransformerConfig, init_params, make_logits_fn
-from lm_decoding.models.output import ModelOutput
 
 PAD, EOS, MASK = 0, 3, 4
-@dataclasses.dataclass(frozen=True)
-class TableDenoiser:
-  """Logits `table[position]` in every row, whatever the tokens."""
-
-  table: tuple[tuple[float, ...], ...]
-  max_len: int = 64
-
-  def __call__(self, params, tokens, positions, cache=None,
-               attention_mask=None):
-    return ModelOutput(jnp.asarray(self.table, jnp.float32)[positions], cache)
-
-  def init_cache(self, batch_size, length):
-    return None
-
-
-@dataclasses.dataclass(frozen=True)
-class ExplodingDenoiser:
-  """Fails the test if a decoder calls (or traces) the model."""
-
-  max_len: int = 12
-
-  def __call__(self, *args, **kwargs):
-    raise AssertionError("logits_fn called before the input was validated")
-
-  def init_cache(self, batch_size, length):
-    return None
 
 
 def _constant(row, length=64):
-  return TableDenoiser(table=(tuple(row),) * length, max_len=length)
+  return stubs.PositionLogitsFn([row] * length)
 
 
 STUB = stubs.HashDenoiser()
@@ -303,7 +276,7 @@ def test_decode_cuts_after_the_first_committed_eos():
     row = [0.0] * vocab
     row[EOS if p == 4 else (10 + p) % vocab] = 5.0
     table.append(tuple(row))
-  stub = TableDenoiser(table=tuple(table), max_len=width + t)
+  stub = stubs.PositionLogitsFn(table)
   decoder = LLaDADecoder(output_length=t, steps=3)
   prompts = jnp.array([[8, 9, PAD, PAD], [PAD] * 4, [5, 6, 7, 8]])
   lengths = jnp.array([2, 0, 4])
@@ -371,21 +344,21 @@ def test_bad_config_raises(make, match):
 
 
 @pytest.mark.parametrize("call, match", [
-    (lambda d: d.decode(bind(ExplodingDenoiser(max_len=10), None), PROMPTS,
+    (lambda d: d.decode(bind(stubs.NoneCacheLogitsFn(max_len=10), None), PROMPTS,
                         PROMPT_LENGTHS, jax.random.key(0)), "max_len=10"),
-    (lambda d: d.decode(bind(ExplodingDenoiser(), None), PROMPTS,
+    (lambda d: d.decode(bind(stubs.NoneCacheLogitsFn(), None), PROMPTS,
                         jnp.array([3, 4, 0]), jax.random.key(0)),
      "prompt_lengths"),
-    (lambda d: d.decode(bind(ExplodingDenoiser(), None), PROMPTS, jnp.array([3, 1]),
+    (lambda d: d.decode(bind(stubs.NoneCacheLogitsFn(), None), PROMPTS, jnp.array([3, 1]),
                         jax.random.key(0)), "prompt_lengths"),
-    (lambda d: d.decode(bind(ExplodingDenoiser(), None), PROMPTS[0],
+    (lambda d: d.decode(bind(stubs.NoneCacheLogitsFn(), None), PROMPTS[0],
                         PROMPT_LENGTHS, jax.random.key(0)), "prompts"),
-    (lambda d: d.decode(bind(ExplodingDenoiser(), None), PROMPTS * 1.0,
+    (lambda d: d.decode(bind(stubs.NoneCacheLogitsFn(), None), PROMPTS * 1.0,
                         PROMPT_LENGTHS, jax.random.key(0)), "prompts"),
-    (lambda d: d.infill(bind(ExplodingDenoiser(), None), PROMPTS,
+    (lambda d: d.infill(bind(stubs.NoneCacheLogitsFn(), None), PROMPTS,
                         jnp.ones((3, 2), bool), jax.random.key(0)),
      "fill_mask"),
-    (lambda d: d.infill(bind(ExplodingDenoiser(max_len=2), None), PROMPTS,
+    (lambda d: d.infill(bind(stubs.NoneCacheLogitsFn(max_len=2), None), PROMPTS,
                         jnp.ones((3, 3), bool), jax.random.key(0)),
      "max_len=2"),
 ])
@@ -418,7 +391,7 @@ def test_low_confidence_ranks_by_the_probability_over_the_whole_vocabulary(
   0.858). Draws still never produce MASK (position 0 prefers MASK's 1.5 to
   b's 0.0, yet draws a)."""
   a, mask = 0, 2
-  stub = TableDenoiser(table=((2.0, 0.0, 1.5), (1.8, 0.0, -5.0)), max_len=2)
+  stub = stubs.PositionLogitsFn([[2.0, 0.0, 1.5], [1.8, 0.0, -5.0]])
   options = dict(output_length=2, mask_id=mask, pad_id=1, eos_ids=())
   if name == "llada":
     options["steps"] = 2
@@ -471,7 +444,7 @@ def test_llada_commits_in_its_ordering_exactly(remasking, order):
   logits = tuple(tuple(np.log(row).tolist()) for row in MARGIN_PROBS)
   decoder = LLaDADecoder(output_length=3, steps=3, remasking=remasking,
                          eos_ids=(), **FULL)
-  out = decoder.denoise(bind(TableDenoiser(logits, max_len=4), None),
+  out = decoder.denoise(bind(stubs.PositionLogitsFn(logits), None),
                         jnp.array([[6]], jnp.int32), jnp.array([1], jnp.int32),
                         jax.random.key(0), trace=True)
   drawn = {1: 5, 2: 6, 3: 5}  # greedy; the tie at 3 goes to the lower id

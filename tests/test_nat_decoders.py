@@ -5,34 +5,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import stubs
 from lm_decoding.decoding import base, ctc, mask_predict
-from lm_decoding.models.output import ModelOutput
 from lm_decoding.special_tokens import BOS_ID, EOS_ID, MASK_ID, PAD_ID
 
 V, MAX_LEN = 9, 16
 PROMPTS = jnp.asarray([[5, 6, BOS_ID], [7, BOS_ID, PAD_ID]], jnp.int32)
 PROMPT_LENGTHS = jnp.asarray([3, 2], jnp.int32)
-
-
-class PositionStub:
-  """Logits table[position] (rows alike); records every call's input rows;
-  length logits from `lengths` (one row of C logits per batch row)."""
-
-  max_len, vocab_size = MAX_LEN, V
-
-  def __init__(self, table, length_table=None):
-    self.table = jnp.asarray(table, jnp.float32)
-    self.length_table = length_table
-    self.inputs = []
-
-  def __call__(self, params, tokens, positions, cache=None,
-               attention_mask=None):
-    jax.debug.callback(lambda t: self.inputs.append(np.asarray(t)), tokens)
-    return ModelOutput(self.table[positions], cache,
-                       jnp.ones(tokens.shape + (1,)))
-
-  def length_logits(self, params, hidden, source):
-    return jnp.asarray(self.length_table, jnp.float32)
 
 
 def test_collapse_merges_repeats_then_drops_blanks():
@@ -50,7 +29,7 @@ def test_collapse_merges_repeats_then_drops_blanks():
 def test_ctc_decoder_is_one_pass_of_collapsed_argmax():
   winners = [0, 0, 0, 5, 5, PAD_ID, 5, 6, 6, 0, 0, 0, 0, 0, 0, 0]
   table = jax.nn.one_hot(jnp.asarray(winners), V) * 5.0
-  stub = PositionStub(table)
+  stub = stubs.PositionLogitsFn(table)
   out = ctc.CTCDecoder(output_length=5, upsample=2).decode(
       base.bind(stub, None), PROMPTS, PROMPT_LENGTHS, None)
   # Row 0: frames are positions 3..6 -> 5 5 _ 5 -> [5, 5]; row 1: 2..3.
@@ -70,7 +49,7 @@ def test_remask_count_is_the_linear_schedule():
 @pytest.mark.parametrize("steps", [1, 3, 4])
 def test_mask_predict_remasks_the_scheduled_lowest_probability_slots(steps):
   table = jax.random.normal(jax.random.key(0), (MAX_LEN, V)) * 3
-  stub = PositionStub(table)
+  stub = stubs.PositionLogitsFn(table, inputs=[])
   out = mask_predict.MaskPredictDecoder(output_length=6, steps=steps).decode(
       base.bind(stub, None), PROMPTS, PROMPT_LENGTHS, None)
   assert out.nfe == steps and len(stub.inputs) == steps
@@ -96,13 +75,13 @@ def test_length_beam_1_equals_decoding_at_the_argmax_length():
                                  [.1, .1, .1, .1, .6, 0, 0]]) + 1e-9)
   head = mask_predict.MaskPredictDecoder(output_length=7, steps=2,
                       lengths="head").decode(
-      base.bind(PositionStub(table, lengths), None), PROMPTS,
+      base.bind(stubs.PositionLogitsFn(table, lambda _: lengths), None), PROMPTS,
       PROMPT_LENGTHS, None)
   np.testing.assert_array_equal(head.stats["target_lengths"], [3, 5])
   assert head.nfe == 1 + 2
   for row, n in ((0, 3), (1, 5)):
     fixed = mask_predict.MaskPredictDecoder(output_length=n, steps=2).decode(
-        base.bind(PositionStub(table), None), PROMPTS[row:row + 1],
+        base.bind(stubs.PositionLogitsFn(table), None), PROMPTS[row:row + 1],
         PROMPT_LENGTHS[row:row + 1], None)
     np.testing.assert_array_equal(head.tokens[row, :n], fixed.tokens[0])
     assert head.tokens[row, n] == EOS_ID
@@ -114,7 +93,7 @@ def test_length_beam_keeps_the_best_average_log_probability():
   lengths = jnp.log(jnp.asarray([[.1, .2, .4, .1, .3, 0, 0]] * 2) + 1e-9)
   out = mask_predict.MaskPredictDecoder(output_length=7, steps=1,
                      lengths="head", length_beam=2).decode(
-      base.bind(PositionStub(table, lengths), None), PROMPTS,
+      base.bind(stubs.PositionLogitsFn(table, lambda _: lengths), None), PROMPTS,
       PROMPT_LENGTHS, None)
   # Row 0 targets start at 3: length 5 reaches the flat positions 6, 7.
   np.testing.assert_array_equal(out.stats["target_lengths"], [3, 3])

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import stubs
 from lm_decoding.models import TransformerConfig, abstract_params, make_logits_fn
 from lm_decoding.models.diffusion import EPS, subs_log_probs
 from lm_decoding.models.output import ModelOutput
@@ -223,16 +224,11 @@ def test_ar_loss_hand_computed_and_ignores_pad_targets():
 
 
 def test_mdlm_loss_hides_pad_keys_and_counts_real_tokens():
-  seen = []
-
-  def logits_fn(params, tokens, positions, cache=None, attention_mask=None):
-    seen.append(np.asarray(attention_mask))
-    return ModelOutput(jnp.zeros(tokens.shape + (VOCAB,)), cache)
-
+  logits_fn = stubs.RecordingLogitsFn(VOCAB)
   tokens = jnp.array([[5, 6, PAD, PAD], [7, 5, 6, PAD]])
   _, metrics = objectives.mdlm_loss(logits_fn, None, tokens, jax.random.key(0))
   valid = np.asarray(tokens) != PAD  # every query sees exactly the real keys
-  np.testing.assert_array_equal(seen[0], np.broadcast_to(valid[:, None],
+  np.testing.assert_array_equal(logits_fn.seen[0][2], np.broadcast_to(valid[:, None],
                                                          (2, 4, 4)))
   assert float(metrics["tokens"]) == 5
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 
+import chex
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -87,9 +88,8 @@ def test_round_trip_error_is_at_most_half_a_step_per_channel(axes):
 
 def test_quantize_params_quantises_each_kernel_per_output_channel():
   floats, quantized = _float_params(), _int8_params()
-  layout = jax.tree.map(lambda x: (x.shape, x.dtype),
-                        nn.meta.unbox(abstract_params(INT8)))
-  assert jax.tree.map(lambda x: (x.shape, x.dtype), quantized) == layout
+  chex.assert_trees_all_equal_shapes_and_dtypes(
+      quantized, nn.meta.unbox(abstract_params(INT8)))
   kernel = floats["block_0"]["attention"]["out"]["kernel"]  # [H, Dh, D]
   q = quantized["block_0"]["attention"]["out"]["kernel"]
   scale = quantized["block_0"]["attention"]["out"]["kernel_scale"]
@@ -118,8 +118,8 @@ def test_dequantize_params_inverts_quantize_params_per_channel(overrides):
   floats = init_params(config, jax.random.key(0))
   quantized = quantize_params(floats, config)
   back = dequantize_params(quantized, config.param_dtype)
-  layout = lambda tree: jax.tree.map(lambda x: (x.shape, x.dtype), tree)
-  assert layout(back) == layout(nn.meta.unbox(abstract_params(config)))
+  chex.assert_trees_all_equal_shapes_and_dtypes(
+      back, nn.meta.unbox(abstract_params(config)))
   flat = lambda tree: {jax.tree_util.keystr(p): x
                        for p, x in jax.tree_util.tree_leaves_with_path(tree)}
   flat_q, flat_back = flat(quantized), flat(back)
@@ -322,8 +322,7 @@ def test_int8_cache_decoding_one_token_at_a_time_equals_one_prefill():
     steps.append(np.asarray(out.logits))
   np.testing.assert_allclose(np.concatenate(steps, 1), full.logits,
                              atol=1e-5, rtol=1e-5)
-  for a, b in zip(jax.tree.leaves(cache), jax.tree.leaves(full.cache)):
-    np.testing.assert_allclose(a, b, rtol=1e-6)  # int8 values: exact
+  chex.assert_trees_all_close(cache, full.cache, rtol=1e-6)  # int8: exact
 
 
 def test_rollback_and_reorder_move_scales_with_their_rows():
@@ -340,8 +339,7 @@ def test_rollback_and_reorder_move_scales_with_their_rows():
       assert np.all(np.asarray(got.scale[:, :, :4]) > 0)  # 4 slots written
   rolled = cache.rollback(jnp.array([1, 4, 2]))
   np.testing.assert_array_equal(rolled.index, [1, 4, 2])
-  for a, b in zip(jax.tree.leaves(rolled.k), jax.tree.leaves(cache.k)):
-    np.testing.assert_array_equal(a, b)  # stale slots stay, never attended
+  chex.assert_trees_all_equal(rolled.k, cache.k)  # stale slots stay, unread
   # Per-slot bytes: int8 keys and values plus a float32 scale per KV head.
   assert cache.bytes_per_slot() == 2 * (2 * 8 + 2 * 4)  # one layer
   assert KVCache.init(BASE, 1, 1).bytes_per_slot() == 2 * 2 * 8 * 4

@@ -6,6 +6,7 @@ import json
 import os
 import pathlib
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -121,7 +122,7 @@ def test_interrupted_run_resumes_bit_exactly(data_dir, tmp_path, monkeypatch):
   from lm_decoding.training import pretrained
   a = pretrained.load_trained_params(config, straight)
   b = pretrained.load_trained_params(config, interrupted)
-  jax.tree.map(np.testing.assert_array_equal, a, b)
+  chex.assert_trees_all_equal(a, b)
 
 
 def test_save_restore_gives_identical_state_and_next_loss(tmp_path):
@@ -137,7 +138,7 @@ def test_save_restore_gives_identical_state_and_next_loss(tmp_path):
     restored, meta = checkpoints.restore(
         train_lib.abstract_state(model_cfg, optimizer))
   assert meta == {"note": "x"}
-  jax.tree.map(np.testing.assert_array_equal, state, restored)
+  chex.assert_trees_all_equal(state, restored)
   _, m1 = step(state, tokens, jax.random.key(6))
   _, m2 = step(restored, tokens, jax.random.key(6))
   assert float(m1["loss"]) == float(m2["loss"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 
+import chex
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -276,8 +277,8 @@ def test_key_padding_mask_hides_padded_keys_in_bidirectional_mode():
 def test_init_params_and_jit_matches_eager():
   config = VARIANTS["gqa-learned-layernorm-gelu-untied"]
   params = init_params(config, jax.random.key(0))
-  shapes = lambda tree: jax.tree.map(lambda x: (x.shape, x.dtype), tree)
-  assert shapes(params) == shapes(nn.meta.unbox(abstract_params(config)))
+  chex.assert_trees_all_equal_shapes_and_dtypes(
+      params, nn.meta.unbox(abstract_params(config)))
   # The shapes init_params traces with, so eager mode reuses its kernels.
   tokens = _tokens(6, 1, 8, config.vocab_size)
   positions = _positions(1, 8)
@@ -503,6 +504,16 @@ def test_kv_cache_is_heads_major_and_writes_each_row_at_its_index(
   # float32 scale per KV head.
   per_layer = 2 * (2 * 8 + 2 * 4) if int8 else 2 * 2 * 8 * 4
   assert cache.bytes_per_slot() == config.num_layers * per_layer
+  # Internal invariants (chex): the new rows, heads and head dims must be
+  # the buffer's, at most S slots, one index per row.
+  for bad_new, bad_index in ((new[:1], [1, 4]), (new[:, :1], [1, 4]),
+                             (new[..., :4], [1, 4]),
+                             (np.zeros((2, 2, 8, 8), np.float32), [0, 0]),
+                             (new, [1, 4, 0])):
+    with pytest.raises(AssertionError):
+      write_rows(cache.k[0], jnp.asarray(bad_new), jnp.asarray(bad_index))
+  with pytest.raises(AssertionError):
+    cache.reorder(jnp.array([[0, 1]]))
 
 
 def test_hidden_states_are_the_final_norm_output():

@@ -2,15 +2,16 @@
 
 import itertools
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import stubs
 from lm_decoding.data import parallel_text
 from lm_decoding.models import (
     TransformerConfig, init_params, make_logits_fn, masks)
-from lm_decoding.models.output import ModelOutput
 from lm_decoding.special_tokens import BOS_ID, EOS_ID, PAD_ID
 from lm_decoding.training import objectives
 from lm_decoding.training import translation_objectives as to
@@ -18,23 +19,15 @@ from lm_decoding.training import translation_objectives as to
 V = 7  # ids 5, 6 are words
 
 
-class TableLogits:
-  """Logits table[position]; hidden = 1 everywhere; length logits put all
-  mass on (pooled positions) - 1, i.e. predict length = pooled count."""
+def _pooled_count_lengths(source_BxL):
+  """Length logits with most mass on (pooled positions) - 1, i.e. a length
+  head that predicts length = pooled count."""
+  return jnp.log(jax.nn.one_hot(source_BxL.sum(1) - 1, 8) * 0.9 + 0.1 / 8)
 
-  def __init__(self, table):
-    self.table = jnp.asarray(table, jnp.float32)
 
-  def __call__(self, params, tokens, positions, cache=None,
-               attention_mask=None):
-    del params, tokens
-    return ModelOutput(self.table[positions], cache,
-                       jnp.ones(positions.shape + (1,)))
-
-  def length_logits(self, params, hidden, source_BxL):
-    del params, hidden
-    count_B = source_BxL.sum(1)
-    return jnp.log(jax.nn.one_hot(count_B - 1, 8) * 0.9 + 0.1 / 8)
+def _table_logits(table):
+  """Logits table[position], hidden ones, `_pooled_count_lengths`."""
+  return stubs.PositionLogitsFn(table, _pooled_count_lengths)
 
 
 def _collapse(path):
@@ -47,7 +40,7 @@ def test_ctc_loss_equals_brute_force_sum_over_alignments(labels):
   table = jax.random.normal(jax.random.key(0), (16, V))
   row = [5, 6, BOS_ID] + labels + [EOS_ID]
   tokens = jnp.asarray([row + [PAD_ID] * (10 - len(row))], jnp.int32)
-  _, metrics = to.ctc_loss(TableLogits(table), None, tokens, None,
+  _, metrics = to.ctc_loss(_table_logits(table), None, tokens, None,
                            source_width=2, upsample=2)
   # Frames are positions 3..6 (prefix 3, 2 source tokens x 2).
   probs = np.asarray(jax.nn.softmax(table[3:7], -1), np.float64)
@@ -61,7 +54,7 @@ def test_ctc_loss_equals_brute_force_sum_over_alignments(labels):
 def test_ctc_loss_counts_infeasible_rows():
   table = jnp.zeros((16, V))
   tokens = jnp.asarray([[5, BOS_ID, 5, 6, 5, EOS_ID, 0, 0]], jnp.int32)
-  loss, metrics = to.ctc_loss(TableLogits(table), None, tokens, None,
+  loss, metrics = to.ctc_loss(_table_logits(table), None, tokens, None,
                               source_width=1, upsample=2)
   assert metrics["infeasible"] == 1 and metrics["tokens"] == 0
   assert loss == 0
@@ -89,7 +82,7 @@ def test_cmlm_length_head_pools_the_prefix():
   # prefix length, right for row 0 only.
   tokens = jnp.asarray([[5, 6, BOS_ID, 5, 5, 6, EOS_ID, 0],
                         [6, BOS_ID, 5, EOS_ID, 0, 0, 0, 0]], jnp.int32)
-  _, metrics = to.cmlm_loss(TableLogits(jnp.zeros((8, V))), None, tokens,
+  _, metrics = to.cmlm_loss(_table_logits(jnp.zeros((8, V))), None, tokens,
                             jax.random.key(1), length_weight=1.0)
   assert metrics["length_correct"] == 1
   expect = -np.log(0.9 + 0.1 / 8) - np.log(0.1 / 8)
@@ -117,9 +110,8 @@ def test_length_head_params_only_when_switched_on():
   with_head = init_params(_tiny(length_classes=5), jax.random.key(0))
   assert set(with_head) - set(without) == {"length_head"}
   assert with_head["length_head"]["dense"]["kernel"].shape == (16, 5)
-  assert jax.tree.all(jax.tree.map(
-      jnp.array_equal, without,
-      {k: v for k, v in with_head.items() if k != "length_head"}))
+  chex.assert_trees_all_equal(
+      without, {k: v for k, v in with_head.items() if k != "length_head"})
   with pytest.raises(ValueError, match="length_classes"):
     make_logits_fn(_tiny()).length_logits(without, None, None)
 
@@ -168,7 +160,7 @@ def test_ctc_loss_is_never_negative():
   table = jnp.full((16, V), -1e4).at[:, parallel_text.BLANK_ID].set(0.0)
   table = table.at[:, 5].set(17.0)
   tokens = jnp.asarray([[6, BOS_ID, 5, EOS_ID, PAD_ID]], jnp.int32)
-  _, metrics = to.ctc_loss(TableLogits(table), None, tokens, None,
+  _, metrics = to.ctc_loss(_table_logits(table), None, tokens, None,
                            source_width=1, upsample=2)
   assert metrics["tokens"] == 1 and float(metrics["nll"]) >= 0.0
 
@@ -180,8 +172,8 @@ def test_ctc_loss_refuses_a_blank_in_the_target():
   tokens = jnp.asarray([[6, BOS_ID, 5, 6, EOS_ID, PAD_ID],
                         [6, BOS_ID, 5, PAD_ID, EOS_ID, PAD_ID]], jnp.int32)
   with pytest.raises(ValueError, match=r"rows \[1\].*blank"):
-    to.ctc_loss(TableLogits(table), None, tokens, None, source_width=1,
+    to.ctc_loss(_table_logits(table), None, tokens, None, source_width=1,
                 upsample=3)
   _, metrics = jax.jit(lambda t: to.ctc_loss(
-      TableLogits(table), None, t, None, source_width=1, upsample=3))(tokens)
+      _table_logits(table), None, t, None, source_width=1, upsample=3))(tokens)
   assert metrics["infeasible"] == 1 and metrics["tokens"] == 2

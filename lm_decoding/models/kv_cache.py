@@ -50,6 +50,7 @@ three (`SCALE_LOGICAL_AXES`).
 
 from __future__ import annotations
 
+import chex
 import flax.struct
 import jax
 import jax.numpy as jnp
@@ -148,7 +149,10 @@ class KVCache:
 
     Args:
       rows_B: int32[B'] source rows (B' may differ from B).
+    Raises:
+      AssertionError (chex) when `rows_B` is not a vector.
     """
+    chex.assert_rank(rows_B, 1)
     return jax.tree.map(lambda a: jnp.take(a, rows_B, axis=0), self)
 
   def where(self, rows_B: jax.Array, other: "KVCache") -> "KVCache":
@@ -217,8 +221,18 @@ def write_rows(buffer_BxHxSxD: jax.Array | Int8KV,
       `write_start` says).
   Returns:
     The buffer with `as_cached(buffer, new)` written.
+  Raises:
+    AssertionError (chex) when the shapes disagree: an internal invariant
+    (the attention builds all three), not a user input.
   """
   new = as_cached(buffer_BxHxSxD, new_BxHxLxD)
+  b, h, s, d = buffer_BxHxSxD.shape
+  values_BxHxLxD = new.values if isinstance(new, Int8KV) else new
+  chex.assert_shape(values_BxHxLxD, (b, h, None, d))
+  chex.assert_axis_dimension_lteq(values_BxHxLxD, 2, s)
+  chex.assert_shape(index_B, (b,))
+  if isinstance(new, Int8KV):
+    chex.assert_shape(new.scale, values_BxHxLxD.shape[:3])
   if isinstance(buffer_BxHxSxD, Int8KV):
     return Int8KV(values=_write(buffer_BxHxSxD.values, new.values, index_B),
                   scale=_write(buffer_BxHxSxD.scale, new.scale, index_B))
