@@ -1,7 +1,7 @@
 r"""Our cached AR decoder against `transformers` `generate` on the same weights.
 
   python experiments/benchmark_ar.py --workdir=experiments/results/benchmark_ar \
-      --sizes=9m,36m,110m --batches=1,8 --new_tokens=128 --runs=3
+      --sizes=9m,36m,110m --batch_sizes=1,8 --output_lengths=128 --runs=3
 
 A randomly initialised Hugging Face model (GPT-2 or LLaMA family, `--family`)
 is imported with `lm_decoding.checkpoints`, so both libraries run identical
@@ -12,42 +12,40 @@ weights in float32. For each (size, batch, new tokens):
            do_sample=False, min_new_tokens=T, max_new_tokens=T)`.
   forward  one full-sequence forward over [B, P + T] tokens (what one
            denoising step of a parallel decoder costs), both libraries.
-Calls alternate A, B, A, B in one process after one warm-up call each; the
-tables give medians of `--runs` calls and the median of the per-pair ratios
-(robust to the machine's load drifting between pairs). torch runs
+Calls alternate A, B, A, B in one process after one warm-up call each
+(`cost.interleaved`); the tables give medians of `--runs` calls and the
+median of the per-pair ratios (robust to the machine's load drifting between
+pairs). torch runs
 `--threads` threads; XLA's CPU client uses every core of the machine, so set
 `--threads` to the core count (the 2-core machine this was written on).
 
 Bounds, measured in the same process:
   bandwidth  a jitted sum over a 1 GiB float32 array (`cost.measure_bandwidth`)
   peak       a jitted float32 jnp.dot of two 2048 x 2048 matrices
+           (`cost.measure_peak_flops`)
   decode roofline per step = max(bytes / bandwidth, FLOPs / peak), bytes =
            parameter bytes + the live KV cache of the batch (prompt + tokens
-           so far), FLOPs = 2 B (matmul parameters) + 4 B (context) H Dh
-           per layer; summed over the T steps.
-  forward  % of peak = FLOPs / time / peak, FLOPs = 2 B L (matmul parameters)
-           + 4 B L^2 H Dh per layer.
+           so far), FLOPs = `cost_model.forward_flops` of one position per
+           row over the keys so far; summed over the T steps.
+  forward  % of peak = FLOPs / time / peak, FLOPs =
+           `cost_model.forward_flops` over B x L positions attending to L.
   matmul floor per step, both libraries: x[B, D] through float32 matrices
            of the model's shapes in its order, nothing else
            (`matmul_floor`); the step time the dot kernels alone allow
            (XLA's, torch's) where the roofline assumes perfect ones. "x
            floor" = a decoder's step time over its own library's floor.
 
-Writes results.csv, results.json, results.md (with the command) and
-tokens_per_s.png under --workdir. `--smoke` runs a tiny model for seconds
-(used by the test).
+Writes results.csv, results.json (`records`), results.md (with the
+command) and tokens_per_s.png under --workdir. `--smoke` runs a tiny model
+for seconds (used by the test).
 """
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
 import os
 import platform
-import shlex
-import sys
-import time
 
 from absl import app
 from absl import flags
@@ -60,6 +58,7 @@ from lm_decoding.decoding import base
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.evaluation import cost
 from lm_decoding.evaluation import cost_model
+from lm_decoding.evaluation import records
 from lm_decoding.models import count_params, make_logits_fn
 
 
@@ -87,10 +86,10 @@ _FAMILY = flags.DEFINE_enum("family", "gpt2", list(FAMILIES),
                             "HF architecture to initialise and import.")
 _SIZES = flags.DEFINE_list("sizes", ["9m", "36m", "110m"],
                            f"Model sizes, of {list(SIZES)}.")
-_BATCHES = flags.DEFINE_list("batches", ["1", "8", "32"], "Batch sizes.")
-_NEW_TOKENS = flags.DEFINE_list("new_tokens", ["128", "512"],
+_BATCHES = flags.DEFINE_list("batch_sizes", ["1", "8", "32"], "Batch sizes.")
+_NEW_TOKENS = flags.DEFINE_list("output_lengths", ["128", "512"],
                                 "Output lengths T.")
-_PROMPT = flags.DEFINE_integer("prompt_length", 16, "Prompt tokens P.")
+_PROMPT = flags.DEFINE_integer("prompt_len", 16, "Prompt tokens P.")
 _RUNS = flags.DEFINE_integer("runs", 3, "Timed calls per system (>= 1).")
 _THREADS = flags.DEFINE_integer("threads", 2, "torch threads.")
 _FORWARD = flags.DEFINE_bool("forward", True,
@@ -116,18 +115,6 @@ def _hf_model(family: str, size: Size, max_len: int):
       num_key_value_heads=max(1, size.num_heads // 2),
       max_position_embeddings=max_len)
   return transformers.LlamaForCausalLM(config).eval()
-
-
-def matmul_peak_flops(n: int = 2048, runs: int = 5) -> float:
-  """Measured float32 matmul throughput, FLOP/s: a jitted n x n jnp.dot."""
-  a = jnp.ones((n, n), jnp.float32)
-  return 2 * n ** 3 / cost.time_fn(jnp.dot, a, a, runs=runs).median_s
-
-
-def attention_flops(config, queries: float, keys: float) -> float:
-  """FLOPs of QK^T and PV for `queries` x `keys` pairs, all layers."""
-  return 4 * queries * keys * config.num_heads * config.head_dim * (
-      config.num_layers)
 
 
 def matmul_floor(config, batch: int, runs: int, steps: int = 16) -> dict:
@@ -185,22 +172,14 @@ def matmul_floor(config, batch: int, runs: int, steps: int = 16) -> dict:
   return {k: v / steps for k, v in times.items() if k.endswith("median_s")}
 
 
-def _timed(fn):
-  start = time.perf_counter()
-  fn()
-  return time.perf_counter() - start
-
-
 def _interleaved(ours, theirs, runs: int, warmup: bool = True) -> dict:
-  """Warm-up once each (unless done), then `runs` pairs A, B; medians and
-  the median of the per-pair ratios."""
+  """Warm-up once each (unless done), then `runs` pairs A, B
+  (`cost.interleaved`); medians and the median of the per-pair ratios."""
   if warmup:
     ours()
     theirs()
-  a, b = [], []
-  for _ in range(runs):
-    a.append(_timed(ours))
-    b.append(_timed(theirs))
+  times, _ = cost.interleaved({"ours": ours, "hf": theirs}, runs)
+  a, b = times["ours"], times["hf"]
   return {"ours_s": a, "hf_s": b, "ours_median_s": float(np.median(a)),
           "hf_median_s": float(np.median(b)),
           "speedup_median": float(np.median(np.array(b) / np.array(a)))}
@@ -217,9 +196,8 @@ def _decode_row(model, config, params, batch, new_tokens, prompt_length,
   logits_fn = make_logits_fn(config)
   jitted = jax.jit(lambda p, x, n: decoder.decode(
       base.bind(logits_fn, p), x, n, None).tokens)
-  start = time.perf_counter()
-  compiled = jitted.lower(params, jnp.asarray(prompts), lengths).compile()
-  compile_s = time.perf_counter() - start
+  compiled, compile_s = cost.compile_timed(
+      jitted, (params, jnp.asarray(prompts), lengths))
   x = jnp.asarray(prompts)
   ours = lambda: jax.block_until_ready(compiled(params, x, lengths))
   ids = torch.tensor(prompts)
@@ -239,9 +217,8 @@ def _decode_row(model, config, params, batch, new_tokens, prompt_length,
   kv_per_token = logits_fn.init_cache(1, 1).bytes_per_slot() * batch
   bytes_s = cost.ar_decode_roofline_s(p_bytes, kv_per_token, prompt_length,
                                       new_tokens, bandwidth)
-  context = prompt_length + (new_tokens - 1) / 2  # mean keys per step
-  flops = new_tokens * (2 * batch * cost_model.matmul_params(config)
-                        + attention_flops(config, batch, context))
+  flops = sum(cost_model.forward_flops(config, batch, 1, prompt_length + t)
+              for t in range(new_tokens))  # step t attends to P + t keys
   bound_s = max(bytes_s, flops / peak)
   tokens = batch * new_tokens
   return {
@@ -271,9 +248,7 @@ def _forward_row(model, config, params, batch, length, runs, peak):
   logits_fn = make_logits_fn(config)
   jitted = jax.jit(lambda p, t, q: logits_fn(p, t, q).logits)
   args = (params, jnp.asarray(tokens), jnp.asarray(positions))
-  start = time.perf_counter()
-  compiled = jitted.lower(*args).compile()
-  compile_s = time.perf_counter() - start
+  compiled, compile_s = cost.compile_timed(jitted, args)
   ids = torch.tensor(tokens)
 
   def theirs():
@@ -282,8 +257,7 @@ def _forward_row(model, config, params, batch, length, runs, peak):
 
   times = _interleaved(lambda: jax.block_until_ready(compiled(*args)),
                        theirs, runs)
-  flops = (2 * batch * length * cost_model.matmul_params(config)
-           + attention_flops(config, batch * length, length))
+  flops = cost_model.forward_flops(config, batch, length, length)
   return {"kind": "forward", "batch": batch, "length": length,
           "compile_s": compile_s, "flops": flops,
           "ours_ms": times["ours_median_s"] * 1e3,
@@ -379,19 +353,19 @@ def main(argv):
     raise ValueError(f"--sizes {sorted(unknown)} unknown; allowed: "
                      f"{list(SIZES)}")
   if runs < 1 or prompt_length < 1 or min(batches) < 1 or min(new_tokens) < 1:
-    raise ValueError("--runs, --prompt_length, --batches and --new_tokens "
-                     "must be >= 1")
+    raise ValueError("--runs, --prompt_len, --batch_sizes and "
+                     "--output_lengths must be >= 1")
   torch.set_num_threads(_THREADS.value)
   load_start = os.getloadavg()[0]
   bandwidth_bytes = (1 << 26) if smoke else (1 << 30)
   bandwidth = cost.measure_bandwidth(bandwidth_bytes)
   matmul_n = 256 if smoke else 2048
-  peak = matmul_peak_flops(matmul_n)
+  peak = cost.measure_peak_flops(matmul_n)
   max_len = prompt_length + max(new_tokens)
   family = FAMILIES[_FAMILY.value]
   rows = []
   out = {
-      "command": " ".join(["python"] + [shlex.quote(a) for a in sys.argv]),
+      "command": records.command(),
       "family": _FAMILY.value, "prompt_length": prompt_length, "runs": runs,
       "machine": {
           "cpus": os.cpu_count(), "platform": platform.platform(),
@@ -432,15 +406,11 @@ def _write(out: dict) -> None:
   rows = out["rows"]
   out["machine"]["load_average_end"] = os.getloadavg()[0]
   os.makedirs(_WORKDIR.value, exist_ok=True)
-  with open(os.path.join(_WORKDIR.value, "results.json"), "w") as f:
-    json.dump(out, f, indent=1)
-  fields = sorted({k for r in rows for k in r
-                   if not isinstance(r[k], list)})
-  with open(os.path.join(_WORKDIR.value, "results.csv"), "w",
-            newline="") as f:
-    writer = csv.DictWriter(f, fields, extrasaction="ignore")
-    writer.writeheader()
-    writer.writerows(rows)
+  records.write_json(out, os.path.join(_WORKDIR.value, "results.json"),
+                     out["command"])
+  records.write_csv([{k: v for k, v in r.items() if not isinstance(v, list)}
+                     for r in rows],
+                    os.path.join(_WORKDIR.value, "results.csv"))
   with open(os.path.join(_WORKDIR.value, "results.md"), "w") as f:
     f.write(_markdown(out, rows))
   _plot(rows, os.path.join(_WORKDIR.value, "tokens_per_s.png"))

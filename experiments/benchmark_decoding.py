@@ -44,7 +44,8 @@ _CONFIG = config_flags.DEFINE_config_file(
 _WORKDIR = flags.DEFINE_string("workdir", "/tmp/lm_decoding_bench",
                                "Output directory.")
 _BATCH_SIZES = flags.DEFINE_list("batch_sizes", ["1", "8"], "Batch sizes.")
-_NEW_TOKENS = flags.DEFINE_integer("new_tokens", 256, "Tokens per AR decode.")
+_NEW_TOKENS = flags.DEFINE_integer("output_length", 256,
+                                   "T, tokens per AR decode.")
 _COMPILE_LENGTHS = flags.DEFINE_list("compile_lengths", ["64", "1024"],
                                      "Output lengths whose compile time is compared.")
 _RUNS = flags.DEFINE_integer("runs", 5, "Timed runs (median reported).")

@@ -57,6 +57,20 @@ class Timing:
     return float(q3 - q1)
 
 
+def compile_timed(fn: Callable[..., Any], args: tuple,
+                  compiler_options: dict | None = None) -> tuple[Any, float]:
+  """(compiled executable, compile seconds) of fn at args, ahead of time.
+
+  A `jax.jit`-ed fn is lowered as is (keeping its shardings and static
+  arguments), anything else is wrapped in `jax.jit`; `compiler_options`
+  (XLA flags as a dict) go to `.compile`. Nothing is run.
+  """
+  jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
+  start = time.perf_counter()
+  compiled = jitted.lower(*args).compile(compiler_options)
+  return compiled, time.perf_counter() - start
+
+
 def measure(fn: Callable[..., Any], args: tuple, warmup: int,
             runs: int, carry: bool = False) -> tuple[Timing, Any, Any]:
   """(Timing, compiled executable, output of the last run) of fn(*args).
@@ -74,10 +88,7 @@ def measure(fn: Callable[..., Any], args: tuple, warmup: int,
     raise ValueError(f"warmup={warmup} must be >= 0")
   if runs < 1:
     raise ValueError(f"runs={runs} must be >= 1")
-  jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
-  start = time.perf_counter()
-  compiled = jitted.lower(*args).compile()
-  compile_s = time.perf_counter() - start
+  compiled, compile_s = compile_timed(fn, args)
 
   def call():
     nonlocal args
