@@ -33,7 +33,7 @@ from ml_collections import config_flags
 
 from lm_decoding.decoding import bind, make_decoder
 from lm_decoding.decoding.sampling import SamplingConfig
-from lm_decoding.evaluation import cost
+from lm_decoding.evaluation import cost, records
 from lm_decoding.models import count_params, init_params, make_logits_fn
 from lm_decoding.parallel import sharded, sharding
 from lm_decoding.training import train
@@ -154,8 +154,7 @@ def main(argv):
     print(json.dumps(row))
   os.makedirs(_WORKDIR.value, exist_ok=True)
   path = os.path.join(_WORKDIR.value, "benchmark.json")
-  with open(path, "w") as f:
-    json.dump(out, f, indent=2)
+  records.write_json(out, path)
   print(f"wrote {path}")
 
 

@@ -1,7 +1,7 @@
 r"""int8 weights and an int8 KV cache, measured against float32.
 
   python experiments/quantization.py --workdir=/tmp/quantization \
-      --out_dir=experiments/results/quantization
+      --out=experiments/results/quantization
 
 The measurements are `lm_decoding.evaluation.quantization_cost`; this script
 loads the models, runs them and writes the files.
@@ -32,7 +32,7 @@ weights exceed the 32 MiB last-level cache. Measured:
    against float32 on a stack of kernels larger than the cache.
 
 Writes results.json, timing.csv, quality.csv, drift.csv, report.md and
-drift.png under --out_dir. `--smoke` runs every step on tiny random models
+drift.png under --out. `--smoke` runs every step on tiny random models
 and random text, without the large model (tests/test_quantization_experiment.py;
 about 1.5 min of CPU, most of it compiling ~20 small programs).
 """
@@ -68,7 +68,7 @@ _WORKDIR = flags.DEFINE_string("workdir", "/tmp/lm_decoding_quantization",
                                "Corpus cache (and training, if no shipped "
                                "model matches).")
 _OUT_DIR = flags.DEFINE_string(
-    "out_dir", os.path.join(os.path.dirname(__file__), "results",
+    "out", os.path.join(os.path.dirname(__file__), "results",
                             "quantization"), "Where results are written.")
 _SMOKE = flags.DEFINE_bool("smoke", False,
                            "Tiny random models and text: seconds.")

@@ -132,7 +132,7 @@ def settings() -> dict:
   smoke = _SMOKE.value
   t = 8 if smoke else _T.value
   run = dict(
-      t=t, quick=smoke,
+      t=t, smoke=smoke,
       gammas=(2,) if smoke else tuple(int(g) for g in _GAMMAS.value),
       batches=(1,) if smoke else tuple(int(b) for b in _BATCHES.value),
       temps=(1.0,) if smoke else tuple(float(x) for x in _TEMPS.value),

@@ -30,5 +30,5 @@ def test_quick_run_writes_every_row_kind(tmp_path):
   for r in rows:
     assert float(r["spec_ms"]) > 0 and 0 <= float(r["alpha"]) <= 1, r
     assert float(r["round_ms"]) > 0, r  # the component timing ran
-  assert "QUICK smoke run" in (out / "speculative.md").read_text()
+  assert "SMOKE run (--smoke)" in (out / "speculative.md").read_text()
   assert (out / "router.csv").stat().st_size > 0

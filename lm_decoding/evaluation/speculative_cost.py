@@ -104,11 +104,9 @@ def timed_systems(systems: dict[Any, tuple[Any, tuple]], runs: int
   Raises:
     ValueError: runs < 1 or no systems.
   """
-  for compiled, args in systems.values():
-    jax.block_until_ready(compiled(*args))
   return cost.interleaved(
       {name: functools.partial(compiled, *args)
-       for name, (compiled, args) in systems.items()}, runs)
+       for name, (compiled, args) in systems.items()}, runs, warmup=1)
 
 
 def decoder_fn(decoder) -> Callable[..., Any]:

@@ -129,7 +129,7 @@ def markdown(rows: Sequence[dict], router_section: Sequence[str],
     router_section: Markdown lines (`router_lines` or a note).
     setting: Markdown bullet lines describing the machine and models.
     run: command, t, prompt_len, runs, loop_steps, part1_s, total_s,
-      groups, quick.
+      groups, smoke.
   """
   within = [r["measured_over_predicted"] for r in rows
             if r["decoder"] == "spec"] or [float("nan")]
@@ -190,8 +190,8 @@ def markdown(rows: Sequence[dict], router_section: Sequence[str],
       f"B, temperature) done: {run['groups']}), the whole run "
       f"{run['total_s'] / 60:.1f} min",
   ]
-  if run["quick"]:
-    lines.append("- QUICK smoke run: T=8, gamma 2, B=1, temperature 1, one "
+  if run["smoke"]:
+    lines.append("- SMOKE run (--smoke): T=8, gamma 2, B=1, temperature 1, one "
                  "run; not a measurement")
   for temp, title in ((1.0, "Main table: sampling at temperature 1"),
                       (0.0, "Greedy (temperature 0)")):
