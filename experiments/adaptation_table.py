@@ -8,13 +8,12 @@ Writes lineage.csv and lineage.md under --out (`pretrained.lineage_rows`).
 """
 
 import os
-import shlex
 import sys
 
 from absl import app
 from absl import flags
 
-from lm_decoding.evaluation import report
+from lm_decoding.evaluation import records
 from lm_decoding.training import pretrained
 
 _SET = flags.DEFINE_string("set", "", "The pretrained set: '' (tiny) or "
@@ -41,8 +40,8 @@ def main(argv):
   except ValueError as e:
     sys.exit(f"adaptation_table: error: {e}")
   os.makedirs(_OUT.value, exist_ok=True)
-  report.write_csv(rows, os.path.join(_OUT.value, "lineage.csv"))
-  lines = [f"Command: `python {' '.join(shlex.quote(a) for a in sys.argv)}`",
+  records.write_csv(rows, os.path.join(_OUT.value, "lineage.csv"))
+  lines = [f"Command: `{records.command()}`",
            "", "| " + " | ".join(_COLUMNS) + " |",
            "|" + "---|" * len(_COLUMNS)]
   lines += ["| " + " | ".join(_cell(r[c]) for c in _COLUMNS) + " |"

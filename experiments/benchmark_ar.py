@@ -1,7 +1,7 @@
 r"""Our cached AR decoder against `transformers` `generate` on the same weights.
 
   python experiments/benchmark_ar.py --workdir=experiments/results/benchmark_ar \
-      --sizes=9m,36m,110m --batches=1,8 --new_tokens=128 --runs=3
+      --sizes=9m,36m,110m --batch_sizes=1,8 --output_lengths=128 --runs=3
 
 A randomly initialised Hugging Face model (GPT-2 or LLaMA family, `--family`)
 is imported with `lm_decoding.checkpoints`, so both libraries run identical
@@ -12,42 +12,40 @@ weights in float32. For each (size, batch, new tokens):
            do_sample=False, min_new_tokens=T, max_new_tokens=T)`.
   forward  one full-sequence forward over [B, P + T] tokens (what one
            denoising step of a parallel decoder costs), both libraries.
-Calls alternate A, B, A, B in one process after one warm-up call each; the
-tables give medians of `--runs` calls and the median of the per-pair ratios
-(robust to the machine's load drifting between pairs). torch runs
+Calls alternate A, B, A, B in one process after one warm-up call each
+(`cost.interleaved`); the tables give medians of `--runs` calls and the
+median of the per-pair ratios (robust to the machine's load drifting between
+pairs). torch runs
 `--threads` threads; XLA's CPU client uses every core of the machine, so set
 `--threads` to the core count (the 2-core machine this was written on).
 
 Bounds, measured in the same process:
   bandwidth  a jitted sum over a 1 GiB float32 array (`cost.measure_bandwidth`)
   peak       a jitted float32 jnp.dot of two 2048 x 2048 matrices
+           (`cost.measure_peak_flops`)
   decode roofline per step = max(bytes / bandwidth, FLOPs / peak), bytes =
            parameter bytes + the live KV cache of the batch (prompt + tokens
-           so far), FLOPs = 2 B (matmul parameters) + 4 B (context) H Dh
-           per layer; summed over the T steps.
-  forward  % of peak = FLOPs / time / peak, FLOPs = 2 B L (matmul parameters)
-           + 4 B L^2 H Dh per layer.
+           so far), FLOPs = `cost_model.forward_flops` of one position per
+           row over the keys so far; summed over the T steps.
+  forward  % of peak = FLOPs / time / peak, FLOPs =
+           `cost_model.forward_flops` over B x L positions attending to L.
   matmul floor per step, both libraries: x[B, D] through float32 matrices
            of the model's shapes in its order, nothing else
-           (`matmul_floor`); the step time the dot kernels alone allow
+           (`versus_transformers.matmul_floor`); the step time the dot kernels alone allow
            (XLA's, torch's) where the roofline assumes perfect ones. "x
            floor" = a decoder's step time over its own library's floor.
 
-Writes results.csv, results.json, results.md (with the command) and
-tokens_per_s.png under --workdir. `--smoke` runs a tiny model for seconds
-(used by the test).
+Writes results.csv, results.json (`records`), results.md (with the
+command) and tokens_per_s.png under --workdir. `--smoke` runs a tiny model
+for seconds (used by the test).
 """
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
 import os
 import platform
-import shlex
-import sys
-import time
 
 from absl import app
 from absl import flags
@@ -56,11 +54,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from lm_decoding.checkpoints import hf_gpt2, hf_llama
-from lm_decoding.decoding import base
-from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.evaluation import cost
-from lm_decoding.evaluation import cost_model
-from lm_decoding.models import count_params, make_logits_fn
+from lm_decoding.evaluation import records
+from lm_decoding.evaluation import versus_transformers as vs
+from lm_decoding.models import count_params
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,10 +84,10 @@ _FAMILY = flags.DEFINE_enum("family", "gpt2", list(FAMILIES),
                             "HF architecture to initialise and import.")
 _SIZES = flags.DEFINE_list("sizes", ["9m", "36m", "110m"],
                            f"Model sizes, of {list(SIZES)}.")
-_BATCHES = flags.DEFINE_list("batches", ["1", "8", "32"], "Batch sizes.")
-_NEW_TOKENS = flags.DEFINE_list("new_tokens", ["128", "512"],
+_BATCHES = flags.DEFINE_list("batch_sizes", ["1", "8", "32"], "Batch sizes.")
+_NEW_TOKENS = flags.DEFINE_list("output_lengths", ["128", "512"],
                                 "Output lengths T.")
-_PROMPT = flags.DEFINE_integer("prompt_length", 16, "Prompt tokens P.")
+_PROMPT = flags.DEFINE_integer("prompt_len", 16, "Prompt tokens P.")
 _RUNS = flags.DEFINE_integer("runs", 3, "Timed calls per system (>= 1).")
 _THREADS = flags.DEFINE_integer("threads", 2, "torch threads.")
 _FORWARD = flags.DEFINE_bool("forward", True,
@@ -116,181 +113,6 @@ def _hf_model(family: str, size: Size, max_len: int):
       num_key_value_heads=max(1, size.num_heads // 2),
       max_position_embeddings=max_len)
   return transformers.LlamaForCausalLM(config).eval()
-
-
-def matmul_peak_flops(n: int = 2048, runs: int = 5) -> float:
-  """Measured float32 matmul throughput, FLOP/s: a jitted n x n jnp.dot."""
-  a = jnp.ones((n, n), jnp.float32)
-  return 2 * n ** 3 / cost.time_fn(jnp.dot, a, a, runs=runs).median_s
-
-
-def attention_flops(config, queries: float, keys: float) -> float:
-  """FLOPs of QK^T and PV for `queries` x `keys` pairs, all layers."""
-  return 4 * queries * keys * config.num_heads * config.head_dim * (
-      config.num_layers)
-
-
-def matmul_floor(config, batch: int, runs: int, steps: int = 16) -> dict:
-  """Seconds per step of a decode step's matmuls alone, in XLA (jitted)
-  and in torch, interleaved (`_interleaved`; medians of `runs` calls of
-  steps steps each): random float32 matrices of
-  the model's shapes (per layer query, key, value, output, the MLP's; the
-  LM head), applied to x[batch, D] in the model's order, with nothing
-  else (no attention over the cache, norms or sampling): the step time
-  the two libraries' dot kernels allow."""
-  import torch
-  d, h, hkv, dh, m = (config.d_model, config.num_heads, config.num_kv_heads,
-                      config.head_dim, config.mlp_dim)
-  rng = np.random.RandomState(0)
-  w = lambda i, o: rng.standard_normal((i, o)).astype(np.float32) * i ** -0.5
-  gates = 2 if config.mlp_activation == "swiglu" else 1
-  layers = [(w(d, h * dh), w(d, hkv * dh), w(d, hkv * dh), w(h * dh, d),
-             [w(d, m) for _ in range(gates)], w(m, d))
-            for _ in range(config.num_layers)]
-  # A tied head reads the [V, D] embedding table, an untied one a [D, V]
-  # kernel: the model's layouts.
-  tied = config.tie_embeddings
-  table = w(config.vocab_size, d) if tied else w(d, config.vocab_size)
-  x = rng.standard_normal((batch, d)).astype(np.float32)
-
-  def step(x, layers, table, act):
-    for wq, wk, wv, wo, wi, wd in layers:
-      keys_values = (x @ wk).sum(-1, keepdims=True) + (x @ wv).sum(
-          -1, keepdims=True)  # keeps both products live
-      x = x + (x @ wq) @ wo + 1e-6 * keys_values
-      inner = act(x @ wi[0])
-      for gate in wi[1:]:
-        inner = inner * (x @ gate)
-      x = x + inner @ wd
-    logits = x @ (table.T if tied else table)
-    return x + 1e-6 * logits.sum(-1, keepdims=True)  # every column live
-
-  # steps steps per call, as in a decode loop (XLA: one jitted loop, so no
-  # per-step dispatch; torch: a Python loop, as `generate` runs).
-  ours = jax.jit(lambda x, *a: jax.lax.fori_loop(
-      0, steps, lambda _, y: step(y, *a, jax.nn.gelu), x))
-  args = jax.tree.map(jnp.asarray, (x, layers, table))
-  torch_args = jax.tree.map(torch.tensor, (x, layers, table))
-  gelu = lambda t: torch.nn.functional.gelu(t, approximate="tanh")
-
-  def theirs():
-    y, rest = torch_args[0], torch_args[1:]
-    with torch.no_grad():
-      for _ in range(steps):
-        y = step(y, *rest, gelu)
-    return y
-
-  times = _interleaved(lambda: jax.block_until_ready(ours(*args)), theirs,
-                       runs)
-  return {k: v / steps for k, v in times.items() if k.endswith("median_s")}
-
-
-def _timed(fn):
-  start = time.perf_counter()
-  fn()
-  return time.perf_counter() - start
-
-
-def _interleaved(ours, theirs, runs: int, warmup: bool = True) -> dict:
-  """Warm-up once each (unless done), then `runs` pairs A, B; medians and
-  the median of the per-pair ratios."""
-  if warmup:
-    ours()
-    theirs()
-  a, b = [], []
-  for _ in range(runs):
-    a.append(_timed(ours))
-    b.append(_timed(theirs))
-  return {"ours_s": a, "hf_s": b, "ours_median_s": float(np.median(a)),
-          "hf_median_s": float(np.median(b)),
-          "speedup_median": float(np.median(np.array(b) / np.array(a)))}
-
-
-def _decode_row(model, config, params, batch, new_tokens, prompt_length,
-                runs, bandwidth, peak, floor):
-  import torch
-  rng = np.random.RandomState(batch * 1000 + new_tokens)
-  prompts = rng.randint(5, config.vocab_size, (batch, prompt_length))
-  lengths = jnp.full((batch,), prompt_length, jnp.int32)
-  decoder = base.make_decoder("ar", output_length=new_tokens, eos_ids=(),
-                              sampling=SamplingConfig(temperature=0.0))
-  logits_fn = make_logits_fn(config)
-  jitted = jax.jit(lambda p, x, n: decoder.decode(
-      base.bind(logits_fn, p), x, n, None).tokens)
-  start = time.perf_counter()
-  compiled = jitted.lower(params, jnp.asarray(prompts), lengths).compile()
-  compile_s = time.perf_counter() - start
-  x = jnp.asarray(prompts)
-  ours = lambda: jax.block_until_ready(compiled(params, x, lengths))
-  ids = torch.tensor(prompts)
-  mask = torch.ones_like(ids)
-
-  def theirs():
-    with torch.no_grad():
-      return model.generate(ids, attention_mask=mask, do_sample=False,
-                            use_cache=True, max_new_tokens=new_tokens,
-                            min_new_tokens=new_tokens, pad_token_id=0,
-                            eos_token_id=None)
-
-  same = bool(np.array_equal(np.asarray(ours()),  # also the warm-up
-                             theirs()[:, prompt_length:].numpy()))
-  times = _interleaved(ours, theirs, runs, warmup=False)
-  p_bytes = cost.tree_bytes(params)
-  kv_per_token = logits_fn.init_cache(1, 1).bytes_per_slot() * batch
-  bytes_s = cost.ar_decode_roofline_s(p_bytes, kv_per_token, prompt_length,
-                                      new_tokens, bandwidth)
-  context = prompt_length + (new_tokens - 1) / 2  # mean keys per step
-  flops = new_tokens * (2 * batch * cost_model.matmul_params(config)
-                        + attention_flops(config, batch, context))
-  bound_s = max(bytes_s, flops / peak)
-  tokens = batch * new_tokens
-  return {
-      "ours_floor_ms": floor["ours_median_s"] * 1e3,
-      "hf_floor_ms": floor["hf_median_s"] * 1e3,
-      "ours_x_floor": times["ours_median_s"] / new_tokens / floor[
-          "ours_median_s"],
-      "hf_x_floor": times["hf_median_s"] / new_tokens / floor["hf_median_s"],
-      "kind": "decode", "batch": batch, "new_tokens": new_tokens,
-      "same_tokens": same, "compile_s": compile_s,
-      "ours_tok_s": tokens / times["ours_median_s"],
-      "hf_tok_s": tokens / times["hf_median_s"],
-      "speedup": times["speedup_median"],
-      "bytes_roofline_s": bytes_s, "flops_roofline_s": flops / peak,
-      "ours_x_roofline": times["ours_median_s"] / bound_s,
-      "hf_x_roofline": times["hf_median_s"] / bound_s,
-      "ours_ms_per_step": times["ours_median_s"] / new_tokens * 1e3,
-      "hf_ms_per_step": times["hf_median_s"] / new_tokens * 1e3,
-      **times}
-
-
-def _forward_row(model, config, params, batch, length, runs, peak):
-  import torch
-  tokens = np.random.RandomState(length).randint(5, config.vocab_size,
-                                                 (batch, length))
-  positions = np.broadcast_to(np.arange(length), tokens.shape)
-  logits_fn = make_logits_fn(config)
-  jitted = jax.jit(lambda p, t, q: logits_fn(p, t, q).logits)
-  args = (params, jnp.asarray(tokens), jnp.asarray(positions))
-  start = time.perf_counter()
-  compiled = jitted.lower(*args).compile()
-  compile_s = time.perf_counter() - start
-  ids = torch.tensor(tokens)
-
-  def theirs():
-    with torch.no_grad():
-      return model(ids, use_cache=False).logits
-
-  times = _interleaved(lambda: jax.block_until_ready(compiled(*args)),
-                       theirs, runs)
-  flops = (2 * batch * length * cost_model.matmul_params(config)
-           + attention_flops(config, batch * length, length))
-  return {"kind": "forward", "batch": batch, "length": length,
-          "compile_s": compile_s, "flops": flops,
-          "ours_ms": times["ours_median_s"] * 1e3,
-          "hf_ms": times["hf_median_s"] * 1e3,
-          "speedup": times["speedup_median"],
-          "ours_pct_peak": 100 * flops / times["ours_median_s"] / peak,
-          "hf_pct_peak": 100 * flops / times["hf_median_s"] / peak, **times}
 
 
 def _markdown(out: dict, rows: list[dict]) -> str:
@@ -379,19 +201,19 @@ def main(argv):
     raise ValueError(f"--sizes {sorted(unknown)} unknown; allowed: "
                      f"{list(SIZES)}")
   if runs < 1 or prompt_length < 1 or min(batches) < 1 or min(new_tokens) < 1:
-    raise ValueError("--runs, --prompt_length, --batches and --new_tokens "
-                     "must be >= 1")
+    raise ValueError("--runs, --prompt_len, --batch_sizes and "
+                     "--output_lengths must be >= 1")
   torch.set_num_threads(_THREADS.value)
   load_start = os.getloadavg()[0]
   bandwidth_bytes = (1 << 26) if smoke else (1 << 30)
   bandwidth = cost.measure_bandwidth(bandwidth_bytes)
   matmul_n = 256 if smoke else 2048
-  peak = matmul_peak_flops(matmul_n)
+  peak = cost.measure_peak_flops(matmul_n)
   max_len = prompt_length + max(new_tokens)
   family = FAMILIES[_FAMILY.value]
   rows = []
   out = {
-      "command": " ".join(["python"] + [shlex.quote(a) for a in sys.argv]),
+      "command": records.command(),
       "family": _FAMILY.value, "prompt_length": prompt_length, "runs": runs,
       "machine": {
           "cpus": os.cpu_count(), "platform": platform.platform(),
@@ -410,9 +232,9 @@ def main(argv):
                           family.params_from_hf(model.state_dict(), config))
     n_params = count_params(params)
     for batch in batches:
-      floor = matmul_floor(config, batch, runs)  # the same for every T
+      floor = vs.matmul_floor(config, batch, runs)  # the same for every T
       for t in new_tokens:
-        row = _decode_row(model, config, params, batch, t, prompt_length,
+        row = vs.decode_row(model, config, params, batch, t, prompt_length,
                           runs, bandwidth, peak, floor)
         rows.append({"size": name, "params": n_params, **row})
         print(json.dumps({k: v for k, v in rows[-1].items()
@@ -420,7 +242,7 @@ def main(argv):
               flush=True)
         _write(out)
       if _FORWARD.value:
-        row = _forward_row(model, config, params, batch, max_len, runs, peak)
+        row = vs.forward_row(model, config, params, batch, max_len, runs, peak)
         rows.append({"size": name, "params": n_params, **row})
         print(json.dumps({k: v for k, v in rows[-1].items()
                           if not k.endswith("_s")}), flush=True)
@@ -432,15 +254,11 @@ def _write(out: dict) -> None:
   rows = out["rows"]
   out["machine"]["load_average_end"] = os.getloadavg()[0]
   os.makedirs(_WORKDIR.value, exist_ok=True)
-  with open(os.path.join(_WORKDIR.value, "results.json"), "w") as f:
-    json.dump(out, f, indent=1)
-  fields = sorted({k for r in rows for k in r
-                   if not isinstance(r[k], list)})
-  with open(os.path.join(_WORKDIR.value, "results.csv"), "w",
-            newline="") as f:
-    writer = csv.DictWriter(f, fields, extrasaction="ignore")
-    writer.writeheader()
-    writer.writerows(rows)
+  records.write_json(out, os.path.join(_WORKDIR.value, "results.json"),
+                     out["command"])
+  records.write_csv([{k: v for k, v in r.items() if not isinstance(v, list)}
+                     for r in rows],
+                    os.path.join(_WORKDIR.value, "results.csv"))
   with open(os.path.join(_WORKDIR.value, "results.md"), "w") as f:
     f.write(_markdown(out, rows))
   _plot(rows, os.path.join(_WORKDIR.value, "tokens_per_s.png"))

@@ -33,7 +33,7 @@ from ml_collections import config_flags
 
 from lm_decoding.decoding import bind, make_decoder
 from lm_decoding.decoding.sampling import SamplingConfig
-from lm_decoding.evaluation import cost
+from lm_decoding.evaluation import cost, records
 from lm_decoding.models import count_params, init_params, make_logits_fn
 from lm_decoding.parallel import sharded, sharding
 from lm_decoding.training import train
@@ -44,7 +44,8 @@ _CONFIG = config_flags.DEFINE_config_file(
 _WORKDIR = flags.DEFINE_string("workdir", "/tmp/lm_decoding_bench",
                                "Output directory.")
 _BATCH_SIZES = flags.DEFINE_list("batch_sizes", ["1", "8"], "Batch sizes.")
-_NEW_TOKENS = flags.DEFINE_integer("new_tokens", 256, "Tokens per AR decode.")
+_NEW_TOKENS = flags.DEFINE_integer("output_length", 256,
+                                   "T, tokens per AR decode.")
 _COMPILE_LENGTHS = flags.DEFINE_list("compile_lengths", ["64", "1024"],
                                      "Output lengths whose compile time is compared.")
 _RUNS = flags.DEFINE_integer("runs", 5, "Timed runs (median reported).")
@@ -153,8 +154,7 @@ def main(argv):
     print(json.dumps(row))
   os.makedirs(_WORKDIR.value, exist_ok=True)
   path = os.path.join(_WORKDIR.value, "benchmark.json")
-  with open(path, "w") as f:
-    json.dump(out, f, indent=2)
+  records.write_json(out, path)
   print(f"wrote {path}")
 
 

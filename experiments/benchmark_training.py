@@ -36,8 +36,6 @@ d32 model at B 2, L 16, one timed call: seconds, for the test.
 
 import os
 import platform
-import shlex
-import sys
 
 from absl import app
 from absl import flags
@@ -45,6 +43,7 @@ import jax
 from ml_collections import config_flags
 
 from lm_decoding.evaluation import cost
+from lm_decoding.evaluation import records
 from lm_decoding.evaluation import report
 from lm_decoding.training import throughput
 
@@ -140,7 +139,7 @@ def main(argv):
   shapes = _shapes(config)
   runs, warmup = (1, 1) if _SMOKE.value else (_RUNS.value, _WARMUP.value)
   size = 256 if _SMOKE.value else 2048
-  command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
+  command = records.command()
   loads = [os.getloadavg()[0]]
   peaks = [cost.measure_peak_flops(size)]
   rows = []
@@ -156,7 +155,7 @@ def main(argv):
   for row in rows:
     row["mfu"] = row.pop("record").mfu(max(peaks))
   os.makedirs(_WORKDIR.value, exist_ok=True)
-  report.write_csv(rows, os.path.join(_WORKDIR.value, "results.csv"))
+  records.write_csv(rows, os.path.join(_WORKDIR.value, "results.csv"))
   with open(os.path.join(_WORKDIR.value, "results.md"), "w") as f:
     f.write(_markdown(command, peaks, loads, rows))
   _plot(rows, os.path.join(_WORKDIR.value, "mfu.png"))

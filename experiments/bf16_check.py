@@ -40,7 +40,7 @@ _CONFIG = config_flags.DEFINE_config_file(
 _OUT = flags.DEFINE_string("out", "experiments/results/bf16_check.md",
                            "Markdown table written here.")
 _PROMPT_LEN = flags.DEFINE_integer("prompt_len", 16, "P, prompt tokens.")
-_BATCH = flags.DEFINE_integer("batch", 2, "B, prompts decoded together.")
+_BATCH = flags.DEFINE_integer("batch_size", 2, "B, prompts decoded together.")
 _STEPS = flags.DEFINE_integer(
     "steps", 32, "K of the scheduled decoders (BD3-LM: one step per token).")
 

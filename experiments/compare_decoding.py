@@ -28,7 +28,6 @@ within `compare.tolerance_*` of AR sampling. A bad option or a too small
 corpus ends the job in its first seconds with a one-line message.
 """
 
-import json
 import os
 import platform
 import sys
@@ -42,7 +41,7 @@ from ml_collections import config_flags
 
 from lm_decoding.data import pipeline
 from lm_decoding.evaluation import (
-    comparison, cost_model, entries, frontier, report)
+    comparison, cost_model, entries, frontier, records, report)
 from lm_decoding.parallel import sharding
 from lm_decoding.training import pretrained
 from lm_decoding.training import train
@@ -165,13 +164,11 @@ def main(argv):
                        predict_ms, elsewhere)
   verdict = frontier.summarize(result.rows, cmp.baseline, tolerance).lines
   run_json = os.path.join(workdir, "run.json")
-  with open(run_json, "w") as f:
-    json.dump({"command": " ".join([sys.executable, *sys.argv]),
-               "models": lines, "wall_s": time.time() - start,
-               "decode_s": decode_s,
-               "load_average_1min": [load_start, os.getloadavg()[0]],
-               "verdict": verdict, "config": config.to_dict()}, f,
-              indent=2, default=str)
+  records.write_json({"models": lines, "wall_s": time.time() - start,
+                      "decode_s": decode_s,
+                      "load_average_1min": [load_start, os.getloadavg()[0]],
+                      "verdict": verdict, "config": config.to_dict()},
+                     run_json)
   print(f"wrote {', '.join([*paths.values(), run_json])} in "
         f"{time.time() - start:.0f} s")
   print("\n".join(verdict))

@@ -12,13 +12,13 @@ rewritten: a bad option or member ends the run with one line on stderr and
 exit status 1, the set as it was.
 """
 
-import shlex
 import sys
 
 from absl import app
 from absl import flags
 from absl import logging
 
+from lm_decoding.evaluation import records
 from lm_decoding.training import pretrained
 
 _SET_DIR = flags.DEFINE_string(
@@ -32,7 +32,7 @@ _STORED_DTYPE = flags.DEFINE_enum(
 
 def main(argv):
   logging.set_verbosity(logging.FATAL)
-  command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
+  command = records.command()
   try:
     paths = pretrained.convert(argv[1:], _STORED_DTYPE.value, command,
                                _SET_DIR.value)

@@ -1,7 +1,7 @@
 r"""A short real run of the data pipeline and training on a corpus in each format.
 
   python experiments/corpus_formats.py \
-      --out_dir=experiments/results/corpus_formats
+      --out=experiments/results/corpus_formats
 
 Builds four corpora under --corpus_dir from the real texts of --source_dir
 (see its PROVENANCE.md), one for each kind of `data.path` and `data.format`
@@ -18,7 +18,7 @@ that docs/corpus.md ("Your own corpus") documents:
 then runs `experiments/train.py --config=configs/tiny.py` on each for
 --num_steps steps in a fresh workdir under --work_root, and writes that run's
 console output (the detected format, the split sizes, the training bar, the
-final validation perplexity) to `{out_dir}/{name}.log` (the progress bar's
+final validation perplexity) to `{out}/{name}.log` (the progress bar's
 carriage returns written as new lines) and a table of all four to
 `{out_dir}/summary.md`. The corpora and workdirs stay in /tmp; nothing of them
 is committed.
@@ -50,7 +50,7 @@ _WORK_ROOT = flags.DEFINE_string(
     "work_root", "/tmp/lm_decoding_corpus_formats",
     "Parent of the training workdirs (one per corpus, emptied first).")
 _OUT_DIR = flags.DEFINE_string(
-    "out_dir", str(REPO / "experiments" / "results" / "corpus_formats"),
+    "out", str(REPO / "experiments" / "results" / "corpus_formats"),
     "Where the logs and summary.md go.")
 _NUM_STEPS = flags.DEFINE_integer("num_steps", 30, "Training steps per run.")
 

@@ -51,6 +51,7 @@ from absl import flags
 import jax
 
 from lm_decoding.evaluation import cost_model
+from lm_decoding.evaluation import records
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FOUR_GIB = 4 << 30
@@ -142,7 +143,7 @@ def run_stage(stage: Stage, out: str) -> Stage:
   os.makedirs(os.path.join(out, "logs"), exist_ok=True)
   env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join(
       p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
-  print(f"== {stage.name}: python {shlex.join(stage.args)}", flush=True)
+  print(f"== {stage.name}: {records.command(stage.args)}", flush=True)
   start = time.time()
   with open(os.path.join(out, "logs", f"{stage.name}.log"), "w") as log:
     proc = subprocess.Popen([sys.executable, *stage.args], cwd=ROOT, env=env,
@@ -237,7 +238,7 @@ def main(argv):
   published = (_PUBLISHED.value
                or cost_model.published_profile(info["device_kind"]))
   scratch = _SCRATCH.value or tempfile.mkdtemp(prefix="gpu_record_")
-  command = "python " + shlex.join(sys.argv)
+  command = records.command()
   outputs = {"profile": "profile.json", "cost_model": "cost_model/",
              "compare": "compare/"}
   # Paths in the stages' commands relative to the repository root (their

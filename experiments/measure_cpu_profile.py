@@ -25,6 +25,7 @@ import jax
 
 from lm_decoding.evaluation import cost
 from lm_decoding.evaluation import cost_model
+from lm_decoding.evaluation import records
 
 _OUT = flags.DEFINE_string("out", cost_model.CPU_PROFILE_PATH,
                            "Where to write the profile (JSON).")
@@ -74,9 +75,7 @@ def main(argv):
   cost_model.HardwareProfile(**{k: profile[k] for k in (
       "name", "peak_flops", "bandwidth", "step_overhead_s", "source")})
   os.makedirs(os.path.dirname(os.path.abspath(_OUT.value)), exist_ok=True)
-  with open(_OUT.value, "w") as f:
-    json.dump(profile, f, indent=2)
-  print(json.dumps(profile, indent=2))
+  print(json.dumps(records.write_json(profile, _OUT.value), indent=2))
   print(f"wrote {_OUT.value}")
 
 

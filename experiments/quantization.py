@@ -1,7 +1,10 @@
 r"""int8 weights and an int8 KV cache, measured against float32.
 
   python experiments/quantization.py --workdir=/tmp/quantization \
-      --out_dir=experiments/results/quantization
+      --out=experiments/results/quantization
+
+The measurements are `lm_decoding.evaluation.quantization_cost`; this script
+loads the models, runs them and writes the files.
 
 Four variants of one model: f32, int8 weights (`quantization='int8_weights'`,
 parameters from `quantize_params` of the float checkpoint, no retraining),
@@ -29,36 +32,30 @@ weights exceed the 32 MiB last-level cache. Measured:
    against float32 on a stack of kernels larger than the cache.
 
 Writes results.json, timing.csv, quality.csv, drift.csv, report.md and
-drift.png under --out_dir. `--smoke` runs every step on tiny random models
+drift.png under --out. `--smoke` runs every step on tiny random models
 and random text, without the large model (tests/test_quantization_experiment.py;
 about 1.5 min of CPU, most of it compiling ~20 small programs).
 """
 
-import csv
-import json
 import os
 import platform
-import sys
 import time
 
 from absl import app
 from absl import flags
 from absl import logging
 import jax
-import jax.numpy as jnp
 import matplotlib
 import numpy as np
 from ml_collections import config_flags
 
 from lm_decoding.data import pipeline
-from lm_decoding.decoding import bind, make_decoder
-from lm_decoding.decoding.sampling import SamplingConfig
-from lm_decoding.evaluation import cost, quality
-from lm_decoding.models import KVCache, TransformerConfig, init_params
+from lm_decoding.decoding import bind
+from lm_decoding.evaluation import cost, records
+from lm_decoding.evaluation import quantization_cost as qc
+from lm_decoding.models import TransformerConfig, init_params
 from lm_decoding.models import make_logits_fn
-from lm_decoding.models.quantization import quantize_params
 from lm_decoding.training import pretrained
-from lm_decoding.training import train
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
@@ -71,13 +68,13 @@ _WORKDIR = flags.DEFINE_string("workdir", "/tmp/lm_decoding_quantization",
                                "Corpus cache (and training, if no shipped "
                                "model matches).")
 _OUT_DIR = flags.DEFINE_string(
-    "out_dir", os.path.join(os.path.dirname(__file__), "results",
+    "out", os.path.join(os.path.dirname(__file__), "results",
                             "quantization"), "Where results are written.")
 _SMOKE = flags.DEFINE_bool("smoke", False,
                            "Tiny random models and text: seconds.")
 _RUNS = flags.DEFINE_integer("runs", 5, "Timed runs per variant and batch.")
-_NEW_TOKENS = flags.DEFINE_integer("new_tokens", 128,
-                                   "Tokens per timed decode.")
+_NEW_TOKENS = flags.DEFINE_integer("output_length", 128,
+                                   "T, tokens per timed decode.")
 _PROMPT_LEN = flags.DEFINE_integer("prompt_len", 16, "Prompt tokens.")
 _BATCH_SIZES = flags.DEFINE_list("batch_sizes", ["1", "8"], "Batch sizes.")
 _LARGE = flags.DEFINE_list(
@@ -91,214 +88,6 @@ _SAMPLE_LEN = flags.DEFINE_integer("sample_len", 128,
                                    "Tokens per sampled row.")
 _DRIFT_ROWS = flags.DEFINE_integer("drift_rows", 8, "Rows of the drift run.")
 _BUCKET = flags.DEFINE_integer("bucket", 32, "Positions per drift bucket.")
-
-# name -> (quantization, kv_cache_dtype)
-VARIANTS = {"f32": ("none", "compute"),
-            "int8 weights": ("int8_weights", "compute"),
-            "int8 KV": ("none", "int8"),
-            "both": ("int8_weights", "int8")}
-
-
-def variants(config: TransformerConfig, params) -> dict:
-  """{name: (config, params)}: int8 weights quantised once from `params`."""
-  int8_params = quantize_params(params, config)
-  return {name: (config.replace(quantization=q, kv_cache_dtype=kv),
-                 int8_params if q == "int8_weights" else params)
-          for name, (q, kv) in VARIANTS.items()}
-
-
-def _greedy(new_tokens: int) -> object:
-  return make_decoder("ar", output_length=new_tokens, eos_ids=(),
-                      sampling=SamplingConfig(temperature=0.0))
-
-
-def timing(models: dict, prompt_len: int, new_tokens: int,
-           batch_sizes: list[int], runs: int, bandwidth: float) -> list[dict]:
-  """ms/token of greedy cached decoding, variants interleaved per run."""
-  rows = []
-  decoder = _greedy(new_tokens)
-  for batch in batch_sizes:
-    prompts = jnp.ones((batch, prompt_len), jnp.int32) * 7
-    lengths = jnp.full((batch,), prompt_len, jnp.int32)
-    compiled, compile_s = {}, {}
-    for name, (config, params) in models.items():
-      logits_fn = make_logits_fn(config)
-      fn = jax.jit(lambda p, x, n, lf=logits_fn: decoder.decode(
-          bind(lf, p), x, n, None).tokens)
-      start = time.perf_counter()
-      compiled[name] = fn.lower(params, prompts, lengths).compile()
-      compile_s[name] = time.perf_counter() - start
-      jax.block_until_ready(compiled[name](params, prompts, lengths))
-    runs_s = {name: [] for name in models}
-    for _ in range(runs):
-      for name, (config, params) in models.items():
-        start = time.perf_counter()
-        jax.block_until_ready(compiled[name](params, prompts, lengths))
-        runs_s[name].append(time.perf_counter() - start)
-    for name, (config, params) in models.items():
-      cache = KVCache.init(config, batch, prompt_len + new_tokens)
-      p_bytes = cost.tree_bytes(params)
-      bound = cost.ar_decode_roofline_s(
-          p_bytes, cache.bytes_per_slot() * batch, prompt_len, new_tokens,
-          bandwidth)
-      median = float(np.median(runs_s[name]))
-      ratios = np.array(runs_s[name]) / np.array(runs_s["f32"])
-      rows.append({
-          "variant": name, "batch_size": batch, "new_tokens": new_tokens,
-          "ms_per_token": median / new_tokens * 1e3,
-          "ratio_to_f32": float(np.median(ratios)),
-          "param_bytes": p_bytes,
-          "cache_bytes": cost.tree_bytes(cache),
-          "roofline_ms_per_token": bound / new_tokens * 1e3,
-          "x_roofline": median / bound,
-          "compile_s": compile_s[name],
-          "runs_s": [round(s, 5) for s in runs_s[name]]})
-  return rows
-
-
-def _log_probs(config, params, tokens_BxL, chunk: int = 4) -> np.ndarray:
-  """float32[B, L, V] log-probabilities of one cached teacher-forced pass."""
-  logits_fn = jax.jit(make_logits_fn(config))
-  b, length = tokens_BxL.shape
-  out = []
-  for start in range(0, b, chunk):
-    rows = jnp.asarray(tokens_BxL[start:start + chunk])
-    positions = jnp.broadcast_to(jnp.arange(length), rows.shape)
-    cache = KVCache.init(config, rows.shape[0], length)
-    logits = logits_fn(params, rows, positions, cache).logits
-    out.append(np.asarray(jax.nn.log_softmax(logits, -1)))
-  return np.concatenate(out)
-
-
-def _kl(reference_BxLxV: np.ndarray, other_BxLxV: np.ndarray) -> np.ndarray:
-  """KL(reference || other) in nats per position, float64[B, L]."""
-  p = np.exp(reference_BxLxV.astype(np.float64))
-  return (p * (reference_BxLxV - other_BxLxV)).sum(-1)
-
-
-def teacher_forced(models: dict, tokens_BxL: np.ndarray) -> list[dict]:
-  """KL to f32, NLL and top-1 agreement on text, per variant."""
-  log_probs = {name: _log_probs(c, p, tokens_BxL)
-               for name, (c, p) in models.items()}
-  reference = log_probs["f32"][:, :-1]
-  targets = tokens_BxL[:, 1:]
-  rows = []
-  for name, lp in log_probs.items():
-    lp = lp[:, :-1]
-    nll = -np.take_along_axis(lp, targets[..., None], -1)[..., 0]
-    rows.append({
-        "variant": name, "positions": int(nll.size),
-        "kl_to_f32_nats": float(_kl(reference, lp).mean()),
-        "kl_to_f32_max_nats": float(_kl(reference, lp).max()),
-        "nll_nats": float(nll.mean()), "ppl": float(np.exp(nll.mean())),
-        "top1_agreement": float((lp.argmax(-1)
-                                 == reference.argmax(-1)).mean())})
-  return rows
-
-
-def gen_ppl(models: dict, evaluator, prompts_BxP: np.ndarray,
-            new_tokens: int, seed: int) -> list[dict]:
-  """gen-PPL of temperature-1 samples (same keys for every variant)."""
-  decoder = make_decoder("ar", output_length=new_tokens, eos_ids=(),
-                         sampling=SamplingConfig(temperature=1.0))
-  lengths = jnp.full((prompts_BxP.shape[0],), prompts_BxP.shape[1], jnp.int32)
-  runs = [(name, seed) for name in models] + [("f32", seed + 1)]
-  rows = []
-  for name, key in runs:
-    config, params = models[name]
-    fn = jax.jit(lambda p, x, n, k, lf=make_logits_fn(config): decoder.decode(
-        bind(lf, p), x, n, k).tokens)
-    tokens = np.asarray(fn(params, jnp.asarray(prompts_BxP), lengths,
-                           jax.random.key(key)))
-    score = quality.gen_ppl(
-        evaluator.logits_fn, evaluator.params, tokens,
-        np.full((tokens.shape[0],), new_tokens), prompts_BxP,
-        np.asarray(lengths))
-    rows.append({"variant": name, "seed": key, "gen_ppl": score.ppl,
-                 "tokens": score.num_tokens,
-                 "unigram_entropy": float(np.mean(score.row_entropy))})
-  return rows
-
-
-def drift(models: dict, prompts_BxP: np.ndarray, bucket: int) -> dict:
-  """KL per position bucket along the f32 greedy continuation to max_len."""
-  config, params = models["f32"]
-  prompt_len = prompts_BxP.shape[1]
-  new_tokens = config.max_len - prompt_len
-  lengths = jnp.full((prompts_BxP.shape[0],), prompt_len, jnp.int32)
-  decoder = _greedy(new_tokens)
-  greedy = {}
-  for name, (c, p) in models.items():
-    fn = jax.jit(lambda p, x, n, lf=make_logits_fn(c): decoder.decode(
-        bind(lf, p), x, n, None).tokens)
-    greedy[name] = np.asarray(fn(p, jnp.asarray(prompts_BxP), lengths))
-  sequence = np.concatenate([prompts_BxP, greedy["f32"]], 1)
-  log_probs = {name: _log_probs(c, p, sequence)
-               for name, (c, p) in models.items()}
-  # Position i predicts token i + 1: the generated tokens are predicted at
-  # prompt_len - 1 .. max_len - 2.
-  span = slice(prompt_len - 1, config.max_len - 1)
-  reference = log_probs["f32"][:, span]
-  edges = list(range(0, new_tokens, bucket))
-  out = {"prompt_len": prompt_len, "new_tokens": new_tokens,
-         "bucket": bucket, "rows": int(sequence.shape[0]), "variants": {}}
-  for name, lp in log_probs.items():
-    if name == "f32":
-      continue
-    kl_BxT = _kl(reference, lp[:, span])
-    flips_BxT = lp[:, span].argmax(-1) != reference.argmax(-1)
-    same = greedy[name] == greedy["f32"]
-    first = np.where(same.all(1), new_tokens, (~same).argmax(1))
-    out["variants"][name] = {
-        "kl_per_bucket": [float(kl_BxT[:, e:e + bucket].mean())
-                          for e in edges],
-        "argmax_flips_per_bucket": [float(flips_BxT[:, e:e + bucket].mean())
-                                    for e in edges],
-        "first_divergence": first.tolist(),
-        "kl_mean": float(kl_BxT.mean())}
-  out["bucket_starts"] = edges
-  return out
-
-
-def matmul_forms(d_in: int, d_out: int, layers: int, batch_sizes: list[int],
-                 runs: int) -> list[dict]:
-  """ms of `layers` stacked [d_in, d_out] matmuls in three forms."""
-  w = jax.random.normal(jax.random.key(0), (layers, d_in, d_out))
-  scale = jnp.abs(w).max(1) / 127
-  q = jnp.round(w / scale[:, None]).astype(jnp.int8)
-  forms = {
-      "f32 x @ w": (lambda x, w: x @ w, (w,)),
-      "int8 (x @ q) * s": (lambda x, q, s: (x @ q.astype(x.dtype)) * s,
-                           (q, scale)),
-      "int8 x @ (q * s)": (lambda x, q, s: x @ (q.astype(x.dtype) * s),
-                           (q, scale))}
-
-  def stacked(body):
-    def run(x, *weights):
-      def step(x, w):
-        return x + body(x, *w)[:, :d_in] * 1e-3, None
-      return jax.lax.scan(step, x, weights)[0]
-    return jax.jit(run)
-
-  rows = []
-  for batch in batch_sizes:
-    x = jnp.ones((batch, d_in))
-    fns = {name: stacked(body) for name, (body, _) in forms.items()}
-    for name, (_, weights) in forms.items():
-      jax.block_until_ready(fns[name](x, *weights))
-    runs_s = {name: [] for name in forms}
-    for _ in range(runs):
-      for name, (_, weights) in forms.items():
-        start = time.perf_counter()
-        jax.block_until_ready(fns[name](x, *weights))
-        runs_s[name].append(time.perf_counter() - start)
-    for name in forms:
-      rows.append({"form": name, "batch_size": batch,
-                   "ms": float(np.median(runs_s[name])) * 1e3,
-                   "ratio_to_f32": float(np.median(
-                       np.array(runs_s[name]) / np.array(runs_s["f32 x @ w"])))})
-  return rows
-
 
 def _shipped(config, workdir):
   """(ar (config, params), evaluator Model, validation and test streams)."""
@@ -331,11 +120,8 @@ def _large_config(d_model, num_layers, vocab, max_len):
 
 
 def _write_csv(path, rows):
-  keys = [k for k in rows[0] if k != "runs_s"]
-  with open(path, "w", newline="") as f:
-    writer = csv.DictWriter(f, keys, extrasaction="ignore")
-    writer.writeheader()
-    writer.writerows(rows)
+  records.write_csv([{k: v for k, v in r.items() if k != "runs_s"}
+                     for r in rows], path)
 
 
 def _table(rows, keys, formats) -> list[str]:
@@ -393,9 +179,9 @@ def main(argv):
     large = _large_config(d_model, num_layers, vocab,
                           max(_KL_LEN.value, prompt_len + new_tokens))
   bandwidth = cost.measure_bandwidth(1 << 16 if smoke else 1 << 28)
-  models = {"shipped": variants(*shipped)}
+  models = {"shipped": qc.variants(*shipped)}
   if not smoke:  # the same code as "shipped" on another shape
-    models["large"] = variants(large, jax.jit(
+    models["large"] = qc.variants(large, jax.jit(
         init_params, static_argnums=0)(large, jax.random.key(1)))
   result = {"device": jax.devices()[0].device_kind,
             "bandwidth_GBps": bandwidth / 1e9, "models": lines,
@@ -403,35 +189,34 @@ def main(argv):
             "timing": [], "teacher_forced": []}
   for key, model in models.items():
     print(f"timing {key}", flush=True)
-    for row in timing(model, prompt_len, new_tokens, batch_sizes, runs,
+    for row in qc.timing(model, prompt_len, new_tokens, batch_sizes, runs,
                       bandwidth):
       result["timing"].append({"model": key, **row})
     print(f"teacher-forced {key}", flush=True)
     text = valid if key == "shipped" else rng.integers(
         3, model["f32"][0].vocab_size, (min(4, valid.shape[0]),
                                         valid.shape[1])).astype(np.int32)
-    for row in teacher_forced(model, text):
+    for row in qc.teacher_forced(model, text):
       result["teacher_forced"].append({"model": key, **row})
   print("gen-PPL", flush=True)
-  result["gen_ppl"] = gen_ppl(models["shipped"], evaluator, prompts,
+  result["gen_ppl"] = qc.gen_ppl(models["shipped"], evaluator, prompts,
                               sample_len, seed=0)
   print("drift", flush=True)
-  result["drift"] = drift(models["shipped"],
+  result["drift"] = qc.drift(models["shipped"],
                           prompts[:2 if smoke else _DRIFT_ROWS.value], bucket)
   print("matmul forms", flush=True)
-  result["matmul_forms"] = matmul_forms(
+  result["matmul_forms"] = qc.matmul_forms(
       *((32, 64, 2) if smoke else (512, 2048, 16)), batch_sizes,
       1 if smoke else 21)
   result["wall_s"] = time.time() - start
   result["load_average"] = {"start": load_start, "end": os.getloadavg()}
-  write(result, _OUT_DIR.value, " ".join(["python"] + sys.argv))
+  write(result, _OUT_DIR.value, records.command())
 
 
 def write(result: dict, out_dir: str, command: str) -> None:
   """results.json, the CSVs, drift.png and report.md."""
   os.makedirs(out_dir, exist_ok=True)
-  with open(os.path.join(out_dir, "results.json"), "w") as f:
-    json.dump({"command": command, **result}, f, indent=2)
+  records.write_json(result, os.path.join(out_dir, "results.json"), command)
   _write_csv(os.path.join(out_dir, "timing.csv"), result["timing"])
   _write_csv(os.path.join(out_dir, "quality.csv"), result["teacher_forced"])
   drift_result = result["drift"]

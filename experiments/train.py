@@ -39,7 +39,6 @@ an exported manifest record the parent and the tokens of both phases:
 
 import json
 import os
-import shlex
 import sys
 
 from absl import app
@@ -49,6 +48,7 @@ from ml_collections import config_flags
 
 from lm_decoding.data import pipeline
 from lm_decoding.parallel import multihost
+from lm_decoding.evaluation import records
 from lm_decoding.training import pretrained
 from lm_decoding.training import train
 
@@ -155,7 +155,7 @@ def main(argv):
   if _EXPORT.value:
     corpus = pipeline.prepare(config.data.path, config.data.vocab_size,
                               data_dir, config.data.format)
-    command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
+    command = records.command()
     path = pretrained.export(config, workdir, _EXPORT.value, corpus.tokenizer,
                              command, summary, _EXPORT_DIR.value,
                              stored_dtype=_STORED_DTYPE.value)

@@ -26,26 +26,20 @@ and predicted_vs_measured.png under --workdir. --smoke: a tiny model, B 1,
 one run: checks the pipeline in seconds.
 """
 
-import csv
 import dataclasses
-import functools
 import os
-import sys
 
 from absl import app
 from absl import flags
 import jax
-import jax.numpy as jnp
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from lm_decoding.decoding import bind, make_decoder  # noqa: E402
-from lm_decoding.decoding.sampling import SamplingConfig  # noqa: E402
 from lm_decoding.evaluation import cost, cost_model  # noqa: E402
-from lm_decoding.models import TransformerConfig, init_params  # noqa: E402
-from lm_decoding.models import make_logits_fn  # noqa: E402
+from lm_decoding.evaluation import cost_model_check, records  # noqa: E402
+from lm_decoding.models import TransformerConfig  # noqa: E402
 
 # name -> model shape; "large" (29M parameters, 117 MB in float32) does not
 # fit the 32 MiB L3 cache, "small" and "medium" do.
@@ -56,17 +50,8 @@ SIZES = {
                   num_kv_heads=4, head_dim=32, mlp_dim=512),
     "medium": dict(vocab_size=8192, d_model=256, num_layers=4, num_heads=8,
                    num_kv_heads=8, head_dim=32, mlp_dim=1024),
-    "large": dict(vocab_size=4096, d_model=512, num_layers=8, num_heads=8,
-                  num_kv_heads=8, head_dim=64, mlp_dim=1536),
+    "large": cost_model_check.CROSSOVER_MODELS["large"],
 }
-# Models whose crossovers the report predicts on accelerators, in bfloat16.
-CROSSOVER_MODELS = {
-    "large": SIZES["large"],
-    "gpt2_small": dict(vocab_size=50257, d_model=768, num_layers=12,
-                       num_heads=12, num_kv_heads=12, head_dim=64,
-                       mlp_dim=3072, mlp_activation="gelu"),
-}
-CROSSOVER_PROFILES = ("h100_sxm", "h200", "tpu_v5e")
 
 _WORKDIR = flags.DEFINE_string("workdir", "experiments/results/cost_model",
                                "Output directory.")
@@ -98,9 +83,6 @@ _POINT_BYTES = flags.DEFINE_integer(
     "bandwidth (well above the 32 MiB L3 cache).")
 _SMOKE = flags.DEFINE_bool("smoke", False,
                            "Tiny model, B 1, T 8, one run.")
-_CROSSOVER_T = 256  # output length of the predicted K*
-_CROSSOVER_K = 32  # steps of the predicted T*
-_CROSSOVER_MAX_T = 8192
 
 
 def _config(size: str, attention: str) -> TransformerConfig:
@@ -109,29 +91,6 @@ def _config(size: str, attention: str) -> TransformerConfig:
   return TransformerConfig(max_len=_PROMPT_LEN.value + _OUTPUT_LENGTH.value,
                            attention=attention, dtype=_DTYPE.value,
                            param_dtype=_DTYPE.value, **SIZES[size])
-
-
-def _decode_fn(name, config, **options):
-  decoder = make_decoder(name, output_length=_OUTPUT_LENGTH.value,
-                         eos_ids=(), sampling=SamplingConfig(temperature=1.0),
-                         **options)
-  logits_fn = make_logits_fn(config)
-  return jax.jit(lambda params, *args: decoder.decode(
-      bind(logits_fn, params), *args))
-
-
-def _interleaved(calls: dict, runs: int) -> dict:
-  """{name: (Timing, last output)}: each call compiled and warmed up once,
-  then timed in turns (`cost.interleaved`)."""
-  compiled, compile_s = {}, {}
-  for name, (fn, args) in calls.items():
-    timing, compiled[name], _ = cost.measure(fn, args, warmup=0, runs=1)
-    compile_s[name] = timing.compile_s
-  times, outs = cost.interleaved(
-      {name: functools.partial(compiled[name], *args)
-       for name, (_, args) in calls.items()}, runs)
-  return {n: (cost.Timing(compile_s[n], float(sorted(t)[len(t) // 2]),
-                          tuple(t)), outs[n]) for n, t in times.items()}
 
 
 def _point_profile(base):
@@ -143,54 +102,12 @@ def _point_profile(base):
       bandwidth=cost.measure_bandwidth(_POINT_BYTES.value, runs=3))
 
 
-def _predict(causal, bidirectional, batch, profile):
-  p, t = _PROMPT_LEN.value, _OUTPUT_LENGTH.value
-  return {"ar": cost_model.ar_decode_s(causal, batch, p, t, profile),
-          "denoise_step": cost_model.denoise_step_s(bidirectional, batch, p,
-                                                    t, profile)}
-
-
 def _measure_point(size, batch, saved, base):
-  p, t = _PROMPT_LEN.value, _OUTPUT_LENGTH.value
-  causal, bidirectional = (_config(size, "causal"),
-                           _config(size, "bidirectional"))
-  params = init_params(causal, jax.random.key(0))
-  prompts = jnp.full((batch, p), 5, jnp.int32)
-  lengths = jnp.full((batch,), p, jnp.int32)
-  args = (params, prompts, lengths, jax.random.key(1))
-  measured = _interleaved({
-      "ar": (_decode_fn("ar", causal), args),
-      "denoise_step": (_decode_fn("mdlm", bidirectional, steps=_STEPS.value,
-                                  reuse_logits=False, early_stop=False),
-                       args)}, _RUNS.value)
-  profile = _point_profile(base)
-  predicted = _predict(causal, bidirectional, batch, profile)
-  predicted_saved = _predict(causal, bidirectional, batch, saved)
-  # The roofline term that dominates a cached AR step / a full pass.
-  step_shape = {"ar": (1, p + t), "denoise_step": (p + t, p + t)}
-  rows = []
-  for kind, (timing, result) in measured.items():
-    flops = cost_model.forward_flops(causal, batch, *step_shape[kind])
-    moved = cost_model.forward_bytes(causal, batch, *step_shape[kind])
-    bound = ("FLOPs" if flops / profile.peak_flops
-             > moved / profile.bandwidth else "bytes")
-    per_call = 1 if kind == "ar" else int(result.nfe)
-    ms_min = timing.min_s / per_call * 1e3
-    row = dict(
-        size=size, params=cost_model.param_count(causal),
-        param_mb=cost_model.param_bytes(causal) / 2 ** 20, batch_size=batch,
-        prompt_len=p, output_length=t, kind=kind, bound=bound,
-        nfe=int(result.nfe),
-        point_gflops=profile.peak_flops / 1e9,
-        point_gbps=profile.bandwidth / 1e9,
-        predicted_ms=predicted[kind] * 1e3,
-        predicted_saved_ms=predicted_saved[kind] * 1e3,
-        measured_min_ms=ms_min,
-        measured_median_ms=timing.median_s / per_call * 1e3,
-        compile_s=timing.compile_s)
-    row["error"] = (row["predicted_ms"] - ms_min) / ms_min
-    row["error_saved"] = (row["predicted_saved_ms"] - ms_min) / ms_min
-    rows.append(row)
+  rows = cost_model_check.measure_point(
+      size, _config(size, "causal"), _config(size, "bidirectional"), batch,
+      _PROMPT_LEN.value, _OUTPUT_LENGTH.value, _STEPS.value, _RUNS.value,
+      saved, lambda: _point_profile(base))
+  for row in rows:
     print(", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                     for k, v in row.items()), flush=True)
   return rows
@@ -222,28 +139,6 @@ def _plot(rows, path):
   plt.close(fig)
 
 
-def crossover_lines(prompt_len: int) -> list[str]:
-  """Markdown table of the predicted K* and T* on accelerators (bf16)."""
-  lines = [f"| model | params | hardware | B | K* at T={_CROSSOVER_T} | "
-           f"T* at K={_CROSSOVER_K} |", "|---|---|---|---|---|---|"]
-  for model, shape in CROSSOVER_MODELS.items():
-    config = TransformerConfig(
-        max_len=prompt_len + _CROSSOVER_MAX_T, attention="bidirectional",
-        dtype="bfloat16", param_dtype="bfloat16", **shape)
-    for name in CROSSOVER_PROFILES:
-      profile = cost_model.load_profile(name)
-      for batch in (1, 8, 32):
-        k = cost_model.crossover_steps(config, batch, prompt_len,
-                                       _CROSSOVER_T, profile)
-        t = cost_model.crossover_length(config, batch, prompt_len,
-                                        _CROSSOVER_K, profile,
-                                        _CROSSOVER_MAX_T)
-        lines.append(f"| {model} | {cost_model.param_count(config) / 1e6:.1f}"
-                     f"M | {name} | {batch} | {k:.0f} | "
-                     f"{'never' if t is None else t} |")
-  return lines
-
-
 def _report(rows, profile, load, path):
   errors = sorted(abs(r["error"]) for r in rows)
   saved_errors = sorted(abs(r["error_saved"]) for r in rows)
@@ -251,8 +146,7 @@ def _report(rows, profile, load, path):
   on_cpu = device.platform == "cpu"
   lines = [
       f"# Cost model against measured decodes on {device.device_kind}", "",
-      "Command:", "", "```",
-      "python " + " ".join(sys.argv), "```", "",
+      "Command:", "", "```", records.command(), "```", "",
       f"Saved profile {profile.name}: peak {profile.peak_flops / 1e9:.1f} "
       f"GFLOP/s, bandwidth {profile.bandwidth / 1e9:.2f} GB/s, overhead "
       f"{profile.step_overhead_s * 1e6:.2f} us/step ({profile.source}).", ""]
@@ -308,10 +202,11 @@ def _report(rows, profile, load, path):
             f"bfloat16 parameters and cache, P = {_PROMPT_LEN.value}; "
             "published peak bf16 FLOP/s and HBM bandwidth, 20 us per step "
             "assumed (`cost_model.PROFILES`). K*: a parallel decoder making "
-            f"fewer than K* full passes beats AR at T = {_CROSSOVER_T}. T*: "
-            f"the shortest output length at which {_CROSSOVER_K} full passes "
-            f"beat AR (searched up to {_CROSSOVER_MAX_T}).", ""]
-  lines += crossover_lines(_PROMPT_LEN.value)
+            f"fewer than K* full passes beats AR at T = "
+            f"{cost_model_check.CROSSOVER_T}. T*: the shortest output length "
+            f"at which {cost_model_check.CROSSOVER_K} full passes beat AR "
+            f"(searched up to {cost_model_check.CROSSOVER_MAX_T}).", ""]
+  lines += cost_model_check.crossover_lines(_PROMPT_LEN.value)
   lines += ["", "![predicted vs measured](predicted_vs_measured.png)", ""]
   with open(path, "w") as f:
     f.write("\n".join(lines))
@@ -335,11 +230,7 @@ def main(argv):
     for batch in map(int, _BATCH_SIZES.value):
       rows += _measure_point(size, batch, profile, measured)
   os.makedirs(_WORKDIR.value, exist_ok=True)
-  with open(os.path.join(_WORKDIR.value, "results.csv"), "w",
-            newline="") as f:
-    writer = csv.DictWriter(f, list(rows[0]))
-    writer.writeheader()
-    writer.writerows(rows)
+  records.write_csv(rows, os.path.join(_WORKDIR.value, "results.csv"))
   _plot(rows, os.path.join(_WORKDIR.value, "predicted_vs_measured.png"))
   _report(rows, profile, (load_start, os.getloadavg()[0]),
           os.path.join(_WORKDIR.value, "report.md"))

@@ -198,6 +198,26 @@ def test_interleaved_times_the_calls_in_turns_and_keeps_the_last_outputs():
   assert (int(outputs["a"]), int(outputs["b"])) == (5, 6)
   with pytest.raises(ValueError, match="runs=0 must be >= 1"):
     cost.interleaved({"a": call("a")}, 0)
+  order.clear()
+  times, _ = cost.interleaved({"a": call("a"), "b": call("b")}, 2, warmup=1)
+  assert order == ["a", "b"] * 3 and len(times["a"]) == 2  # warm-up untimed
+  with pytest.raises(ValueError, match="warmup=-1"):
+    cost.interleaved({"a": call("a")}, 1, warmup=-1)
+
+
+def test_compile_timed_compiles_without_running():
+  calls = []
+
+  def fn(x):
+    calls.append(1)  # runs while tracing only
+    return x * 2
+
+  compiled, seconds = cost.compile_timed(fn, (jnp.arange(3.0),))
+  assert seconds >= 0 and calls == [1]
+  assert compiled(jnp.arange(3.0)).tolist() == [0.0, 2.0, 4.0]
+  jitted = jax.jit(lambda x, n: x * n, static_argnums=1)
+  compiled, _ = cost.compile_timed(jitted, (jnp.ones(2), 3))
+  assert compiled(jnp.ones(2)).tolist() == [3.0, 3.0]  # static arg bound
 
 
 def test_load_summary_says_whether_other_jobs_shared_the_cores(monkeypatch):

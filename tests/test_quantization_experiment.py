@@ -16,7 +16,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 def test_smoke_run_writes_every_result(tmp_path):
   subprocess.run(
       [sys.executable, str(ROOT / "experiments" / "quantization.py"),
-       "--smoke", f"--out_dir={tmp_path}"],
+       "--smoke", f"--out={tmp_path}"],
       check=True, cwd=ROOT, capture_output=True, text=True,
       env={**os.environ, "PYTHONPATH": str(ROOT)})
   for name in ("results.json", "timing.csv", "quality.csv", "drift.csv",

@@ -144,9 +144,10 @@ def test_router_workload_smoke(tmp_path):
 
 
 def _run_script(name, *args):
-  """Runs experiments/reproduce/{name}.py --smoke in a subprocess: the
-  experiment scripts it loads (translate.py, speculative.py) define --config
-  like compare_decoding.py, so they cannot share a test process with it."""
+  """Runs experiments/reproduce/{name}.py --smoke in a subprocess: a script
+  that defines --config (length_error.py, translate.py's config) or trains
+  and times models runs alone, not in a test process that loaded
+  compare_decoding.py."""
   proc = subprocess.run(
       [sys.executable, str(REPRODUCE / f"{name}.py"), "--smoke", *args],
       capture_output=True, text=True, cwd=ROOT, check=False)

@@ -19,8 +19,9 @@ and second losses, the first's difference and gradient norms, and the
 largest parameter difference after the two steps. The batch is seeded random tokens
 with the last row's final 32 tokens PAD, so padding masks are exercised.
 
-Timing: one warm-up step each, then --rounds rounds of (A step, B step);
-each side keeps stepping its own (donated) state. The record gives each
+Timing: one warm-up step each, then --rounds rounds of (A step, B step)
+(`cost.interleaved` of this checkout, imported before either side); each
+side keeps stepping its own (donated) state. The record gives each
 side's median step seconds and tokens/s, the median of the per-round
 ratios A time / B time (> 1: B is faster), and the load averages.
 """
@@ -31,11 +32,14 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 
 from absl import app
 from absl import flags
 import numpy as np
+
+# This checkout's timer, bound before the sides' packages replace
+# `lm_decoding` in sys.modules (the module object stays usable).
+from lm_decoding.evaluation import cost, records
 
 _A = flags.DEFINE_string("a", "bd54893", "Side A: revision or WORKTREE[+opts].")
 _B = flags.DEFINE_string("b", "WORKTREE", "Side B: revision or WORKTREE[+opts].")
@@ -100,9 +104,8 @@ def _side(train, config, options, params, tokens, key):
     state = state.replace(params=jax.tree.map(lambda x: x.copy(), params),
                           opt_state=optimizer.init(params))
   fresh = jax.tree.map(lambda x: x.copy(), state.params)
-  start = time.perf_counter()
-  compiled = step.lower(state, tokens, key).compile(options)
-  compile_s = time.perf_counter() - start
+  compiled, compile_s = cost.compile_timed(step, (state, tokens, key),
+                                           options)
   state, metrics = compiled(state, tokens, key)
   first = {"source": train.__file__, "compile_s": compile_s,
            "loss": float(metrics["loss"]),
@@ -116,7 +119,7 @@ def main(argv):
   del argv
   import jax
   import jax.numpy as jnp
-  record = {"command": "PYTHONPATH=$PWD python " + " ".join(sys.argv),
+  record = {"command": "PYTHONPATH=$PWD " + records.command(),
             "a": _A.value, "b": _B.value, "rounds": _ROUNDS.value,
             "load_start": os.getloadavg(), "objectives": {}}
   with tempfile.TemporaryDirectory() as scratch:
@@ -138,13 +141,14 @@ def main(argv):
         stepped.append(state.params)
       diff = max(float(jnp.max(jnp.abs(a - b))) for a, b in zip(
           jax.tree.leaves(stepped[0]), jax.tree.leaves(stepped[1])))
-      times = [[], []]
-      for _ in range(_ROUNDS.value):
-        for i, side in enumerate(sides):
-          start = time.perf_counter()
+      def stepper(side):
+        def step():
           side[1], metrics = side[0](side[1], tokens, key)
-          jax.block_until_ready(metrics)
-          times[i].append(time.perf_counter() - start)
+          return metrics
+        return step
+      timed, _ = cost.interleaved({"a": stepper(sides[0]),
+                                   "b": stepper(sides[1])}, _ROUNDS.value)
+      times = [timed["a"], timed["b"]]
       ratios = [a / b for a, b in zip(*times)]
       tokens_per_step = shape[0] * shape[1]
       entry = {
@@ -160,9 +164,7 @@ def main(argv):
           "ratio_a_over_b_per_round": ratios,
           "median_ratio_a_over_b": float(np.median(ratios)),
           "load_after": os.getloadavg()}
-      peak = importlib.import_module(
-          "lm_decoding.evaluation.cost").measure_peak_flops()
-      entry["peak_flops_after"] = peak
+      entry["peak_flops_after"] = cost.measure_peak_flops()
       record["objectives"][objective] = entry
       print(objective, json.dumps({k: v for k, v in entry.items()
                                    if k not in ("a", "b")}), flush=True)
@@ -170,8 +172,7 @@ def main(argv):
             flush=True)
   record["load_end"] = os.getloadavg()
   os.makedirs(os.path.dirname(_OUT.value) or ".", exist_ok=True)
-  with open(_OUT.value, "w") as f:
-    json.dump(record, f, indent=1)
+  records.write_json(record, _OUT.value, record["command"])
 
 
 if __name__ == "__main__":

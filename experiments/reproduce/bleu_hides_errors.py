@@ -44,6 +44,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import claim_record  # noqa: E402
 from lm_decoding.data import parallel_text  # noqa: E402
 from lm_decoding.evaluation import quality  # noqa: E402
+from lm_decoding.evaluation import records  # noqa: E402
 from lm_decoding.evaluation import translation_metrics as tm  # noqa: E402
 
 CLAIM = "bleu_hides_errors"
@@ -221,7 +222,7 @@ def main(argv):
              "[0, 1]")
   run(claim_record.workdir(CLAIM),
       smoke, rates, _NOISE.value,
-      20 if smoke else _PAIRS.value, claim_record.command())
+      20 if smoke else _PAIRS.value, records.command())
 
 
 if __name__ == "__main__":

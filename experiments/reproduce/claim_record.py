@@ -1,5 +1,5 @@
-"""What every reproduction script shares: its two flags, the experiment and
-config loaders, interleaved timing, and the one record it writes.
+"""What every reproduction script shares: its two flags, the config loader,
+interleaved timing, and the one record it writes.
 
 Each script in experiments/reproduce/ checks one claim of the source articles
 (issue 10, item 3) and writes, under `--workdir` (default
@@ -12,24 +12,19 @@ experiments/results/reproduce/<claim>/):
   figure.png    the figure
 
 A script imports this module as a sibling (`import claim_record`), so its
-flags are defined once per process however many scripts a test loads. They
-are defined with `allow_override`: an experiment script loaded by
-`load_experiment` (experiments/translate.py and experiments/speculative.py
-define their own --workdir) may replace them while it loads, and
-`load_experiment` then defines them again, so --workdir and --smoke are
-always this module's.
+flags are defined once per process however many scripts a test loads. No
+script imports another experiment script: what they share lives in the
+library (`lm_decoding.evaluation.speculative_cost`,
+`lm_decoding.training.translation_members`, ...). The command line and the
+files are written by `lm_decoding.evaluation.records`.
 """
 
 from __future__ import annotations
 
-import csv
 import importlib.util
-import json
-import math
 import os
 import pathlib
 import platform
-import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -43,7 +38,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from lm_decoding.decoding import bind  # noqa: E402
-from lm_decoding.evaluation import cost  # noqa: E402
+from lm_decoding.evaluation import cost, records  # noqa: E402
 from lm_decoding.models import TransformerConfig  # noqa: E402
 from lm_decoding.training import train  # noqa: E402
 
@@ -52,19 +47,14 @@ RESULTS = REPO / "experiments" / "results" / "reproduce"
 VERDICTS = ("supported", "contradicted", "mixed")
 
 
-def _define_flags() -> tuple[flags.FlagHolder, flags.FlagHolder]:
-  """(--workdir, --smoke), replacing any flag of the same name."""
-  return (
-      flags.DEFINE_string(
-          "workdir", "",
-          "Output folder; '' = experiments/results/reproduce/<claim>.",
-          allow_override=True),
-      flags.DEFINE_boolean(
-          "smoke", False, "Tiny sizes that run in seconds (the tests' mode); "
-          "not a measurement.", allow_override=True))
-
-
-WORKDIR, SMOKE = _define_flags()
+# allow_override: the tests load several scripts into one process, some of
+# which (experiments/compare_decoding.py) define --workdir too.
+WORKDIR = flags.DEFINE_string(
+    "workdir", "", "Output folder; '' = experiments/results/reproduce/<claim>.",
+    allow_override=True)
+SMOKE = flags.DEFINE_boolean(
+    "smoke", False, "Tiny sizes that run in seconds (the tests' mode); not a "
+    "measurement.", allow_override=True)
 
 
 def workdir(claim: str) -> str:
@@ -78,22 +68,9 @@ def main(claim: str, run: Callable[[str, bool, str], Any]) -> None:
 
   def app_main(argv):
     del argv
-    run(workdir(claim), SMOKE.value, command())
+    run(workdir(claim), SMOKE.value, records.command())
 
   app.run(app_main)
-
-
-def load_experiment(name: str):
-  """The module experiments/{name}.py, imported once (absl flags and all);
-  then --workdir and --smoke are this module's again."""
-  if name not in sys.modules:
-    spec = importlib.util.spec_from_file_location(
-        name, REPO / "experiments" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    sys.modules[name] = module
-    _define_flags()
-  return sys.modules[name]
 
 
 def load_config(name: str):
@@ -103,11 +80,6 @@ def load_config(name: str):
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module.get_config()
-
-
-def command() -> str:
-  """The command line that started this process (for claim.md)."""
-  return " ".join(["python", *sys.argv])
 
 
 _LOAD_AT_START = os.getloadavg()[0]  # when the claim script imported this
@@ -153,19 +125,6 @@ def fit_line(x: Sequence[float], y: Sequence[float]) -> dict[str, float]:
   return {"slope": float(slope), "intercept": float(intercept), "r2": r2}
 
 
-def _finite(value: Any) -> Any:
-  """JSON-safe: NaN and infinities as None."""
-  if isinstance(value, float) and not math.isfinite(value):
-    return None
-  if isinstance(value, dict):
-    return {k: _finite(v) for k, v in value.items()}
-  if isinstance(value, (list, tuple)):
-    return [_finite(v) for v in value]
-  if isinstance(value, np.generic):
-    return _finite(value.item())
-  return value
-
-
 def write(folder: str | os.PathLike, *, claim: str, title: str, source: str,
           statement: str, verdict: str, our_number: str, method: str,
           summary: dict, rows: Sequence[dict], figure: Any, cmd: str,
@@ -185,7 +144,7 @@ def write(folder: str | os.PathLike, *, claim: str, title: str, source: str,
     summary: JSON-able summary numbers (fits, crossovers, rates).
     rows: the measured rows (flat dicts with the same keys), the CSV's rows.
     figure: a matplotlib Figure (saved, then closed).
-    cmd: the exact command that made the files.
+    cmd: the exact command that made the files (`records.command()`).
     smoke: a smoke run: marked in both files as not a measurement.
   Returns:
     The record written to numbers.json.
@@ -197,17 +156,12 @@ def write(folder: str | os.PathLike, *, claim: str, title: str, source: str,
   if not rows:
     raise ValueError("rows must be non-empty")
   os.makedirs(folder, exist_ok=True)
-  record = _finite({"claim": claim, "title": title, "statement": statement,
-                    "source": source, "verdict": verdict,
-                    "our_number": our_number, "hardware": hardware(),
-                    "command": cmd, "smoke": smoke,
-                    "summary": summary, "rows": list(rows)})
-  with open(os.path.join(folder, "numbers.json"), "w") as f:
-    json.dump(record, f, indent=2)
-  with open(os.path.join(folder, "results.csv"), "w", newline="") as f:
-    writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-    writer.writeheader()
-    writer.writerows(rows)
+  record = records.write_json(
+      {"claim": claim, "title": title, "statement": statement,
+       "source": source, "verdict": verdict, "our_number": our_number,
+       "hardware": hardware(), "smoke": smoke, "summary": summary,
+       "rows": list(rows)}, os.path.join(folder, "numbers.json"), cmd)
+  records.write_csv(rows, os.path.join(folder, "results.csv"))
   figure.savefig(os.path.join(folder, "figure.png"), dpi=110,
                  bbox_inches="tight")
   plt.close(figure)

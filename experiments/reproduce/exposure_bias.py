@@ -41,6 +41,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import claim_record  # noqa: E402
 from lm_decoding.data import pipeline  # noqa: E402
 from lm_decoding.evaluation import entries, quality  # noqa: E402
+from lm_decoding.evaluation import records  # noqa: E402
 from lm_decoding.training import pretrained  # noqa: E402
 
 CLAIM = "exposure_bias"
@@ -51,7 +52,7 @@ _MEMBER = flags.DEFINE_string("member", "draft_small", "The teacher-forced "
                                "arm: a causal member of configs/tiny.py "
                                "('ar', 'draft_small', 'draft_medium').",
     allow_override=True)
-_STEPS = flags.DEFINE_integer("steps", 300, "Training steps of both arms "
+_STEPS = flags.DEFINE_integer("num_steps", 300, "Training steps of both arms "
                               "(300 = the shipped members' budget).",
     allow_override=True)
 _BATCH = flags.DEFINE_integer("batch_size", 16, "Training batch of both arms "
@@ -250,7 +251,7 @@ def main(argv):
       smoke, _MODELS.value, _MEMBER.value,
       _STEPS.value, _P_MAX.value, _RAMP.value, _T.value,
       _ROWS.value if not smoke else 4,
-      _BUCKETS.value if not smoke else 2, claim_record.command(),
+      _BUCKETS.value if not smoke else 2, records.command(),
       _BATCH.value)
 
 

@@ -4,15 +4,15 @@ r"""Claim 6: NAR length-prediction errors hurt long outputs most.
       --config.train.num_steps=120 --config.train.eval_every=120 \
       --config.train.checkpoint_every=120
 
-The translation task of experiments/translate.py (its config flag, its
-models and decoders: `translate.load_members` reuses the models trained under
---model_workdir with the same config, or trains them there; pass the
+The translation task of experiments/translate.py (its config, its models
+and decoders: `translation_members.load_members` reuses the models trained
+under --model_workdir with the same config, or trains them there; pass the
 config overrides they were trained with). Decodes the first
 `translate.test_pairs` test pairs with AR greedy (length from EOS), CMLM
 with the length head (one-shot and Mask-Predict K=10, length beams 1 and 5)
 and CTC (length from the alignment), and reports per reference-length
-bucket (`translate.BUCKETS`, target tokens): BLEU, the mean absolute and
-signed length error (tokens) and the fraction of exact lengths
+bucket (`translation_study.BUCKETS`, target tokens): BLEU, the mean absolute
+and signed length error (tokens) and the fraction of exact lengths
 (`translation_metrics.length_error`).
 
 Writes claim.md, numbers.json, results.csv and figure.png under --workdir.
@@ -27,26 +27,27 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import claim_record  # noqa: E402
 
-# experiments/translate.py defines --workdir too: load it first, so that
-# this script's --workdir (allow_override) is the one parsed.
-translate = claim_record.load_experiment("translate")
-# Its load_members and _decoders are reused, not copied.
-# pylint: disable=protected-access
-
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 from absl import logging  # noqa: E402
 import matplotlib  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
 import numpy as np  # noqa: E402
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from lm_decoding.data import parallel_text  # noqa: E402
+from lm_decoding.evaluation import records  # noqa: E402
 from lm_decoding.evaluation import translation_metrics as tm  # noqa: E402
+from lm_decoding.evaluation import translation_study  # noqa: E402
 from lm_decoding.training import distillation  # noqa: E402
+from lm_decoding.training import translation_members  # noqa: E402
 
 CLAIM = "length_error"
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", str(claim_record.REPO / "configs" / "translation.py"),
+    "Translation config file (experiments/translate.py's).")
 _MODELS = flags.DEFINE_string("model_workdir", "/tmp/lm_decoding_reproduce/"
                               "translation", "Translation models (and data "
                               "cache) of experiments/translate.py.")
@@ -55,12 +56,11 @@ DECODERS = ("AR greedy", "CMLM one-shot l=1", "Mask-Predict K=10 l=1",
 
 
 def bucket_rows(label, hypotheses, counts, references, reference_lengths):
-  """Per `translate.BUCKETS` bucket: BLEU and length error of `label`."""
+  """Per `translation_study.BUCKETS` bucket: BLEU and length error of
+  `label`."""
   rows = []
-  for low, high in translate.BUCKETS:
-    chosen = [i for i, n in enumerate(reference_lengths) if low <= n <= high]
-    if not chosen:
-      continue
+  for (low, high), chosen in translation_study.bucketed(
+      reference_lengths).items():
     error = tm.length_error(counts[chosen], reference_lengths[chosen])
     rows.append(dict(
         decoder=label, bucket=f"{low}-{high}", sentences=len(chosen),
@@ -76,9 +76,9 @@ def bucket_rows(label, hypotheses, counts, references, reference_lengths):
 def run(workdir: str, smoke: bool, config, model_workdir: str,
         run_command: str) -> dict:
   start = time.time()
-  data = translate.prepare_data(config, model_workdir, retrain=False)
-  members = translate.load_members(config, model_workdir, retrain=False,
-                                   export=False, data=data)
+  data = translation_members.prepare_data(config, model_workdir,
+                                         retrain=False)
+  members = translation_members.load_members(config, model_workdir, data)
   summaries = {name: metrics for name, (_, metrics, _) in members.items()}
   sources = {name: source for name, (_, _, source) in members.items()}
   test = data.splits["test"]
@@ -88,7 +88,7 @@ def run(workdir: str, smoke: bool, config, model_workdir: str,
   references = [p.target for p in test.pairs[:n]]
   reference_lengths = np.asarray(test.target_lengths[:n])
   rows = []
-  for label, member, decoder in translate._decoders(config):
+  for label, member, decoder in translation_study.decoders(config):
     if not label.startswith(DECODERS):
       continue
     tokens, _ = distillation.translate_all(decoder, members[member][0],
@@ -141,7 +141,8 @@ def run(workdir: str, smoke: bool, config, model_workdir: str,
          else "trained translation models"),
       f"- {n} test pairs (file order: Jonah, Micah, Mark, 1 Peter) under "
       f"the length limits; buckets of reference length "
-      f"{translate.BUCKETS}; buckets of < 5 sentences are not used in the "
+      f"{translation_study.BUCKETS}; buckets of < 5 sentences are not used "
+      "in the "
       "trends",
       "- trends (longest usable bucket minus shortest): mean |length error| "
       + ", ".join(f"{label} {trend(label, 'length_mean_abs'):+.2f}"
@@ -191,12 +192,12 @@ def main(argv):
   del argv
   smoke = claim_record.SMOKE.value
   logging.set_verbosity(logging.FATAL)  # orbax logs every restore
-  config = translate._CONFIG.value
+  config = _CONFIG.value
   if smoke:
     config = smoke_config(config)
   run(claim_record.workdir(CLAIM),
       smoke, config, _MODELS.value,
-      claim_record.command())
+      records.command())
 
 
 if __name__ == "__main__":

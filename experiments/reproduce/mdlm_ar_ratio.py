@@ -2,12 +2,12 @@ r"""Claim 10: the MDLM bound / AR perplexity ratio against training budget.
 
   python experiments/reproduce/mdlm_ar_ratio.py
   # the shipped base set's curves (configs/base.py, 1500 steps):
-  python experiments/reproduce/mdlm_ar_ratio.py --config=base --steps=1500 \
+  python experiments/reproduce/mdlm_ar_ratio.py --config=base --num_steps=1500 \
       --eval_every=250 --eval_batches=8 --curves_dir=/tmp/base
 
 Trains 'ar' and 'mdlm' on configs/{--config}.py (tiny by default: same backbone,
 data, tokenizer, seed and optimiser; causal vs bidirectional attention) for
---steps steps each with `train.train`, validating every --eval_every steps
+--num_steps steps each with `train.train`, validating every --eval_every steps
 (AR: teacher-forced perplexity; MDLM: its NELBO bound on a fixed grid of
 `train.mdlm_eval_timesteps` times), and reads the learning curves that
 `train` logs to {models_dir}/{objective}/metrics.jsonl (a finished run is
@@ -16,7 +16,7 @@ each validation step is plotted against the tokens seen (step x batch x
 seq_len) beside the MDLM paper's ratios.
 
 One run per objective at the largest budget: the points along it share one
-learning-rate schedule (warmup, cosine decay to --steps), so an early point
+learning-rate schedule (warmup, cosine decay to --num_steps), so an early point
 is not the model a separate run of that budget would give (its rate has not
 decayed); the last point is.
 
@@ -42,6 +42,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import claim_record  # noqa: E402
+from lm_decoding.evaluation import records  # noqa: E402
 from lm_decoding.training import pretrained  # noqa: E402
 from lm_decoding.training import train as train_lib  # noqa: E402
 
@@ -53,7 +54,7 @@ _MODELS = flags.DEFINE_string(
 _CONFIG_NAME = flags.DEFINE_enum(
     "config", "tiny", ["tiny", "base"], "configs/{name}.py: the backbone, "
     "data and optimiser of both models.", allow_override=True)
-_STEPS = flags.DEFINE_integer("steps", 300, "Training steps of each model.",
+_STEPS = flags.DEFINE_integer("num_steps", 300, "Training steps of each model.",
     allow_override=True)
 _EVERY = flags.DEFINE_integer("eval_every", 50, "Steps between validations.",
     allow_override=True)
@@ -63,7 +64,7 @@ _EVAL_BATCHES = flags.DEFINE_integer("eval_batches", 4,
 _CURVES = flags.DEFINE_string(
     "curves_dir", None, "Read the curves instead of training: a folder with "
     "ar/metrics.jsonl and mdlm/metrics.jsonl that `train` wrote with "
-    "configs/{--config}.py at --steps steps (e.g. the workdirs the shipped 'ar' and "
+    "configs/{--config}.py at --num_steps steps (e.g. the workdirs the shipped 'ar' and "
     "'mdlm' were trained in, their manifests' commands); they are copied to "
     "{workdir}/curves/.", allow_override=True)
 # Sahoo et al. 2024 (MDLM), as quoted by issue 10: test perplexity bound of
@@ -217,7 +218,7 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)  # orbax logs every save
   run(claim_record.workdir(CLAIM),
       smoke, _MODELS.value, _STEPS.value,
-      _EVERY.value, _EVAL_BATCHES.value, claim_record.command(),
+      _EVERY.value, _EVAL_BATCHES.value, records.command(),
       _CURVES.value, _CONFIG_NAME.value)
 
 

@@ -20,6 +20,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import claim_record
+from lm_decoding.evaluation import cost
 from lm_decoding.special_tokens import RESERVED_IDS
 from lm_decoding.training import train
 
@@ -54,14 +55,14 @@ def measure(smoke: bool) -> tuple[list[dict], dict]:
           train.init_state(cfg, optimizer, jax.random.key(0)), tokens, key)
       jax.block_until_ready((states[objective], metrics))
       first_s[objective] = time.perf_counter() - start
-    times = {objective: [] for objective in OBJECTIVES}
-    for _ in range(g["runs"]):  # in turns; the state is donated and threaded
-      for objective in OBJECTIVES:
-        start = time.perf_counter()
+    def stepper(objective):
+      def step():  # the state is donated and threaded from call to call
         states[objective], metrics = steps[objective](states[objective],
                                                       tokens, key)
-        jax.block_until_ready((states[objective], metrics))
-        times[objective].append(time.perf_counter() - start)
+        return states[objective], metrics
+      return step
+    times, _ = cost.interleaved({o: stepper(o) for o in OBJECTIVES},
+                                g["runs"])
     for objective in OBJECTIVES:
       ms = float(np.median(times[objective])) * 1e3
       rows.append({"objective": objective, "length": length,

@@ -32,6 +32,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import claim_record  # noqa: E402
 
+from lm_decoding.evaluation import records  # noqa: E402
+
 CLAIM = "router_workload"
 _FROM = flags.DEFINE_string(
     "from_results", str(claim_record.REPO / "experiments" / "results" /
@@ -167,7 +169,7 @@ def main(argv):
   del argv
   smoke = claim_record.SMOKE.value
   run(claim_record.workdir(CLAIM),
-      smoke, _FROM.value, claim_record.command())
+      smoke, _FROM.value, records.command())
 
 
 if __name__ == "__main__":

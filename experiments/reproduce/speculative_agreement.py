@@ -6,13 +6,13 @@ Reads the rows experiments/speculative.py measured (--from_results, its
 committed speculative.csv: target 'ar' with drafts draft_small/draft_medium,
 target 'evaluator' with draft 'ar', gamma 1-8, B = 1 and 8; jacobi and
 prompt lookup, drafts without a model) and adds the no-agreement end
-measured here with the same machinery (`speculative.measure_group`): a
+measured here with the same machinery (`speculative_cost.measure_group`): a
 RANDOM-WEIGHT draft (the draft_small architecture at its initialisation,
 so its proposals are nearly uniform and almost never accepted) for target
 'ar' at gammas --gammas. Plots the measured speed-up over plain AR against
 the acceptance rate alpha, beside the prediction of Leviathan et al. 2023
-(`speculative.predicted_speedup`: the paper's cost model, verification = one
-target step) at gamma 4.
+(`speculative_cost.predicted_speedup`: the paper's cost model, verification
+= one target step) at gamma 4.
 
 Writes claim.md, numbers.json, results.csv and figure.png under --workdir.
 """
@@ -27,10 +27,6 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import claim_record  # noqa: E402
 
-# experiments/speculative.py defines --workdir too: load it first, so that
-# this script's --workdir (allow_override) is the one parsed.
-speculative = claim_record.load_experiment("speculative")
-
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 from absl import logging  # noqa: E402
@@ -43,6 +39,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from lm_decoding.data import pipeline  # noqa: E402
 from lm_decoding.decoding.base import Model  # noqa: E402
+from lm_decoding.evaluation import records, speculative_cost  # noqa: E402
 from lm_decoding.models import init_params, make_logits_fn  # noqa: E402
 from lm_decoding.training import pretrained  # noqa: E402
 from lm_decoding.training import train as train_lib  # noqa: E402
@@ -53,38 +50,28 @@ _FROM = flags.DEFINE_string(
                         "speculative" / "speculative.csv"),
     "speculative.csv written by experiments/speculative.py.")
 _DATA = flags.DEFINE_string("data_dir", "/tmp/lm_decoding_reproduce/data",
-                            "Corpus cache (pipeline.prepare).",
-    allow_override=True)
+                            "Corpus cache (pipeline.prepare).")
 _BAD_GAMMAS = flags.DEFINE_list("bad_gammas", ["1", "4"],
-                                "gammas of the random-weight draft.",
-    allow_override=True)
+                                "gammas of the random-weight draft.")
 _BAD_T = flags.DEFINE_integer("bad_output_length", 64,
-                              "T of the random-draft measurement.",
-    allow_override=True)
-_RUNS = flags.DEFINE_integer("bad_runs", 3, "Interleaved timed runs.",
-    allow_override=True)
+                              "T of the random-draft measurement.")
+_RUNS = flags.DEFINE_integer("bad_runs", 3, "Interleaved timed runs.")
 _LOOP_STEPS = flags.DEFINE_integer(
     "bad_loop_steps", 16, "Calls of each round part timed in one jit "
-    "(experiments/speculative.py's --loop_steps).", allow_override=True)
+    "(experiments/speculative.py's --loop_steps).")
 LOW_ALPHA, HIGH_ALPHA = 0.1, 0.7
 
 
 def read_rows(path: str) -> list[dict]:
-  """speculative.csv rows, numbers parsed."""
+  """speculative.csv rows, numbers parsed (`records.number`)."""
   with open(path) as f:
-    rows = list(csv.DictReader(f))
-  for row in rows:
-    for key, value in row.items():
-      try:
-        row[key] = float(value)
-      except ValueError:
-        pass
-  return rows
+    return [{k: records.number(v) for k, v in row.items()}
+            for row in csv.DictReader(f)]
 
 
 def random_draft_rows(data_dir: str, gammas: list[int], t: int, runs: int,
                       loop_steps: int, seed: int = 0) -> list[dict]:
-  """`speculative.measure_group` rows for target 'ar' and a random-weight
+  """`speculative_cost.measure_group` rows for target 'ar' and a random-weight
   draft of the draft_small architecture (B = 1, temperature 1)."""
   config = claim_record.load_config("tiny")
   pretrained.seed_data_cache(config, data_dir)
@@ -99,9 +86,9 @@ def random_draft_rows(data_dir: str, gammas: list[int], t: int, runs: int,
                 init_params(draft_cfg, jax.random.key(seed))))}
   prompts, _ = pipeline.prompts(corpus, "test", 1, config.compare.prompt_len,
                                 config.compare.reference_len)
-  return speculative.measure_group("ar", ["random_draft"], gammas, False,
-                                   models, prompts, t, 1, 1.0, runs, seed,
-                                   loop_steps)
+  return speculative_cost.measure_group("ar", ["random_draft"], gammas,
+                                        False, models, prompts[:1], t, 1.0,
+                                        runs, seed, loop_steps)
 
 
 COLUMNS = ("source", "target", "draft", "decoder", "gamma", "batch_size",
@@ -137,11 +124,11 @@ def run(workdir: str, smoke: bool, from_results: str, data_dir: str,
     ax.plot([r["alpha"] for r in sel], [r["measured_speedup"] for r in sel],
             "o" if "B=1" in label else "s", label=label, alpha=0.8)
   alphas = np.linspace(0, 0.95, 50)
+  predict = speculative_cost.predicted_speedup
   for c in (0.0, 0.3):
-    ax.plot(alphas, [speculative.predicted_speedup(a, 4, c) for a in alphas],
-            ":", color="gray")
-    ax.annotate(f"paper, gamma 4, c={c}", (0.95, speculative.predicted_speedup(
-        0.95, 4, c)), fontsize=7, color="gray", ha="right")
+    ax.plot(alphas, [predict(a, 4, c) for a in alphas], ":", color="gray")
+    ax.annotate(f"paper, gamma 4, c={c}", (0.95, predict(0.95, 4, c)),
+                fontsize=7, color="gray", ha="right")
   ax.axhline(1.0, color="black", lw=0.8)
   ax.set_xlabel("acceptance rate alpha (fitted)")
   ax.set_ylabel("measured speed-up over plain AR")
@@ -178,7 +165,7 @@ def run(workdir: str, smoke: bool, from_results: str, data_dir: str,
       "speculative.py's run; its speculative.md has the command, the models "
       "and the timing protocol), plus the random-weight draft measured here "
       f"(target 'ar', B = 1, T = {bad_t}, {runs} interleaved runs, "
-      "speculative.measure_group): " + live_alpha,
+      "speculative_cost.measure_group): " + live_alpha,
       "- the random draft is not at the no-agreement end: at temperature 1 "
       "a draft token is accepted with probability sum_x min(p(x), q(x)), "
       "and its near-uniform q overlaps the barely trained target's flat "
@@ -225,7 +212,7 @@ def main(argv):
       smoke, _FROM.value, _DATA.value,
       [1] if smoke else [int(g) for g in _BAD_GAMMAS.value],
       4 if smoke else _BAD_T.value, 1 if smoke else _RUNS.value,
-      claim_record.command(), 2 if smoke else _LOOP_STEPS.value)
+      records.command(), 2 if smoke else _LOOP_STEPS.value)
 
 
 if __name__ == "__main__":

@@ -57,6 +57,20 @@ class Timing:
     return float(q3 - q1)
 
 
+def compile_timed(fn: Callable[..., Any], args: tuple,
+                  compiler_options: dict | None = None) -> tuple[Any, float]:
+  """(compiled executable, compile seconds) of fn at args, ahead of time.
+
+  A `jax.jit`-ed fn is lowered as is (keeping its shardings and static
+  arguments), anything else is wrapped in `jax.jit`; `compiler_options`
+  (XLA flags as a dict) go to `.compile`. Nothing is run.
+  """
+  jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
+  start = time.perf_counter()
+  compiled = jitted.lower(*args).compile(compiler_options)
+  return compiled, time.perf_counter() - start
+
+
 def measure(fn: Callable[..., Any], args: tuple, warmup: int,
             runs: int, carry: bool = False) -> tuple[Timing, Any, Any]:
   """(Timing, compiled executable, output of the last run) of fn(*args).
@@ -74,10 +88,7 @@ def measure(fn: Callable[..., Any], args: tuple, warmup: int,
     raise ValueError(f"warmup={warmup} must be >= 0")
   if runs < 1:
     raise ValueError(f"runs={runs} must be >= 1")
-  jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
-  start = time.perf_counter()
-  compiled = jitted.lower(*args).compile()
-  compile_s = time.perf_counter() - start
+  compiled, compile_s = compile_timed(fn, args)
 
   def call():
     nonlocal args
@@ -143,22 +154,29 @@ class CostAnalysis:
   temp_bytes: int | None
 
 
-def interleaved(calls: dict[str, Callable[[], Any]], runs: int
+def interleaved(calls: dict[str, Callable[[], Any]], runs: int,
+                warmup: int = 0
                 ) -> tuple[dict[str, list[float]], dict[str, Any]]:
   """Times zero-argument calls in turns (A, B, A, B, ...), `runs` rounds.
 
-  On a shared machine interference drifts; timing the systems in turns
-  spreads it over all of them, so their per-round ratios are robust. Each
-  call should be compiled and warmed up already; each is ended by
-  `jax.block_until_ready`.
+  The project's one A/B timer. On a shared machine interference drifts;
+  timing the systems in turns spreads it over all of them, so their
+  per-round ratios are robust. Each call should be compiled already
+  (`compile_timed`); `warmup` untimed rounds run first; each call is ended
+  by `jax.block_until_ready`. A call may carry state from round to round
+  (a donated train state) in its closure.
 
   Returns:
     ({name: [wall seconds per round]}, {name: the last round's output}).
   Raises:
-    ValueError: runs < 1 or no calls.
+    ValueError: runs < 1, warmup < 0 or no calls.
   """
-  if runs < 1 or not calls:
-    raise ValueError(f"runs={runs} must be >= 1 and calls non-empty")
+  if runs < 1 or warmup < 0 or not calls:
+    raise ValueError(f"runs={runs} must be >= 1, warmup={warmup} >= 0 and "
+                     "calls non-empty")
+  for _ in range(warmup):
+    for call in calls.values():
+      jax.block_until_ready(call())
   times = {name: [] for name in calls}
   outputs = {}
   for _ in range(runs):

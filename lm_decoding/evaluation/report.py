@@ -19,7 +19,6 @@ K* full passes beats the baseline there.
 
 from __future__ import annotations
 
-import csv
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -29,7 +28,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from lm_decoding.evaluation import frontier  # noqa: E402
+from lm_decoding.evaluation import frontier, records  # noqa: E402
 from lm_decoding.evaluation.comparison import SPREAD_FLAG, Comparison  # noqa: E402
 
 WORDS_SHOWN = 60  # words of each sample in report.md
@@ -157,29 +156,6 @@ def definitions(columns) -> str:
   """One bullet per column: '**header**: definition'."""
   return "\n".join(f"- **{header}**: {text}"
                    for _, header, _, text in columns)
-
-
-def _flat(row: dict) -> dict:
-  """A row with its per-role dicts as columns and its lists joined."""
-  flat = {}
-  for key, value in row.items():
-    if isinstance(value, dict):
-      flat.update({f"{key}_{role}": v for role, v in value.items()})
-    elif isinstance(value, list):
-      flat[key] = "; ".join(map(str, value))
-    else:
-      flat[key] = value
-  return flat
-
-
-def write_csv(rows: Sequence[dict], path: str) -> None:
-  """All rows, per-role counts as calls_<role> and forward_tokens_<role>."""
-  flat = [_flat(r) for r in rows]
-  columns = list(dict.fromkeys(k for row in flat for k in row))
-  with open(path, "w", newline="") as f:
-    writer = csv.DictWriter(f, columns)
-    writer.writeheader()
-    writer.writerows(flat)
 
 
 def _index(rows):
@@ -487,7 +463,7 @@ def write(comparison: Comparison, header: str, baseline: str,
       ("frontier", "frontier.png"), ("latency", "latency.png"),
       ("quality", "quality.png"))}
   summary = frontier.summarize(rows, baseline, tolerance)
-  write_csv(rows, paths["csv"])
+  records.write_csv(rows, paths["csv"])
   plot_frontier(summary.verdicts, summary.points, baseline, tolerance,
                 paths["frontier"])
   plot_speedup(summary.verdicts, summary.points, baseline, tolerance,

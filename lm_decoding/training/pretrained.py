@@ -639,21 +639,47 @@ def get_or_train(config: ml_collections.ConfigDict, name: str, workdir: str,
     (params, source): `source` says where the parameters came from.
   """
   member_dir = os.path.join(workdir, name)
-  if retrain:
-    shutil.rmtree(member_dir, ignore_errors=True)
-    reason = "--retrain"
-  else:
+  reason = "--retrain"
+  if not retrain:
     params, reason = find(config, name, tokenizer, out_dir)
     if params is not None:
       return params, reason
   if progress:
     print(f"{name}: {reason}; training {config.train.num_steps} steps in "
           f"{member_dir}")
+  params, _ = train_member(config, member_dir, tokenizer, fresh=retrain,
+                           progress=progress, out_dir=out_dir,
+                           trained=trained, data_dir=workdir)
+  return params, f"trained in {member_dir} ({reason})"
+
+
+def train_member(config: ml_collections.ConfigDict, member_dir: str,
+                 tokenizer: Tokenizer, fresh: bool = False,
+                 progress: bool = True,
+                 out_dir: str | pathlib.Path = DEFAULT_DIR,
+                 trained: dict[str, Any] | None = None,
+                 data_dir: str | None = None,
+                 stop_at: int | None = None) -> tuple[Any, dict]:
+  """Trains a member under `member_dir` and loads what it reached.
+
+  `train.train` resumes from (or, if finished, reuses) `member_dir`; `fresh`
+  deletes it first. A member adapted from a parent (`train.init_from`)
+  starts from `parent_params(config, tokenizer, out_dir, trained)`.
+  `data_dir` is the data cache (`train.train`'s), `stop_at` ends the run
+  early at that step.
+
+  Returns:
+    (params, metrics): the trained parameters and `train.train`'s summary.
+  Raises:
+    ValueError, CheckpointError: as `parent_params` and `train.train`.
+  """
+  if fresh:
+    shutil.rmtree(member_dir, ignore_errors=True)
   parent, _ = parent_params(config, tokenizer, out_dir, trained)
-  train_lib.train(config, member_dir, progress=progress, data_dir=workdir,
-                  init_params=parent)
-  return (load_trained_params(config, member_dir),
-          f"trained in {member_dir} ({reason})")
+  metrics = train_lib.train(config, member_dir, progress=progress,
+                            data_dir=data_dir, stop_at=stop_at,
+                            init_params=parent)
+  return load_trained_params(config, member_dir), metrics
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,11 +1,11 @@
 r"""Where a train step's time goes: XLA CPU's per-kernel trace of one step.
 
   PYTHONPATH=$PWD python benchmarks/training_speed/profile/profile_step.py \
-      --objective=ar --steps=3 [--xla=xla_cpu_use_xnnpack=false] > out.txt
+      --objective=ar --num_steps=3 [--xla=xla_cpu_use_xnnpack=false] > out.txt
 
 Builds `train.make_train_step` for configs/base.py (random tokens, seed 0),
 compiles it ahead of time (with --xla's debug options, if any), runs two
-warm-up steps, then traces --steps steps with `jax.profiler` (a perfetto
+warm-up steps, then traces --num_steps steps with `jax.profiler` (a perfetto
 JSON trace) and sums each kernel's wall time over them. Prints the total,
 the time by kernel kind (dots, copies/transposes, other fusions), the
 top kernels with the shape they write and the JAX op they come from (the
@@ -32,7 +32,7 @@ from lm_decoding.training import train
 
 _OBJECTIVE = flags.DEFINE_enum("objective", "ar", ["ar", "mdlm", "bd3lm"],
                                "Objective.")
-_STEPS = flags.DEFINE_integer("steps", 3, "Traced steps.")
+_STEPS = flags.DEFINE_integer("num_steps", 3, "Traced train steps.")
 _TOP = flags.DEFINE_integer("top", 25, "Kernels listed.")
 _XLA = flags.DEFINE_list("xla", [], "XLA debug options name=value.")
 _CONFIG = flags.DEFINE_string("config", "configs/base.py", "Config file.")

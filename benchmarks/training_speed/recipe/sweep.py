@@ -17,12 +17,12 @@ validation loss and perplexity, and the load averages.
 import importlib.util
 import json
 import os
-import sys
 import tempfile
 
 from absl import app
 from absl import flags
 
+from lm_decoding.evaluation import records
 from lm_decoding.training import throughput
 from lm_decoding.training import train
 
@@ -47,7 +47,7 @@ def _base_config():
 
 def main(argv):
   del argv
-  record = {"command": "PYTHONPATH=$PWD python " + " ".join(sys.argv),
+  record = {"command": "PYTHONPATH=$PWD " + records.command(),
             "minutes": _MINUTES.value, "load_start": os.getloadavg(),
             "shapes": []}
   os.makedirs(_DATA.value, exist_ok=True)
@@ -75,8 +75,7 @@ def main(argv):
              "valid_ppl": summary["valid_ppl"], "load": os.getloadavg()}
     record["shapes"].append(entry)
     print(json.dumps(entry), flush=True)
-    with open(_OUT.value, "w") as f:
-      json.dump(record, f, indent=1)
+    records.write_json(record, _OUT.value, record["command"])
 
 
 if __name__ == "__main__":
