@@ -17,6 +17,7 @@ OUT (.npz); the test compares them with the reference's.
 from __future__ import annotations
 
 import sys
+from lm_decoding.models import Model
 
 NUM_STEPS = 3
 BATCH, SEQ_LEN = 4, 16
@@ -34,7 +35,8 @@ def main(out: str, process_id: int, num_processes: int, address: str,
   from lm_decoding.decoding import make_decoder
   from lm_decoding.decoding import base
   from lm_decoding.models import TransformerConfig, make_logits_fn
-  from lm_decoding.parallel import multihost, sharded, sharding
+  from lm_decoding.decoding import sharded
+  from lm_decoding.parallel import multihost, sharding
   from lm_decoding.training import train
   from lm_decoding.training.checkpoints import Checkpoints
 
@@ -84,7 +86,7 @@ def main(out: str, process_id: int, num_processes: int, address: str,
   prompts = packed[:BATCH, :4]
   prompt_lengths = np.asarray([4, 2, 3, 1], np.int32)
   decoder = make_decoder("ar", output_length=6)
-  models = {"model": base.Model(make_logits_fn(cfg), state.params)}
+  models = {"model": Model(make_logits_fn(cfg), state.params)}
   if reference:
     tokens = jax.jit(decoder.decode)(models, prompts, prompt_lengths,
                                      key).tokens

@@ -34,6 +34,7 @@ import os
 import sys
 import time
 import traceback
+from lm_decoding.models import Model
 
 MESHES = ((8, 1, 1), (2, 2, 2), (1, 1, 8), (1, 2, 4))
 RESHARD = ((8, 1, 1), (2, 2, 2))  # checkpoint saved on one, restored on the other
@@ -101,7 +102,8 @@ def main(only: tuple[str, ...] = ("",)):
   from lm_decoding.decoding.iterative import ScheduledDecoder
   from lm_decoding.models import TransformerConfig, init_params
   from lm_decoding.models import make_logits_fn
-  from lm_decoding.parallel import sharded, sharding
+  from lm_decoding.decoding import sharded
+  from lm_decoding.parallel import sharding
   from lm_decoding.training import train
   import ml_collections
 
@@ -114,8 +116,8 @@ def main(only: tuple[str, ...] = ("",)):
   bidirectional = cfg.replace(attention="bidirectional")
   params = init_params(cfg, jax.random.key(0))
   bi_params = init_params(bidirectional, jax.random.key(1))
-  causal_model = base.Model(make_logits_fn(cfg), params)
-  bi_model = base.Model(make_logits_fn(bidirectional), bi_params)
+  causal_model = Model(make_logits_fn(cfg), params)
+  bi_model = Model(make_logits_fn(bidirectional), bi_params)
   batch, prompt_width, output_length = 8, 4, 6
   prompts = jax.random.randint(jax.random.key(2), (batch, prompt_width), 5,
                                64)

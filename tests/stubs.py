@@ -74,8 +74,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lm_decoding.decoding.base import Model
-from lm_decoding.models import KVCache, init_params
+from lm_decoding.models import KVCache, Model, init_params
 from lm_decoding.models.output import ModelOutput
 
 

@@ -16,7 +16,7 @@ from lm_decoding.decoding import base
 from lm_decoding.decoding.base import bind, make_decoder
 from lm_decoding.decoding.bd3lm import BD3LMDecoder, block_causal_layout_mask
 from lm_decoding.decoding.sampling import SamplingConfig
-from lm_decoding.models import TransformerConfig, make_logits_fn
+from lm_decoding.models import Model, TransformerConfig, make_logits_fn
 from lm_decoding.models import masks
 from lm_decoding.models.diffusion import EPS, subs_log_probs
 from lm_decoding.models.output import ModelOutput
@@ -422,7 +422,7 @@ def test_bad_options_raise_at_construction(make, match):
                         PROMPTS, PROMPT_LENGTHS, KEY), "max_len=10"),
     (lambda d: d.decode(bind(stubs.RaisingLogitsFn(), None), PROMPTS,
                         PROMPT_LENGTHS.at[0].set(5), KEY), "prompt_lengths"),
-    (lambda d: d.decode({"draft": base.Model(stubs.RaisingLogitsFn())},
+    (lambda d: d.decode({"draft": Model(stubs.RaisingLogitsFn())},
                         PROMPTS, PROMPT_LENGTHS, KEY), "roles"),
     (lambda d: d.denoise(bind(stubs.RaisingLogitsFn(), None), PROMPTS,
                          PROMPT_LENGTHS, KEY, trace=True), "trace"),

@@ -19,7 +19,7 @@ from lm_decoding.decoding.iterative import ScheduledDecoder
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.decoding.schedule import cosine_schedule, transfer_schedule
 from lm_decoding.decoding.speculative import DraftVerifyDecoder
-from lm_decoding.models import TransformerConfig, init_params, make_logits_fn
+from lm_decoding.models import Model, TransformerConfig, init_params, make_logits_fn
 
 PAD, EOS, MASK = 0, 3, 4
 DENOISER = stubs.HashDenoiser()
@@ -286,7 +286,7 @@ def test_reported_cost_is_what_the_stub_ran(name):
       assert "kv_cache" in str(e) or "block_length" in str(e)
   for decoder in decoders:
     stub = stubs.TableLogitsFn.random(2, 12, 12, masked_ids=(PAD,))
-    models = {role: base.Model(stubs.TableLogitsFn(stub.table), None)
+    models = {role: Model(stubs.TableLogitsFn(stub.table), None)
               for role in decoder.roles}  # one stub (and count) per role
     out = decoder.decode(models, RAGGED[:3], RAGGED_LENGTHS[:3], KEY)
     jax.effects_barrier()
@@ -330,9 +330,9 @@ def test_bad_options_raise_at_construction(make, match):
 def test_unknown_or_missing_role_raises_before_the_model_runs(name):
   decoder = _build(name, 4)
   raising = stubs.RaisingLogitsFn(max_len=16)
-  for models in ({"draft": base.Model(raising, None)},
-                 {"model": base.Model(raising, None),
-                  "target": base.Model(raising, None)}):
+  for models in ({"draft": Model(raising, None)},
+                 {"model": Model(raising, None),
+                  "target": Model(raising, None)}):
     with pytest.raises(ValueError, match="roles"):
       decoder.decode(models, RAGGED[:2], RAGGED_LENGTHS[:2], KEY)
   with pytest.raises(ValueError, match="base.bind"):

@@ -19,7 +19,7 @@ import stubs
 from lm_decoding.decoding import base, make_decoder, sampling, speculative
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.decoding.self_drafting import lookup
-from lm_decoding.models import TransformerConfig, init_params, make_logits_fn
+from lm_decoding.models import Model, TransformerConfig, init_params, make_logits_fn
 
 PAD, EOS, MASK = 0, 3, 4
 KEY = jax.random.key(0)
@@ -30,9 +30,9 @@ DRAW_VERIFY = ("speculative", "jacobi", "prompt_lookup", "diffusion_draft",
 
 
 def models(target, draft=None):
-  out = {"target": base.Model(target, None)}
+  out = {"target": Model(target, None)}
   if draft is not None:
-    out["draft"] = base.Model(draft, None)
+    out["draft"] = Model(draft, None)
   return out
 
 
@@ -217,8 +217,8 @@ def test_diffusion_draft_left_to_right_is_exact_confidence_is_not():
     decoder = make_decoder("diffusion_draft", output_length=T, gamma=3,
                            draft_steps=3, order=order, sampling=config,
                            eos_ids=())
-    tokens, _ = sample_rows(decoder, {"target": base.Model(target, None),
-                                      "draft": base.Model(denoiser,
+    tokens, _ = sample_rows(decoder, {"target": Model(target, None),
+                                      "draft": Model(denoiser,
                                                           jnp.uint32(7))})
     p_value, tv[order] = fit(tokens[0::2], exact)
     if order == "left_to_right":
@@ -265,9 +265,9 @@ def test_transformer_caches_equal_a_fresh_prefill_of_the_accepted_prefix():
                              num_heads=2, num_kv_heads=1, head_dim=16,
                              mlp_dim=64, max_len=48)
   logits_fn = make_logits_fn(config)
-  models_ = {"target": base.Model(logits_fn,
+  models_ = {"target": Model(logits_fn,
                                   init_params(config, jax.random.key(1))),
-             "draft": base.Model(logits_fn,
+             "draft": Model(logits_fn,
                                  init_params(config, jax.random.key(2)))}
   decoder = make_decoder("speculative", output_length=16, gamma=3,
                          sampling=SamplingConfig(temperature=1.0), eos_ids=())
@@ -382,12 +382,12 @@ def test_skeleton_with_threshold_zero_is_the_mdlm_sample():
   denoiser = stubs.HashDenoiser(vocab=12, max_len=width + SKELETON_T)
   decoder = make_decoder("skeleton_polish", output_length=SKELETON_T,
                          gamma=SKELETON_GAMMA, threshold=0.0, draft_steps=6)
-  out = decoder.decode({"target": base.Model(target, None),
-                        "draft": base.Model(denoiser, jnp.uint32(3))},
+  out = decoder.decode({"target": Model(target, None),
+                        "draft": Model(denoiser, jnp.uint32(3))},
                        RAGGED, RAGGED_LENGTHS, KEY)
   skeleton_keys = jax.vmap(jax.random.split)(base.row_keys(KEY, 4))[:, 0]
   skeleton = decoder.skeleton_decoder().decode(
-      {"model": base.Model(denoiser, jnp.uint32(3))}, RAGGED, RAGGED_LENGTHS,
+      {"model": Model(denoiser, jnp.uint32(3))}, RAGGED, RAGGED_LENGTHS,
       skeleton_keys)
   np.testing.assert_array_equal(out.tokens, skeleton.tokens)
   assert int(out.calls["draft"]) == int(skeleton.nfe)

@@ -50,10 +50,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from lm_decoding import debug
+from lm_decoding.checks import is_count
 from lm_decoding.decoding import base, sampling
-from lm_decoding.decoding.base import (
-    DecodeResult, LogitsFn, Model, id_tuple, is_count, register)
-from lm_decoding.models import masks
+from lm_decoding.decoding.base import DecodeResult, id_tuple, register
+from lm_decoding.models import Model, masks
+from lm_decoding.models.binding import LogitsFn
 
 PROMPT_ATTENTION = ("causal", "bidirectional")
 

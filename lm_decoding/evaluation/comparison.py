@@ -36,13 +36,14 @@ import numpy as np
 import tqdm
 from jax.sharding import Mesh
 
+from lm_decoding.checks import is_count
 from lm_decoding.data.tokenizer import Tokenizer
 from lm_decoding.decoding import (
-    autoregressive, base, bd3lm, hybrid, iterative, speculative)
+    autoregressive, base, bd3lm, hybrid, iterative, sharded, speculative)
 from lm_decoding.evaluation import cost, quality
 from lm_decoding.evaluation.entries import Planned
-from lm_decoding.models import count_params
-from lm_decoding.parallel import sharded, sharding
+from lm_decoding.models import Model, count_params
+from lm_decoding.parallel import sharding
 
 SPREAD_FLAG = 0.10  # timing spread (IQR / median) above which a row is flagged
 SAMPLES_SHOWN = 2  # prompts whose continuations the report shows
@@ -79,7 +80,7 @@ def _jit_decode(decoder, args: tuple, mesh: Mesh | None, rules):
       models, prompts, lengths, key))
 
 
-def _per_device_columns(row: dict, models: Mapping[str, base.Model],
+def _per_device_columns(row: dict, models: Mapping[str, Model],
                         roles, seconds: float, devices: int) -> dict:
   """Weight bandwidth and model FLOP/s per device of a row.
 
@@ -225,7 +226,7 @@ def _mean(values: np.ndarray) -> float:
   return float(finite.mean()) if finite.size else math.nan
 
 
-def _quality(evaluator: base.Model, tokenizer: Tokenizer, tokens, lengths,
+def _quality(evaluator: Model, tokenizer: Tokenizer, tokens, lengths,
              prompts, prompt_lengths) -> tuple[dict, list[str]]:
   tokens, lengths = np.asarray(tokens), np.asarray(lengths)
   ppl = quality.gen_ppl(evaluator.logits_fn, evaluator.params, tokens,
@@ -270,8 +271,8 @@ def _summary(row: dict) -> str:
   return line
 
 
-def run(planned: Sequence[Planned], models: Mapping[str, base.Model],
-        evaluator: base.Model, tokenizer: Tokenizer, prompts: np.ndarray,
+def run(planned: Sequence[Planned], models: Mapping[str, Model],
+        evaluator: Model, tokenizer: Tokenizer, prompts: np.ndarray,
         references: Sequence[str], batch_sizes: Sequence[int], runs: int,
         seed: int = 0, progress: bool = True, mesh: Mesh | None = None,
         rules=sharding.DEFAULT_RULES) -> Comparison:
@@ -279,7 +280,7 @@ def run(planned: Sequence[Planned], models: Mapping[str, base.Model],
 
   Args:
     planned: from `plan`.
-    models: {member: base.Model} for every member the rows bind.
+    models: {member: Model} for every member the rows bind.
     evaluator: the causal model that scores samples (gen-PPL).
     tokenizer: decodes samples and prompts.
     prompts: int32[N, P] held-out prompts, N >= max(batch_sizes); batch B
@@ -307,7 +308,7 @@ def run(planned: Sequence[Planned], models: Mapping[str, base.Model],
   if len(prompts) < quality_batch:
     raise ValueError(f"{len(prompts)} prompts < largest batch size "
                      f"{quality_batch}")
-  if not base.is_count(runs):
+  if not is_count(runs):
     raise ValueError(f"runs={runs!r} must be an integer >= 1")
   if mesh is not None:
     for b in batch_sizes:

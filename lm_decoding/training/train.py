@@ -40,11 +40,11 @@ import numpy as np
 import optax
 import tqdm
 
+from lm_decoding.checks import is_count, is_number
 from lm_decoding.data import corpus as corpus_lib
 from lm_decoding.data import parallel_text
 from lm_decoding.data import pipeline
 from lm_decoding.data.tokenizer import MIN_VOCAB_SIZE
-from lm_decoding.decoding.base import is_count, is_number
 from lm_decoding.evaluation import cost
 from lm_decoding.evaluation import cost_model
 from lm_decoding.models import TransformerConfig, abstract_params

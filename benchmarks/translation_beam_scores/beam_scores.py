@@ -1,6 +1,6 @@
 """Penalised scores (GNMT, alpha 0.6) of AR beam 4's and greedy's outputs on the first 8
 test verses, under the shipped translation_ar model. Run from the repository root:
-  PYTHONPATH=$PWD python experiments/results/translation/beam_scores.py
+  PYTHONPATH=$PWD python benchmarks/translation_beam_scores/beam_scores.py
 (output: beam_scores.txt)."""
 import sys
 sys.path.insert(0, "tests")
@@ -13,7 +13,7 @@ pairs = t.pt.encode_pairs(tok, t.pt.split_pairs(t.pt.read_pairs())["test"][:40],
 member = t.MEMBERS["translation_ar"]
 params, _ = t.pretrained.find(member, "translation_ar", tok, t.SET)
 fn = t.make_logits_fn(t.train.model_config(member))
-model = t.base.Model(fn, params)
+model = t.Model(fn, params)
 prompts, lengths = t.pt.prompts(pairs)
 n = 8
 ar = dict(output_length=49, eos_ids=(t.EOS_ID,), pad_id=t.PAD_ID, prompt_attention="bidirectional")
