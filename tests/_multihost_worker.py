@@ -17,7 +17,6 @@ OUT (.npz); the test compares them with the reference's.
 from __future__ import annotations
 
 import sys
-from lm_decoding.models import Model
 
 NUM_STEPS = 3
 BATCH, SEQ_LEN = 4, 16
@@ -32,10 +31,8 @@ def main(out: str, process_id: int, num_processes: int, address: str,
   from jax.experimental import multihost_utils
 
   from lm_decoding.data import pipeline
-  from lm_decoding.decoding import make_decoder
-  from lm_decoding.decoding import base
-  from lm_decoding.models import TransformerConfig, make_logits_fn
-  from lm_decoding.decoding import sharded
+  from lm_decoding.decoding import make_decoder, sharded
+  from lm_decoding.models import Model, TransformerConfig, make_logits_fn
   from lm_decoding.parallel import multihost, sharding
   from lm_decoding.training import train
   from lm_decoding.training.checkpoints import Checkpoints

@@ -34,7 +34,6 @@ import os
 import sys
 import time
 import traceback
-from lm_decoding.models import Model
 
 MESHES = ((8, 1, 1), (2, 2, 2), (1, 1, 8), (1, 2, 4))
 RESHARD = ((8, 1, 1), (2, 2, 2))  # checkpoint saved on one, restored on the other
@@ -98,11 +97,10 @@ def main(only: tuple[str, ...] = ("",)):
   import numpy as np
   from jax.sharding import PartitionSpec as P
 
-  from lm_decoding.decoding import base, make_decoder, sampling
+  from lm_decoding.decoding import base, make_decoder, sampling, sharded
   from lm_decoding.decoding.iterative import ScheduledDecoder
-  from lm_decoding.models import TransformerConfig, init_params
+  from lm_decoding.models import Model, TransformerConfig, init_params
   from lm_decoding.models import make_logits_fn
-  from lm_decoding.decoding import sharded
   from lm_decoding.parallel import sharding
   from lm_decoding.training import train
   import ml_collections
