@@ -76,6 +76,7 @@ import numpy as np
 
 from lm_decoding.models import KVCache, Model, init_params
 from lm_decoding.models.output import ModelOutput
+from lm_decoding.special_tokens import MASK_ID
 
 
 @flax.struct.dataclass
@@ -206,7 +207,7 @@ class HashDenoiser:
 
   vocab: int = 16
   max_len: int = 64
-  mask_id: int = 4
+  mask_id: int = MASK_ID
   executed: list = dataclasses.field(default_factory=list)
 
   @property
