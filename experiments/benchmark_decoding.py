@@ -15,7 +15,7 @@ Random parameters of the configured shape: cost does not depend on weights.
 With a mesh (`--config.mesh.shape="(1, 1, -1)"`, say; the default (1, 1, 1)
 is one device, unchanged), parameters and prompts are placed by the
 config's rules, every program runs under `jax.jit` with explicit shardings
-(`lm_decoding.parallel.sharded`), and rows add the device count, weight
+(`lm_decoding.decoding.sharded`), and rows add the device count, weight
 GB/s per device (each step or pass reads every weight once) and model
 GFLOP/s per device (2 FLOPs per parameter per token position); the bytes
 roofline then assumes the measured bandwidth on every device.
@@ -31,11 +31,11 @@ import jax
 import jax.numpy as jnp
 from ml_collections import config_flags
 
-from lm_decoding.decoding import bind, make_decoder
+from lm_decoding.decoding import bind, make_decoder, sharded
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.evaluation import cost, records
 from lm_decoding.models import count_params, init_params, make_logits_fn
-from lm_decoding.parallel import sharded, sharding
+from lm_decoding.parallel import sharding
 from lm_decoding.training import train
 
 _CONFIG = config_flags.DEFINE_config_file(

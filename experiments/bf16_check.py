@@ -31,7 +31,7 @@ from lm_decoding.data import corpus
 from lm_decoding.data.tokenizer import Tokenizer
 from lm_decoding.decoding import base, make_decoder, registered
 from lm_decoding.decoding.iterative import ScheduledDecoder
-from lm_decoding.models import make_logits_fn
+from lm_decoding.models import Model, make_logits_fn
 from lm_decoding.training import pretrained, train
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -47,7 +47,7 @@ _STEPS = flags.DEFINE_integer(
 BF16 = "bfloat16"
 
 
-def bf16_member(config, name: str) -> base.Model:
+def bf16_member(config, name: str) -> Model:
   """Shipped member `name`, parameters cast to bf16, bf16 activations.
 
   Raises:
@@ -61,7 +61,7 @@ def bf16_member(config, name: str) -> base.Model:
     raise ValueError(reason)
   cfg = train.model_config(member)
   params = jax.tree.map(lambda p: p.astype(jnp.bfloat16), params)
-  return base.Model(make_logits_fn(cfg.replace(dtype=BF16, param_dtype=BF16)),
+  return Model(make_logits_fn(cfg.replace(dtype=BF16, param_dtype=BF16)),
                     params)
 
 

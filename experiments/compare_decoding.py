@@ -10,7 +10,7 @@ experiments/results/tiny_cpu_2core/); configs/full.py is the full grid (19
 decoders x 3 output lengths, 20-35 minutes).
 
 The default mesh (1, 1, 1) is one device, as always; another mesh shape
-(`config.mesh`) runs every decoder sharded (`lm_decoding.parallel.sharded`)
+(`config.mesh`) runs every decoder sharded (`lm_decoding.decoding.sharded`)
 and adds per-device weight bandwidth and FLOP/s columns to results.csv.
 
 Checks every option first (the decoders of `compare.decoders`, built at

@@ -17,8 +17,8 @@ import numpy as np
 import stubs
 from lm_decoding.decoding import base, make_decoder, registered, sampling
 from lm_decoding.decoding.iterative import ScheduledDecoder
+from lm_decoding.special_tokens import PAD_ID
 
-PAD = 0
 PROMPTS = jnp.asarray([[5, 6, 7], [7, 0, 0], [9, 5, 0]], jnp.int32)
 PROMPT_LENGTHS = jnp.asarray([3, 1, 2], jnp.int32)
 OUTPUT_LENGTH = 4
@@ -38,7 +38,7 @@ def build(name: str) -> base.Decoder:
 
 # One stub for every call: a stub is a static jit argument hashed by
 # identity, so a new one would recompile every decode.
-STUB = stubs.TableLogitsFn.random(7, 12, 16, masked_ids=(PAD,))
+STUB = stubs.TableLogitsFn.random(7, 12, 16, masked_ids=(PAD_ID,))
 
 
 def decode(name: str, seed: int) -> base.DecodeResult:

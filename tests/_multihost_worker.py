@@ -31,10 +31,9 @@ def main(out: str, process_id: int, num_processes: int, address: str,
   from jax.experimental import multihost_utils
 
   from lm_decoding.data import pipeline
-  from lm_decoding.decoding import make_decoder
-  from lm_decoding.decoding import base
-  from lm_decoding.models import TransformerConfig, make_logits_fn
-  from lm_decoding.parallel import multihost, sharded, sharding
+  from lm_decoding.decoding import make_decoder, sharded
+  from lm_decoding.models import Model, TransformerConfig, make_logits_fn
+  from lm_decoding.parallel import multihost, sharding
   from lm_decoding.training import train
   from lm_decoding.training.checkpoints import Checkpoints
 
@@ -84,7 +83,7 @@ def main(out: str, process_id: int, num_processes: int, address: str,
   prompts = packed[:BATCH, :4]
   prompt_lengths = np.asarray([4, 2, 3, 1], np.int32)
   decoder = make_decoder("ar", output_length=6)
-  models = {"model": base.Model(make_logits_fn(cfg), state.params)}
+  models = {"model": Model(make_logits_fn(cfg), state.params)}
   if reference:
     tokens = jax.jit(decoder.decode)(models, prompts, prompt_lengths,
                                      key).tokens

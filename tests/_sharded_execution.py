@@ -98,11 +98,11 @@ def main(only: tuple[str, ...] = ("",)):
   import numpy as np
   from jax.sharding import PartitionSpec as P
 
-  from lm_decoding.decoding import base, make_decoder, sampling
+  from lm_decoding.decoding import base, make_decoder, sampling, sharded
   from lm_decoding.decoding.iterative import ScheduledDecoder
-  from lm_decoding.models import TransformerConfig, init_params
+  from lm_decoding.models import Model, TransformerConfig, init_params
   from lm_decoding.models import make_logits_fn
-  from lm_decoding.parallel import sharded, sharding
+  from lm_decoding.parallel import sharding
   from lm_decoding.training import train
   import ml_collections
 
@@ -115,8 +115,8 @@ def main(only: tuple[str, ...] = ("",)):
   bidirectional = cfg.replace(attention="bidirectional")
   params = init_params(cfg, jax.random.key(0))
   bi_params = init_params(bidirectional, jax.random.key(1))
-  causal_model = base.Model(make_logits_fn(cfg), params)
-  bi_model = base.Model(make_logits_fn(bidirectional), bi_params)
+  causal_model = Model(make_logits_fn(cfg), params)
+  bi_model = Model(make_logits_fn(bidirectional), bi_params)
   batch, prompt_width, output_length = 8, 4, 6
   prompts = jax.random.randint(jax.random.key(2), (batch, prompt_width), 5,
                                64)

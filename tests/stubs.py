@@ -85,10 +85,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lm_decoding.decoding.base import Model
-from lm_decoding.models import KVCache, init_params
+from lm_decoding.models import KVCache, Model, init_params
 from lm_decoding.models.output import ModelOutput
-from lm_decoding.special_tokens import PAD_ID
+from lm_decoding.special_tokens import MASK_ID, PAD_ID
 
 
 @flax.struct.dataclass
@@ -232,7 +231,7 @@ class HashDenoiser:
 
   vocab: int = 16
   max_len: int = 64
-  mask_id: int = 4
+  mask_id: int = MASK_ID
   executed: list = dataclasses.field(default_factory=list)
 
   @property

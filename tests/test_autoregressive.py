@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 import stubs
-from lm_decoding.decoding.base import bind
 from lm_decoding.decoding import autoregressive as ar
 from lm_decoding.decoding import base
+from lm_decoding.decoding.base import bind
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.models import TransformerConfig, init_params, make_logits_fn
+from lm_decoding.special_tokens import EOS_ID, PAD_ID
 
-EOS, PAD = 3, 0
 GREEDY = SamplingConfig(temperature=0.0)
 CACHED = ("ar", "ar_early_exit")
 ALL = ("ar", "ar_early_exit", "ar_uncached")
@@ -42,7 +42,7 @@ def _decode(name, logits_fn, params, prompts, lengths, key=KEY, **options):
 
 # C4: ragged prompts, positions and batching. One batch and one set of options
 # throughout, so the compiled decoders are shared between tests.
-RAGGED = ([[5, 6, 7], [8, 9, PAD]], [3, 2])
+RAGGED = ([[5, 6, 7], [8, 9, PAD_ID]], [3, 2])
 NEW = 5
 
 
@@ -126,7 +126,7 @@ def test_step_logits_of_padded_rows_match_rows_alone(transformer):
   logits_fn, params = transformer
   generated = np.asarray(_greedy("ar", transformer, *RAGGED).tokens)
   width = 3 + NEW
-  pad = lambda row: row + [PAD] * (width - len(row))
+  pad = lambda row: row + [PAD_ID] * (width - len(row))
   for k in range(NEW):
     rows = [list(p[:n]) + list(g[:k]) for p, n, g in zip(*RAGGED, generated)]
     batch_logits, cache = ar.prefill(logits_fn, params,
@@ -145,7 +145,7 @@ def test_every_row_starts_at_position_zero_and_fills_the_cache(name):
   # The model predicts 10 + position: outputs reveal the positions fed. Its
   # max_len 8 = P + output_length: the cache (or buffer) is exactly full.
   logits_fn = stubs.TableLogitsFn.by_position(lambda p: 10 + p, 32, 8)
-  prompts, lengths = [[5, 6, 7], [8, 9, PAD], [8, PAD, PAD]], [3, 2, 1]
+  prompts, lengths = [[5, 6, 7], [8, 9, PAD_ID], [8, PAD_ID, PAD_ID]], [3, 2, 1]
   result = _decode(name, logits_fn, None, prompts, lengths, output_length=5)
   np.testing.assert_array_equal(
       result.tokens, [[10 + n - 1 + i for i in range(5)] for n in lengths])
@@ -166,7 +166,7 @@ def _c5_stub():
   """Prompts of length 2: token i comes from position 1 + i. Row 0 emits EOS
   at step 2, row 1 at step 5; afterwards both still propose non-PAD tokens."""
   return stubs.TableLogitsFn.scripted(
-      [[9, 5, EOS, 9, 9, 9, 9, 9], [9, 5, 6, 6, 6, EOS, 7, 9]], 10)
+      [[9, 5, EOS_ID, 9, 9, 9, 9, 9], [9, 5, 6, 6, 6, EOS_ID, 7, 9]], 10)
 
 
 C5_PROMPTS = ([[5, 6], [7, 8]], [2, 2])
@@ -175,8 +175,8 @@ C5_PROMPTS = ([[5, 6], [7, 8]], [2, 2])
 @pytest.mark.parametrize("name", ALL)
 def test_rows_stop_independently_at_eos(name):
   result = _decode(name, _c5_stub(), None, *C5_PROMPTS, output_length=6)
-  np.testing.assert_array_equal(result.tokens, [[5, EOS, PAD, PAD, PAD, PAD],
-                                                [5, 6, 6, 6, EOS, PAD]])
+  np.testing.assert_array_equal(result.tokens, [[5, EOS_ID, PAD_ID, PAD_ID, PAD_ID, PAD_ID],
+                                                [5, 6, 6, 6, EOS_ID, PAD_ID]])
   np.testing.assert_array_equal(result.lengths, [2, 5])
   np.testing.assert_array_equal(result.committed.T, [[1, 1, 0, 0, 0, 0],
                                                      [1, 1, 1, 1, 1, 0]])
@@ -191,8 +191,8 @@ def test_any_id_of_the_eos_set_ends_a_row(name):
       [[9, 5, 7, 3, 3, 3, 3, 3], [9, 5, 3, 6, 6, 2, 7, 3]], 10)
   result = _decode(name, stub, None, *C5_PROMPTS, output_length=6,
                    eos_ids=(2, 7))
-  np.testing.assert_array_equal(result.tokens, [[5, 7, PAD, PAD, PAD, PAD],
-                                                [5, 3, 6, 6, 2, PAD]])
+  np.testing.assert_array_equal(result.tokens, [[5, 7, PAD_ID, PAD_ID, PAD_ID, PAD_ID],
+                                                [5, 3, 6, 6, 2, PAD_ID]])
   np.testing.assert_array_equal(result.lengths, [2, 5])
   if name == "ar":
     no_eos = _decode(name, stub, None, *C5_PROMPTS, output_length=6,
@@ -204,7 +204,7 @@ def test_any_id_of_the_eos_set_ends_a_row(name):
 
 @pytest.mark.parametrize("steps", [1, 4])
 def test_early_exit_after_first_token(steps):
-  stub = stubs.TableLogitsFn.by_position(lambda p: EOS, 10, 8)
+  stub = stubs.TableLogitsFn.by_position(lambda p: EOS_ID, 10, 8)
   result = _decode("ar_early_exit", stub, None, *C5_PROMPTS,
                    output_length=steps)
   assert result.nfe == 1
@@ -227,12 +227,12 @@ SAMPLED = SamplingConfig(temperature=0.8, top_k=6, top_p=0.95, min_p=0.01,
                          repetition_penalty=1.2)
 # rbg keys: the decoders take any key; threefry would compile ~10x slower here.
 RBG_KEYS = [jax.random.key(seed, impl="rbg") for seed in (3, 4)]
-SAMPLED_STUB = stubs.TableLogitsFn.random(2, 12, 16, masked_ids=(PAD,))
+SAMPLED_STUB = stubs.TableLogitsFn.random(2, 12, 16, masked_ids=(PAD_ID,))
 
 
 def test_sampled_decoders_agree_on_a_stub():
   """Same key, same logits -> the same draws in every AR decoder."""
-  prompts, lengths = [[5, 6, 7], [8, 9, PAD], [8, PAD, PAD]], [3, 2, 1]
+  prompts, lengths = [[5, 6, 7], [8, 9, PAD_ID], [8, PAD_ID, PAD_ID]], [3, 2, 1]
   decode = lambda name, key: _decode(name, SAMPLED_STUB, None, prompts,
                                      lengths, key=key, output_length=8,
                                      sampling=SAMPLED).tokens
@@ -244,10 +244,10 @@ def test_sampled_decoders_agree_on_a_stub():
 
 @pytest.mark.parametrize("name", ALL)
 def test_jitted_equals_eager_and_nfe_counts_calls(name):
-  stub = stubs.TableLogitsFn.random(5, 12, 16, masked_ids=(PAD,))
-  prompts, lengths = [[5, 6, 7], [8, 9, PAD]], [3, 2]
+  stub = stubs.TableLogitsFn.random(5, 12, 16, masked_ids=(PAD_ID,))
+  prompts, lengths = [[5, 6, 7], [8, 9, PAD_ID]], [3, 2]
   decode = lambda: _decode(name, stub, None, prompts, lengths, output_length=5,
-                           eos_ids=(EOS, 7))
+                           eos_ids=(EOS_ID, 7))
   jitted = decode()
   stub.calls.clear()
   with jax.disable_jit():
@@ -282,7 +282,7 @@ def test_bad_lengths_raise_before_compiling(name, options, prompt_width,
     (dict(output_length=-1), "output_length"),
     (dict(cache_length=0), "cache_length"),
     (dict(pad_id=-1), "pad_id"),
-    (dict(eos_ids=(3, -2)), "eos_ids"),
+    (dict(eos_ids=(EOS_ID, -2)), "eos_ids"),
     (dict(no_such_option=1), "no_such_option"),
 ])
 def test_bad_options_raise(name, options, match):

@@ -32,7 +32,8 @@ from lm_decoding.data.tokenizer import Tokenizer
 from lm_decoding.decoding import base, make_decoder, registered, sampling
 from lm_decoding.decoding.iterative import IterativeDecoder, ScheduledDecoder
 from lm_decoding.decoding.speculative import DraftVerifyDecoder
-from lm_decoding.models import TransformerConfig
+from lm_decoding.models import Model, TransformerConfig
+from lm_decoding.special_tokens import PAD_ID
 from lm_decoding.training import train as train_lib
 from lm_decoding.training.checkpoints import CheckpointError, Checkpoints
 
@@ -72,7 +73,7 @@ def decode(name: str, prompts=((5, 6),), lengths=(2,), key=KEY, roles=None,
   others."""
   built = decoder(name, **options)
   models = stubs.bind_roles(built, stubs.RaisingLogitsFn(), None)
-  models.update({r: base.Model(fn, None) for r, fn in (roles or {}).items()})
+  models.update({r: Model(fn, None) for r, fn in (roles or {}).items()})
   built.decode(models, jnp.asarray(prompts), jnp.asarray(lengths), key)
 
 
@@ -197,7 +198,7 @@ DECODER_ROWS = [
     pytest.param(lambda: decoder("remdm", remask_per_step=0), ValueError,
                  r"remask_per_step=0 must be an integer >= 1",
                  id="remdm-remask-per-step-0"),
-    pytest.param(lambda: decoder("mdlm", mask_id=0), ValueError,
+    pytest.param(lambda: decoder("mdlm", mask_id=PAD_ID), ValueError,
                  r"mask_id=0 must differ from pad_id=0",
                  id="mdlm-mask-id-is-pad"),
     pytest.param(lambda: decode("mdlm", lengths=(2.5,)), ValueError,

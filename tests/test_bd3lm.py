@@ -17,13 +17,13 @@ from lm_decoding.decoding.base import bind, make_decoder
 from lm_decoding.decoding.bd3lm import (
     BD3LMDecoder, active_sub_block, block_causal_layout_mask)
 from lm_decoding.decoding.sampling import SamplingConfig
-from lm_decoding.models import TransformerConfig, make_logits_fn
+from lm_decoding.models import Model, TransformerConfig, make_logits_fn
 from lm_decoding.models import masks
 from lm_decoding.models.diffusion import EPS, subs_log_probs
 from lm_decoding.models.output import ModelOutput
+from lm_decoding.special_tokens import MASK_ID, PAD_ID
 from lm_decoding.training import objectives
 
-PAD, MASK = 0, 4
 TINY = TransformerConfig(vocab_size=16, d_model=32, num_layers=2, num_heads=2,
                          num_kv_heads=2, head_dim=16, mlp_dim=64, max_len=24,
                          attention="bidirectional")
@@ -32,7 +32,7 @@ TINY = TransformerConfig(vocab_size=16, d_model=32, num_layers=2, num_heads=2,
 PARAMS = stubs.random_params(TINY)
 MODEL = make_logits_fn(TINY)
 TOKENS = jax.random.randint(jax.random.key(1), (4, 8), 5, 16).at[1, 6:].set(
-    PAD).at[3, 3:].set(PAD)
+    PAD_ID).at[3, 3:].set(PAD_ID)
 
 
 # ----------------------------------------------------------------------------
@@ -49,8 +49,8 @@ def _mask_query_nll(logits_fn, params, tokens):
   batch, length = tokens.shape
   l_L = jnp.arange(length)
   seqs_BxLxL = jnp.where(l_L[None, None] < l_L[None, :, None],
-                         tokens[:, None], PAD)
-  seqs_BxLxL = jnp.where(l_L[None, None] == l_L[None, :, None], MASK,
+                         tokens[:, None], PAD_ID)
+  seqs_BxLxL = jnp.where(l_L[None, None] == l_L[None, :, None], MASK_ID,
                          seqs_BxLxL).reshape(batch * length, length)
   logits = logits_fn(params, seqs_BxLxL,
                      jnp.broadcast_to(l_L, seqs_BxLxL.shape),
@@ -58,10 +58,10 @@ def _mask_query_nll(logits_fn, params, tokens):
                      ).logits.reshape(batch, length, length, -1)
   at_mask_BxLxV = jnp.take_along_axis(
       logits, l_L[None, :, None, None], axis=2)[:, :, 0]
-  log_probs = subs_log_probs(at_mask_BxLxV, jnp.full(tokens.shape, MASK),
-                             MASK)
+  log_probs = subs_log_probs(at_mask_BxLxV, jnp.full(tokens.shape, MASK_ID),
+                             MASK_ID)
   nll = -jnp.take_along_axis(log_probs, tokens[..., None], -1)[..., 0]
-  return np.asarray(jnp.where(tokens == PAD, 0.0, nll))
+  return np.asarray(jnp.where(tokens == PAD_ID, 0.0, nll))
 
 
 def test_block_length_one_bound_is_the_nll_of_the_mask_query_ar_model():
@@ -71,7 +71,7 @@ def test_block_length_one_bound_is_the_nll_of_the_mask_query_ar_model():
         MODEL, PARAMS, TOKENS, jax.random.key(key), 8, block_length=1)
     np.testing.assert_allclose(float(metrics["nll"]), nll_BxL.sum(),
                                rtol=1e-5)
-    assert float(metrics["tokens"]) == np.sum(np.asarray(TOKENS) != PAD)
+    assert float(metrics["tokens"]) == np.sum(np.asarray(TOKENS) != PAD_ID)
     np.testing.assert_allclose(float(loss), nll_BxL.sum() / 25, rtol=1e-5)
 
 
@@ -82,8 +82,8 @@ def test_block_length_one_loss_scores_masked_tokens_by_the_ar_model(seed):
   key = jax.random.key(seed)
   nll_BxL = _mask_query_nll(MODEL, PARAMS, TOKENS)
   t_BxL, x_t = objectives.bd3lm_noise(key, TOKENS, 1)
-  masked = np.asarray(x_t) == MASK
-  assert masked.any() and (~masked & (np.asarray(TOKENS) != PAD)).any()
+  masked = np.asarray(x_t) == MASK_ID
+  assert masked.any() and (~masked & (np.asarray(TOKENS) != PAD_ID)).any()
   expected = np.sum(np.where(masked, nll_BxL / np.asarray(t_BxL), 0.0))
   _, metrics = objectives.bd3lm_loss(MODEL, PARAMS, TOKENS, key,
                                      block_length=1)
@@ -116,13 +116,13 @@ def test_noise_is_one_time_per_block_and_mdlms_at_block_length_l():
   np.testing.assert_array_equal(
       t_l[:, 0], objectives.sample_times(key_t, 64, t_min=EPS))
   np.testing.assert_array_equal(x_t_l, objectives.mask_at_time(
-      key_mask, tokens, t_l[:, 0], MASK, EPS))
+      key_mask, tokens, t_l[:, 0], MASK_ID, EPS))
   assert not np.array_equal(x_t, x_t_l)
 
 
 def test_training_layout_hides_what_each_half_may_not_see():
   logits_fn = stubs.RecordingLogitsFn()
-  tokens = jnp.array([[5, 6, 7, 8], [9, 5, PAD, PAD]])
+  tokens = jnp.array([[5, 6, 7, 8], [9, 5, PAD_ID, PAD_ID]])
   objectives.bd3lm_loss(logits_fn, None, tokens, jax.random.key(0),
                         block_length=2)
   inputs, positions, mask = logits_fn.seen[0]
@@ -154,7 +154,7 @@ def _optimal_denoiser(params, tokens, positions, cache=None,
   del params
   seqs, p = jnp.asarray(ALL_SEQS), jnp.asarray(JOINT, jnp.float32)
   at_key_BxSxN = seqs[:, positions].transpose(1, 2, 0)  # seq n at key j
-  agrees_BxSxN = (tokens[..., None] == MASK) | (at_key_BxSxN
+  agrees_BxSxN = (tokens[..., None] == MASK_ID) | (at_key_BxSxN
                                                 == tokens[..., None])
   consistent_BxQxN = jnp.all(~attention_mask[..., None]
                              | agrees_BxSxN[:, None], axis=2)
@@ -232,9 +232,9 @@ def test_bad_objective_options_raise(call, match):
 # The decoder.
 
 VISIBLE_HASH = stubs.VisibleHashLogitsFn()
-PROMPTS = jnp.array([[5, 6, 7, 5], [7, PAD, PAD, PAD], [3, 5, 6, PAD],
-                     [PAD, PAD, PAD, PAD], [6, 6, PAD, PAD],
-                     [5, 7, 6, 5], [7, 7, 7, PAD], [5, PAD, PAD, PAD]])
+PROMPTS = jnp.array([[5, 6, 7, 5], [7, PAD_ID, PAD_ID, PAD_ID], [3, 5, 6, PAD_ID],
+                     [PAD_ID, PAD_ID, PAD_ID, PAD_ID], [6, 6, PAD_ID, PAD_ID],
+                     [5, 7, 6, 5], [7, 7, 7, PAD_ID], [5, PAD_ID, PAD_ID, PAD_ID]])
 PROMPT_LENGTHS = jnp.array([4, 1, 3, 0, 2, 4, 3, 1])
 KEY = jax.random.key(0)
 GREEDY = SamplingConfig(temperature=0.0)
@@ -249,7 +249,7 @@ DECODERS = [  # greedy where drawing is not the point: it compiles faster
     BD3LMDecoder(output_length=8, steps=4, block_length=4, remasking="margin",
                  sampling=SamplingConfig(temperature=0.8, top_k=3)),
 ]
-TRIGRAM = stubs.TableLogitsFn.random(0, 8, 24, masked_ids=(PAD,))
+TRIGRAM = stubs.TableLogitsFn.random(0, 8, 24, masked_ids=(PAD_ID,))
 def _decode(decoder, logits_fn, prompts=PROMPTS,
             prompt_lengths=PROMPT_LENGTHS, key=KEY, params=None):
   logits_fn.executed.clear()
@@ -312,7 +312,7 @@ def test_cached_blocks_equal_uncached_recomputation_on_the_transformer(
       models, PROMPTS, PROMPT_LENGTHS, KEY)
   np.testing.assert_array_equal(cached.tokens, uncached.tokens)
   assert float(cached.max_logit_error) < 1e-4
-  assert not np.any(np.asarray(cached.tokens) == MASK)
+  assert not np.any(np.asarray(cached.tokens) == MASK_ID)
 
 
 @pytest.mark.parametrize("decoder", [DECODERS[i] for i in (0, 3, 4)],
@@ -401,7 +401,7 @@ def test_sub_block_cache_is_approximate_and_measured_on_the_transformer():
       models, PROMPTS, PROMPT_LENGTHS, KEY, measure_error=True)
   assert float(exact.max_logit_error) < 1e-4
   assert float(out.max_logit_error) > 1e-3  # stale keys inside the block
-  assert not np.any(np.asarray(out.tokens) == MASK)
+  assert not np.any(np.asarray(out.tokens) == MASK_ID)
 
 
 def test_layout_mask_worked_example_and_training_alignment():
@@ -458,7 +458,7 @@ def test_bad_options_raise_at_construction(make, match):
                         PROMPTS, PROMPT_LENGTHS, KEY), "max_len=10"),
     (lambda d: d.decode(bind(stubs.RaisingLogitsFn(), None), PROMPTS,
                         PROMPT_LENGTHS.at[0].set(5), KEY), "prompt_lengths"),
-    (lambda d: d.decode({"draft": base.Model(stubs.RaisingLogitsFn())},
+    (lambda d: d.decode({"draft": Model(stubs.RaisingLogitsFn())},
                         PROMPTS, PROMPT_LENGTHS, KEY), "roles"),
     (lambda d: d.denoise(bind(stubs.RaisingLogitsFn(), None), PROMPTS,
                          PROMPT_LENGTHS, KEY, trace=True), "trace"),

@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 
 import stubs
-from lm_decoding.decoding.base import bind
 from lm_decoding.decoding import base
 from lm_decoding.decoding import beam_search
+from lm_decoding.decoding.base import bind
 from lm_decoding.models import TransformerConfig, init_params, make_logits_fn
+from lm_decoding.special_tokens import EOS_ID, PAD_ID
 
-EOS, PAD = 3, 0
 STEPS = 3
-PROMPTS, LENGTHS = [[1, 2, 1], [2, 1, PAD]], [3, 2]
+PROMPTS, LENGTHS = [[1, 2, 1], [2, 1, PAD_ID]], [3, 2]
 
 
 def _beam(logits_fn, params, num_beams, alpha, prompts=PROMPTS,
@@ -33,7 +33,7 @@ def _hypotheses(tokens):
   """Every output of at most STEPS tokens: ends at its first EOS, or at STEPS."""
   for n in range(1, STEPS + 1):
     for seq in itertools.product(tokens, repeat=n):
-      if EOS not in seq[:-1] and (seq[-1] == EOS or n == STEPS):
+      if EOS_ID not in seq[:-1] and (seq[-1] == EOS_ID or n == STEPS):
         yield seq
 
 
@@ -49,7 +49,7 @@ def _check_equals_brute_force(result, best_per_row):
     n = len(best)
     assert result.lengths[row] == n
     np.testing.assert_array_equal(result.tokens[row],
-                                  list(best) + [PAD] * (STEPS - n))
+                                  list(best) + [PAD_ID] * (STEPS - n))
     np.testing.assert_array_equal(result.committed[:, row],
                                   [1] * n + [0] * (STEPS - n))
   assert result.nfe == STEPS
@@ -59,7 +59,7 @@ def _stub_log_probs(row):
   prompt = STUB_PROMPTS[row][:STUB_LENGTHS[row]]
 
   def log_probs(seq):
-    context = [PAD] + prompt + list(seq)  # PAD: "previous" of position 0
+    context = [PAD_ID] + prompt + list(seq)  # PAD: "previous" of position 0
     return [STUB.next_log_probs(0, p, context[p], context[p + 1])[token]
             for p, token in enumerate(seq, start=len(prompt) - 1)]
   return log_probs
@@ -70,23 +70,23 @@ def _biased_random_stub(seed):
 
   One model (R = 1): beam search regroups batch rows, so the rows must not
   select different models."""
-  table = stubs.TableLogitsFn.random(seed, 4, 8, masked_ids=(PAD,),
+  table = stubs.TableLogitsFn.random(seed, 4, 8, masked_ids=(PAD_ID,),
                                      scale=1.5).table.copy()
-  table[..., EOS] -= 1.0
+  table[..., EOS_ID] -= 1.0
   return stubs.TableLogitsFn(table)
 
 
 # Eight cases in one compile: prompts differ in length and last tokens, so each
 # row meets different position-dependent trigram log-probs.
 STUB = _biased_random_stub(0)
-STUB_PROMPTS = [[1, PAD, PAD, PAD], [2, PAD, PAD, PAD], [1, 2, PAD, PAD],
-                [2, 1, PAD, PAD], [1, 1, 2, PAD], [2, 2, 1, PAD],
+STUB_PROMPTS = [[1, PAD_ID, PAD_ID, PAD_ID], [2, PAD_ID, PAD_ID, PAD_ID], [1, 2, PAD_ID, PAD_ID],
+                [2, 1, PAD_ID, PAD_ID], [1, 1, 2, PAD_ID], [2, 2, 1, PAD_ID],
                 [1, 2, 1, 2], [2, 1, 1, 1]]
 STUB_LENGTHS = [1, 1, 2, 2, 3, 3, 4, 4]
 
 
 def _stub_brute_force(alpha):
-  return [_brute_force(_stub_log_probs(row), (1, 2, EOS), alpha)
+  return [_brute_force(_stub_log_probs(row), (1, 2, EOS_ID), alpha)
           for row in range(len(STUB_PROMPTS))]
 
 
@@ -111,8 +111,8 @@ def test_beam_search_escapes_a_greedy_trap_with_its_parents_cache():
   trap = stubs.TableLogitsFn(table)
   prompts, lengths = [[1]], [1]
   one, two = (_beam(trap, None, k, 0.0, prompts, lengths) for k in (1, 2))
-  np.testing.assert_array_equal(one.tokens, [[1, EOS, PAD]])
-  _check_equals_brute_force(two, [(2, 1, EOS)])
+  np.testing.assert_array_equal(one.tokens, [[1, EOS_ID, PAD_ID]])
+  _check_equals_brute_force(two, [(2, 1, EOS_ID)])
 
 
 @pytest.fixture(scope="module")
@@ -129,10 +129,10 @@ def tiny_transformer():
 def _transformer_log_probs(logits_fn, params, row):
   """Exact log-probs of every hypothesis: one uncached forward over all."""
   prompt = PROMPTS[row][:LENGTHS[row]]
-  hypotheses = list(_hypotheses((0, 1, 2, EOS)))
+  hypotheses = list(_hypotheses((0, 1, 2, EOS_ID)))
   width = len(PROMPTS[0]) + STEPS
   rows = [prompt + list(h) for h in hypotheses]
-  tokens = jnp.asarray([r + [PAD] * (width - len(r)) for r in rows])
+  tokens = jnp.asarray([r + [PAD_ID] * (width - len(r)) for r in rows])
   positions = jnp.broadcast_to(jnp.arange(width), tokens.shape)
   logits = jax.jit(logits_fn)(params, tokens, positions).logits
   log_probs = np.asarray(jax.nn.log_softmax(logits, -1), np.float64)
@@ -145,7 +145,7 @@ def test_beam_search_equals_brute_force_on_transformer(tiny_transformer):
   logits_fn, params = tiny_transformer
   result = _beam(logits_fn, params, 9, 0.6)  # 9 = alive prefixes of length 2
   best = [_brute_force(_transformer_log_probs(logits_fn, params, row),
-                       (0, 1, 2, EOS), 0.6)
+                       (0, 1, 2, EOS_ID), 0.6)
           for row in range(2)]
   _check_equals_brute_force(result, best)
 
@@ -156,8 +156,8 @@ def test_rows_end_at_their_own_eos():
       [[9, 5, 7, 9, 9, 9, 9, 9], [9, 5, 3, 6, 2, 9, 9, 9]], 10)
   result = _beam(stub, None, 3, 0.6, prompts=[[5, 6], [7, 8]], lengths=[2, 2],
                  output_length=5, eos_ids=(2, 7))
-  np.testing.assert_array_equal(result.tokens, [[5, 7, PAD, PAD, PAD],
-                                                [5, 3, 6, 2, PAD]])
+  np.testing.assert_array_equal(result.tokens, [[5, 7, PAD_ID, PAD_ID, PAD_ID],
+                                                [5, 3, 6, 2, PAD_ID]])
   np.testing.assert_array_equal(result.lengths, [2, 4])
   assert result.nfe == 5
 

@@ -20,6 +20,7 @@ from lm_decoding.decoding import base
 from lm_decoding.evaluation import (
     comparison, cost_model, entries, frontier, report)
 from lm_decoding.models import TransformerConfig, init_params, make_logits_fn
+from lm_decoding.models import Model
 from lm_decoding.parallel import sharding
 from lm_decoding.special_tokens import EOS_ID
 from stubs import TableLogitsFn
@@ -234,7 +235,7 @@ def transformer(attention, seed, eos_boost=1.0):
                           max_len=16, attention=attention)
   params = init_params(cfg, jax.random.key(seed))
   params["embedding"] = params["embedding"].at[EOS_ID].multiply(eos_boost)
-  return base.Model(make_logits_fn(cfg), params)
+  return Model(make_logits_fn(cfg), params)
 
 
 T = 8
@@ -436,7 +437,7 @@ def test_fixed_length_and_eos_modes_exactly(tokenizer):
   texts = ["AR early exit | ar_early_exit | model=ar",
            "MDLM K={steps} | mdlm | model=mdlm | steps=T"]
   planned = entries.plan(entries.parse_entries(texts), (t,), 1.0, MEMBERS)
-  model = base.Model(stub, None)
+  model = Model(stub, None)
   result = comparison.run(planned, {"ar": model, "mdlm": model}, model,
                           tokenizer, np.full((2, p), 7, np.int32), ["x", "y"],
                           batch_sizes=(1, 2), runs=1, progress=False)

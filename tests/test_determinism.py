@@ -27,8 +27,9 @@ import _determinism_hashes as hashes
 import stubs
 from lm_decoding.data import corpus
 from lm_decoding.data.tokenizer import Tokenizer
-from lm_decoding.decoding import base, registered
+from lm_decoding.decoding import registered
 from lm_decoding.evaluation import comparison, entries
+from lm_decoding.models import Model
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -95,7 +96,7 @@ def test_main_job_rerun_gives_the_same_quality_columns():
   stub = stubs.TableLogitsFn.random(3, 12, 16, masked_ids=(0,))
   table = np.full(stub.table.shape[:-1] + (vocab,), -np.inf, np.float32)
   table[..., :12] = stub.table
-  model = base.Model(stubs.TableLogitsFn(table), None)
+  model = Model(stubs.TableLogitsFn(table), None)
   texts = ["AR cached | ar | model=ar",
            "MDLM K={steps} | mdlm | model=mdlm | steps=4",
            "thr {kv_cache} | threshold | model=mdlm | kv_cache=dual"]

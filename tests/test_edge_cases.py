@@ -18,22 +18,22 @@ import numpy as np
 import pytest
 
 import stubs
-from lm_decoding.decoding.base import bind
 from lm_decoding.data import corpus as corpus_lib
 from lm_decoding.data import pipeline
 from lm_decoding.data.tokenizer import Tokenizer
 from lm_decoding.decoding import autoregressive as ar
 from lm_decoding.decoding import (base, make_decoder, registered, sampling,
                                   speculative)
+from lm_decoding.decoding.base import bind
 from lm_decoding.decoding.iterative import ScheduledDecoder
 from lm_decoding.evaluation import quality
 from lm_decoding.models import (TransformerConfig, abstract_params,
                                 init_params, make_logits_fn)
+from lm_decoding.special_tokens import EOS_ID, MASK_ID, PAD_ID
 from lm_decoding.training import pretrained
 from lm_decoding.training import train as train_lib
 from lm_decoding.training.checkpoints import CheckpointError, Checkpoints
 
-PAD, EOS, MASK = 0, 3, 4
 V = 8
 KEY = jax.random.key(0)
 ALL = registered()
@@ -58,7 +58,6 @@ def build(name: str, length: int, **options):
   return make_decoder(name, output_length=length, **options)
 
 
-
 def eos_first_stub() -> stubs.TableLogitsFn:
   """Random trigram logits (PAD never drawn) with max_len 8, except that the
   row with prompt [5, 6, 7] is all but certain to start with EOS.
@@ -66,11 +65,11 @@ def eos_first_stub() -> stubs.TableLogitsFn:
   AR decoders draw that token from the logits after (6, 7) at position 2; a
   denoiser predicts it from MASK at position 3 after 7.
   """
-  stub = stubs.TableLogitsFn.random(3, V, 8, masked_ids=(PAD,))
-  for position, previous, token in ((2, 6, 7), (3, 7, MASK)):
+  stub = stubs.TableLogitsFn.random(3, V, 8, masked_ids=(PAD_ID,))
+  for position, previous, token in ((2, 6, 7), (3, 7, MASK_ID)):
     stub.table[0, position, previous, token] = -20.0
-    stub.table[0, position, previous, token, EOS] = 20.0
-    stub.table[0, position, previous, token, PAD] = -np.inf
+    stub.table[0, position, previous, token, EOS_ID] = 20.0
+    stub.table[0, position, previous, token, PAD_ID] = -np.inf
   return stub
 
 
@@ -78,9 +77,9 @@ def eos_first_stub() -> stubs.TableLogitsFn:
 # starts with EOS, row 2's prompt holds an EOS; P + T = 3 + 5 = max_len: the
 # prompt fills the cache exactly.
 STUB = eos_first_stub()
-PROMPTS = jnp.asarray([[5, 6, 7], [7, 0, 0], [EOS, 5, 0]])
+PROMPTS = jnp.asarray([[5, 6, 7], [7, 0, 0], [EOS_ID, 5, 0]])
 PROMPT_LENGTHS = jnp.asarray([3, 1, 2])
-TWO_EOS = (EOS, 6)
+TWO_EOS = (EOS_ID, 6)
 
 
 # --- Input types: lists and numpy arrays decode like jax int32 arrays. ------
@@ -203,7 +202,7 @@ def test_eos_ids_given_as_one_int(name):
   eos_ids.
   """
   try:
-    decoder = build(name, 2, eos_ids=3)
+    decoder = build(name, 2, eos_ids=EOS_ID)
   except ValueError as e:
     assert "eos_ids" in str(e)
   else:
@@ -217,7 +216,7 @@ def test_beam_search_never_emits_an_eos_id_outside_the_vocabulary():
   Fix: in `_beam_decode` (trace time, V = first_logits_BxV.shape[-1]) raise
   ValueError when any eos id or pad_id is >= V, naming eos_ids / pad_id.
   """
-  stub = stubs.TableLogitsFn.random(0, V, 10, masked_ids=(PAD,))
+  stub = stubs.TableLogitsFn.random(0, V, 10, masked_ids=(PAD_ID,))
   decoder = make_decoder("ar_beam", output_length=4, num_beams=2,
                          eos_ids=(V + 2,))
   try:
@@ -285,7 +284,7 @@ def check_result(name, out, batch, length, steps, eos_ids, executed):
     is_eos = np.isin(row, eos_ids)
     expected = int(np.argmax(is_eos)) + 1 if is_eos.any() else length
     assert n == expected
-    assert (row[n:] == PAD).all() and (row[:n] != PAD).all()
+    assert (row[n:] == PAD_ID).all() and (row[:n] != PAD_ID).all()
   if name in DRAFT_VERIFY:  # 1 to gamma + 1 tokens per round
     np.testing.assert_array_equal(committed.sum(0), lengths)
     gamma = out.stats["accept_counts"].shape[1] - 1
@@ -295,7 +294,7 @@ def check_result(name, out, batch, length, steps, eos_ids, executed):
     np.testing.assert_array_equal(committed, prefix.astype(np.int32))
     assert nfe == (lengths.max() if name == "ar_early_exit" else length)
   else:
-    assert not (tokens == MASK).any()
+    assert not (tokens == MASK_ID).any()
     np.testing.assert_array_equal(committed.sum(0), [length] * batch)
     assert nfe >= 1
   # The cost the decoder reports is the cost the stub counted.
@@ -322,7 +321,7 @@ def test_decode_result_is_consistent(name):
     out, executed = run_counted(decoder, PROMPTS[:batch],
                                 PROMPT_LENGTHS[:batch])
     check_result(name, out, batch, length, length, eos_ids, executed)
-    np.testing.assert_array_equal(out.tokens[0], [EOS] + [PAD] * (length - 1))
+    np.testing.assert_array_equal(out.tokens[0], [EOS_ID] + [PAD_ID] * (length - 1))
   with pytest.raises(ValueError, match="max_len"):
     decoder = build(name, 6)
     decoder.decode(stubs.bind_roles(decoder, STUB), PROMPTS, PROMPT_LENGTHS,
@@ -337,7 +336,7 @@ def test_decode_result_is_consistent(name):
 def test_parallel_decoders_with_more_steps_than_tokens(name, options):
   out, executed = run_counted(make_decoder(name, **options), PROMPTS[1:],
                               PROMPT_LENGTHS[1:])
-  check_result(name, out, 2, 4, options["steps"], (EOS,), executed)
+  check_result(name, out, 2, 4, options["steps"], (EOS_ID,), executed)
   if options.get("block_length") == 1:  # one position per block, 2 steps each
     np.testing.assert_array_equal(out.committed,
                                   np.asarray([[1, 1], [0, 0]] * 4, np.int32))
@@ -361,7 +360,7 @@ def test_bfloat16_model_with_a_bfloat16_kv_cache():
                           dtype="bfloat16", param_dtype="bfloat16")
   logits_fn = make_logits_fn(cfg)
   assert logits_fn.init_cache(1, 1).k[0].dtype == jnp.bfloat16
-  out = build("ar", 4, eos_ids=(EOS,)).decode(
+  out = build("ar", 4, eos_ids=(EOS_ID,)).decode(
       bind(logits_fn, init_params(cfg, jax.random.key(0))),
       jnp.asarray([[5, 6, 7], [8, 9, 0]]), jnp.asarray([3, 2]), KEY)
   tokens = np.asarray(out.tokens)

@@ -28,7 +28,7 @@ from lm_decoding import checkpoints
 from lm_decoding.checkpoints import hf_gpt2, hf_llama, options
 from lm_decoding.decoding import base
 from lm_decoding.decoding.sampling import SamplingConfig
-from lm_decoding.models import make_logits_fn
+from lm_decoding.models import Model, make_logits_fn
 from lm_decoding.special_tokens import MASK_ID
 
 # The [peer] extra (pip install -e ".[test,peer]"): without it these tests
@@ -197,7 +197,7 @@ def _greedy(case, name="ar", **options):
   decoder = base.make_decoder(name, output_length=NEW_TOKENS, eos_ids=(),
                               sampling=SamplingConfig(temperature=0.0),
                               **options)
-  models = {role: base.Model(make_logits_fn(config), params)
+  models = {role: Model(make_logits_fn(config), params)
             for role in base.decoder_class(name).roles}
   return decoder.decode(models, jnp.asarray(tokens), jnp.asarray(LENGTHS),
                         None), tokens

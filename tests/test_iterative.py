@@ -19,12 +19,12 @@ from lm_decoding.decoding.iterative import ScheduledDecoder
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.decoding.schedule import cosine_schedule, transfer_schedule
 from lm_decoding.decoding.speculative import DraftVerifyDecoder
-from lm_decoding.models import TransformerConfig, init_params, make_logits_fn
+from lm_decoding.models import Model, TransformerConfig, init_params, make_logits_fn
+from lm_decoding.special_tokens import MASK_ID, PAD_ID
 
-PAD, EOS, MASK = 0, 3, 4
 DENOISER = stubs.HashDenoiser()
 SEED = jnp.uint32(5)
-PROMPTS = jnp.array([[6, 7, 8], [9, PAD, PAD], [10, 11, PAD]], jnp.int32)
+PROMPTS = jnp.array([[6, 7, 8], [9, PAD_ID, PAD_ID], [10, 11, PAD_ID]], jnp.int32)
 PROMPT_LENGTHS = jnp.array([3, 1, 2], jnp.int32)
 KEY = jax.random.key(0)
 HOT = SamplingConfig(temperature=1.0)
@@ -42,7 +42,7 @@ def _blocks_done_in_order(decoder, out):
   index = np.asarray(PROMPT_LENGTHS)[:, None] + np.arange(t)
   generated = np.take_along_axis(out.states, index[None], 2)
   for state in generated:
-    masked = state == MASK
+    masked = state == MASK_ID
     for b in range(t // width - 1):
       later = masked[:, (b + 1) * width:].sum() < t - (b + 1) * width
       if later:  # a later block started: this one is complete
@@ -78,7 +78,7 @@ def test_permissive_rules_commit_a_whole_block_per_step(name, option):
   expected[[0, 4]] = 4  # step 0 of each block of 4
   np.testing.assert_array_equal(out.committed, expected)
   assert int(out.cost.nfe) == 2
-  assert not np.any(out.tokens == MASK)
+  assert not np.any(out.tokens == MASK_ID)
 
 
 def test_factor_rule_counts():
@@ -203,7 +203,7 @@ def test_maskgit_commits_on_the_cosine_schedule():
   out = _denoise(decoder, trace=True)
   expected = np.asarray(cosine_schedule(8, 4))
   np.testing.assert_array_equal(out.committed, np.stack([expected] * 3, 1))
-  assert not np.any(out.tokens == MASK)
+  assert not np.any(out.tokens == MASK_ID)
 
 
 @pytest.mark.parametrize("remask", [1, 2])
@@ -214,9 +214,9 @@ def test_remdm_remasks_within_its_budget_and_still_finishes(remask):
   t = 8
   index = np.asarray(PROMPT_LENGTHS)[:, None] + np.arange(t)
   seq = np.take_along_axis(out.states, index[None], 2)
-  start = np.full((1, 3, t), MASK)
+  start = np.full((1, 3, t), MASK_ID)
   seq = np.concatenate([start, seq])
-  remasked = (seq[:-1] != MASK) & (seq[1:] == MASK)  # [K, B, T]
+  remasked = (seq[:-1] != MASK_ID) & (seq[1:] == MASK_ID)  # [K, B, T]
   per_step = remasked.sum(-1)
   assert per_step.max() <= remask
   assert per_step.sum() > 0  # it did re-mask (the test can fail)
@@ -225,7 +225,7 @@ def test_remdm_remasks_within_its_budget_and_still_finishes(remask):
   # Net progress follows LLaDA's schedule, so every block ends on time.
   expected = np.tile(np.asarray(transfer_schedule(4, 4)), 2)
   np.testing.assert_array_equal(out.committed, np.stack([expected] * 3, 1))
-  assert not np.any(out.tokens == MASK)
+  assert not np.any(out.tokens == MASK_ID)
 
 
 # ----------------------------------------------------------------------------
@@ -258,7 +258,7 @@ def test_batch_equals_each_row_alone(name):
   key it has in the batch (`base.row_keys`)."""
   decoder = _build(name, 4, eos_ids=())
   models = stubs.bind_roles(
-      decoder, stubs.TableLogitsFn.random(1, 12, 8, masked_ids=(PAD,)))
+      decoder, stubs.TableLogitsFn.random(1, 12, 8, masked_ids=(PAD_ID,)))
   alone = [decoder.decode(models, RAGGED[b:b + 1], RAGGED_LENGTHS[b:b + 1],
                           base.row_keys(KEY, 8)[b:b + 1]).tokens[0]
            for b in range(8)]
@@ -285,8 +285,8 @@ def test_reported_cost_is_what_the_stub_ran(name):
     except ValueError as e:
       assert "kv_cache" in str(e) or "block_length" in str(e)
   for decoder in decoders:
-    stub = stubs.TableLogitsFn.random(2, 12, 12, masked_ids=(PAD,))
-    models = {role: base.Model(stubs.TableLogitsFn(stub.table), None)
+    stub = stubs.TableLogitsFn.random(2, 12, 12, masked_ids=(PAD_ID,))
+    models = {role: Model(stubs.TableLogitsFn(stub.table), None)
               for role in decoder.roles}  # one stub (and count) per role
     out = decoder.decode(models, RAGGED[:3], RAGGED_LENGTHS[:3], KEY)
     jax.effects_barrier()
@@ -330,9 +330,9 @@ def test_bad_options_raise_at_construction(make, match):
 def test_unknown_or_missing_role_raises_before_the_model_runs(name):
   decoder = _build(name, 4)
   raising = stubs.RaisingLogitsFn(max_len=16)
-  for models in ({"draft": base.Model(raising, None)},
-                 {"model": base.Model(raising, None),
-                  "target": base.Model(raising, None)}):
+  for models in ({"draft": Model(raising, None)},
+                 {"model": Model(raising, None),
+                  "target": Model(raising, None)}):
     with pytest.raises(ValueError, match="roles"):
       decoder.decode(models, RAGGED[:2], RAGGED_LENGTHS[:2], KEY)
   with pytest.raises(ValueError, match="base.bind"):

@@ -18,8 +18,7 @@ from lm_decoding.decoding.llada import LLaDADecoder
 from lm_decoding.decoding.mdlm import MDLMDecoder
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.models import TransformerConfig, init_params, make_logits_fn
-
-PAD, EOS, MASK = 0, 3, 4
+from lm_decoding.special_tokens import EOS_ID, MASK_ID, PAD_ID
 
 
 def _constant(row, length=64):
@@ -28,7 +27,7 @@ def _constant(row, length=64):
 
 STUB = stubs.HashDenoiser()
 PARAMS = jnp.uint32(17)
-PROMPTS = jnp.array([[6, 7, 8], [9, PAD, PAD], [PAD, PAD, PAD]], jnp.int32)
+PROMPTS = jnp.array([[6, 7, 8], [9, PAD_ID, PAD_ID], [PAD_ID, PAD_ID, PAD_ID]], jnp.int32)
 PROMPT_LENGTHS = jnp.array([3, 1, 0], jnp.int32)
 
 
@@ -53,10 +52,10 @@ def _check_unmasking(initial_BxL, states_KxBxL, committed_KxB):
   seq = np.concatenate([np.asarray(initial_BxL)[None], states_KxBxL])
   changed = seq[1:] != seq[:-1]
   assert changed.sum(0).max() <= 1, "a position changed twice"
-  assert np.all(seq[:-1][changed] == MASK), "a committed token changed"
-  assert not np.any(seq[1:][changed] == MASK)
+  assert np.all(seq[:-1][changed] == MASK_ID), "a committed token changed"
+  assert not np.any(seq[1:][changed] == MASK_ID)
   np.testing.assert_array_equal(changed.sum(-1), committed_KxB)
-  masks_KxB = (seq == MASK).sum(-1)
+  masks_KxB = (seq == MASK_ID).sum(-1)
   np.testing.assert_array_equal(masks_KxB[:-1] - masks_KxB[1:], committed_KxB)
   assert masks_KxB[-1].max() == 0, "MASK left after the last step"
 
@@ -78,7 +77,7 @@ LLADA_TWO_BLOCKS = LLaDADecoder(output_length=8, steps=4, block_length=4,
                                 sampling=SamplingConfig(temperature=1.0),
                                 **FULL)
 LLADA_BLOCKS = LLaDADecoder(output_length=6, steps=6, block_length=2,
-                            eos_ids=(3, 9), **FULL)
+                            eos_ids=(EOS_ID, 9), **FULL)
 CASES = [
     (MDLM, None),
     (MDLM_CACHED, None),
@@ -102,9 +101,9 @@ def test_decoders_unmask_once_on_schedule_and_count_calls(decoder, expected,
                                                           seed):
   out, calls = _denoise(decoder, seed=seed)
   t = decoder.output_length
-  initial, fill, _ = prompt_layout(PROMPTS, PROMPT_LENGTHS, t, MASK, PAD)
+  initial, fill, _ = prompt_layout(PROMPTS, PROMPT_LENGTHS, t, MASK_ID, PAD_ID)
   assert out.tokens.shape == (3, t) and out.tokens.dtype == np.int32
-  assert not np.any(out.tokens == MASK)
+  assert not np.any(out.tokens == MASK_ID)
   assert out.tokens.min() >= 0 and out.tokens.max() < STUB.vocab
   _check_unmasking(initial, out.states, out.committed)
   np.testing.assert_array_equal(out.committed.sum(0), [t, t, t])
@@ -130,8 +129,8 @@ def test_decoders_unmask_once_on_schedule_and_count_calls(decoder, expected,
   per_block = decoder.steps // (t // block)
   for k in range(per_block - 1, decoder.steps, per_block):
     end = (k // per_block + 1) * block
-    assert not np.any(generated_KxBxT[k][:, :end] == MASK)
-    assert np.all(generated_KxBxT[k][:, end:] == MASK)
+    assert not np.any(generated_KxBxT[k][:, :end] == MASK_ID)
+    assert np.all(generated_KxBxT[k][:, end:] == MASK_ID)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -148,7 +147,7 @@ def test_mdlm_caching_trick_saves_calls_without_changing_output(seed):
 def _mask_loving(vocab=8):
   """F4: logits MASK +10, every other token 0."""
   logits = [0.0] * vocab
-  logits[MASK] = 10.0
+  logits[MASK_ID] = 10.0
   return _constant(logits)
 
 
@@ -166,8 +165,8 @@ def test_mdlm_never_draws_mask_and_unmasks_uniformly_over_steps():
   out = decoder.decode(bind(_mask_loving(), None), jnp.zeros((rows, 0), jnp.int32),
                        jnp.zeros(rows, jnp.int32), jax.random.key(3))
   tokens = np.asarray(out.tokens).ravel()
-  assert not np.any(tokens == MASK)
-  others = np.delete(np.bincount(tokens, minlength=8), MASK)
+  assert not np.any(tokens == MASK_ID)
+  others = np.delete(np.bincount(tokens, minlength=8), MASK_ID)
   assert _chi2_uniform(others) < 22.46, others  # df 6, p = 0.001
   step_of_row = np.argmax(np.asarray(out.committed), 0)
   counts = np.bincount(step_of_row, minlength=steps)
@@ -179,7 +178,7 @@ def test_llada_argmax_never_picks_mask_even_when_the_model_prefers_it():
   decoder = LLaDADecoder(output_length=2, steps=1, eos_ids=())
   out = decoder.decode(bind(_mask_loving(), None), jnp.zeros((rows, 0), jnp.int32),
                        jnp.zeros(rows, jnp.int32), jax.random.key(5))
-  assert not np.any(np.asarray(out.tokens) == MASK)
+  assert not np.any(np.asarray(out.tokens) == MASK_ID)
 
 
 def test_ragged_batch_decodes_as_its_rows_alone():
@@ -200,7 +199,7 @@ def test_ragged_batch_decodes_as_its_rows_alone():
 
 def test_mdlm_row_does_not_depend_on_the_other_rows():
   decoder = MDLM
-  other = PROMPTS.at[1:].set(jnp.array([[10, 11, 12], [13, 14, PAD]]))
+  other = PROMPTS.at[1:].set(jnp.array([[10, 11, 12], [13, 14, PAD_ID]]))
   first, _ = _denoise(decoder)
   second, _ = _denoise(decoder, other, jnp.array([3, 3, 2], jnp.int32))
   np.testing.assert_array_equal(first.tokens[0], second.tokens[0])
@@ -221,9 +220,9 @@ def test_infill_fills_only_the_holes(decoder):
   jax.effects_barrier()
   filled = np.asarray(out.tokens)
   np.testing.assert_array_equal(filled[~fill], np.asarray(tokens)[~fill])
-  assert not np.any(filled == MASK)
+  assert not np.any(filled == MASK_ID)
   np.testing.assert_array_equal(np.asarray(out.committed).sum(0), fill.sum(1))
-  initial = np.where(fill, MASK, np.asarray(tokens))
+  initial = np.where(fill, MASK_ID, np.asarray(tokens))
   _check_unmasking(initial, np.asarray(out.states), np.asarray(out.committed))
   calls = len(STUB.executed) - first
   assert out.nfe == calls == _expected_nfe(np.asarray(out.committed))
@@ -232,7 +231,7 @@ def test_infill_fills_only_the_holes(decoder):
 @pytest.mark.parametrize("decoder", [MDLM, LLADA_RANDOM], ids=repr)
 def test_decode_is_infill_of_the_prompt_layout(decoder):
   tokens, fill, input_mask = prompt_layout(PROMPTS, PROMPT_LENGTHS,
-                                           decoder.output_length, MASK, PAD)
+                                           decoder.output_length, MASK_ID, PAD_ID)
   key = jax.random.key(2)
   out = decoder.denoise(bind(STUB, PARAMS), PROMPTS, PROMPT_LENGTHS, key, trace=True)
   filled = decoder.infill(bind(STUB, PARAMS), tokens, fill, key, input_mask,
@@ -244,7 +243,7 @@ def test_decode_is_infill_of_the_prompt_layout(decoder):
 
 def test_prompt_layout_worked_example():
   tokens, fill, input_mask = prompt_layout(
-      jnp.array([[7, 8, 9], [5, PAD, PAD]]), jnp.array([3, 1]), 4, MASK, PAD)
+      jnp.array([[7, 8, 9], [5, PAD_ID, PAD_ID]]), jnp.array([3, 1]), 4, MASK_ID, PAD_ID)
   np.testing.assert_array_equal(tokens, [[7, 8, 9, 4, 4, 4, 4],
                                          [5, 4, 4, 4, 4, 0, 0]])
   np.testing.assert_array_equal(fill, [[0, 0, 0, 1, 1, 1, 1],
@@ -255,14 +254,14 @@ def test_prompt_layout_worked_example():
 def test_finish_at_eos_and_eos_counts():
   raw = jnp.array([[5, 3, 6, 3], [3, 5, 5, 5], [5, 6, 7, 8], [3, 3, 3, 3],
                    [5, 7, 3, 6]], jnp.int32)
-  tokens, lengths = finish_at_eos(raw, (3,), PAD)
+  tokens, lengths = finish_at_eos(raw, (3,), PAD_ID)
   np.testing.assert_array_equal(tokens, [[5, 3, 0, 0], [3, 0, 0, 0],
                                          [5, 6, 7, 8], [3, 0, 0, 0],
                                          [5, 7, 3, 0]])
   np.testing.assert_array_equal(lengths, [2, 1, 4, 1, 3])
-  _, lengths = finish_at_eos(raw, (3, 7), PAD)  # 7 alone ends a row
+  _, lengths = finish_at_eos(raw, (3, 7), PAD_ID)  # 7 alone ends a row
   np.testing.assert_array_equal(lengths, [2, 1, 3, 1, 2])
-  tokens, lengths = finish_at_eos(raw, (), PAD)
+  tokens, lengths = finish_at_eos(raw, (), PAD_ID)
   np.testing.assert_array_equal(tokens, raw)
   np.testing.assert_array_equal(lengths, [4] * 5)
   assert tuple(map(int, eos_counts(raw, (3,)))) == (2, 1)
@@ -274,11 +273,11 @@ def test_decode_cuts_after_the_first_committed_eos():
   table = []
   for p in range(width + t):  # argmax (10 + p) % vocab, except EOS at 4
     row = [0.0] * vocab
-    row[EOS if p == 4 else (10 + p) % vocab] = 5.0
+    row[EOS_ID if p == 4 else (10 + p) % vocab] = 5.0
     table.append(tuple(row))
   stub = stubs.PositionLogitsFn(table)
   decoder = LLaDADecoder(output_length=t, steps=3)
-  prompts = jnp.array([[8, 9, PAD, PAD], [PAD] * 4, [5, 6, 7, 8]])
+  prompts = jnp.array([[8, 9, PAD_ID, PAD_ID], [PAD_ID] * 4, [5, 6, 7, 8]])
   lengths = jnp.array([2, 0, 4])
   out = decoder.decode(bind(stub, None), prompts, lengths, jax.random.key(0))
   np.testing.assert_array_equal(out.tokens, [[12, 13, 3, 0, 0, 0],
@@ -295,7 +294,7 @@ def test_decode_under_an_outer_jit_matches_the_traced_run():
   run = jax.jit(decoder.decode)
   jitted = run(bind(STUB, PARAMS), PROMPTS, PROMPT_LENGTHS, jax.random.key(0))
   traced, _ = _denoise(decoder)
-  tokens, lengths = finish_at_eos(traced.tokens, decoder.eos_ids, PAD)
+  tokens, lengths = finish_at_eos(traced.tokens, decoder.eos_ids, PAD_ID)
   np.testing.assert_array_equal(jitted.tokens, tokens)
   np.testing.assert_array_equal(jitted.lengths, lengths)
   np.testing.assert_array_equal(jitted.committed, traced.committed)
@@ -311,7 +310,7 @@ def test_tiny_transformer_denoiser():
   out = decoder.decode(bind(make_logits_fn(config), params), PROMPTS, PROMPT_LENGTHS,
                        jax.random.key(1))
   tokens = np.asarray(out.tokens)
-  assert tokens.shape == (3, 6) and not np.any(tokens == MASK)
+  assert tokens.shape == (3, 6) and not np.any(tokens == MASK_ID)
   assert np.all((1 <= np.asarray(out.lengths)) & (out.lengths <= 6))
   assert int(out.nfe) == 4
   np.testing.assert_array_equal(out.committed, [[2] * 3, [1] * 3] * 2)
@@ -333,7 +332,7 @@ def test_tiny_transformer_denoiser():
     (lambda: LLaDADecoder(output_length=8, steps=4, remasking="top_k"),
      "remasking='top_k'"),
     (lambda: MDLMDecoder(output_length=8, steps=2, pad_id=-1), "pad_id=-1"),
-    (lambda: LLaDADecoder(output_length=8, steps=2, eos_ids=(3, 4)),
+    (lambda: LLaDADecoder(output_length=8, steps=2, eos_ids=(EOS_ID, MASK_ID)),
      "mask_id=4 must differ"),
     (lambda: base.make_decoder("llada", output_length=8, steps=4, top_k=2),
      "top_k"),
@@ -375,7 +374,7 @@ def test_registered_by_name():
   decoder = base.make_decoder("llada", output_length=8, steps=4, block_length=4,
                               eos_ids=[3, 7])
   assert decoder == LLaDADecoder(output_length=8, steps=4, block_length=4,
-                                 eos_ids=(3, 7))
+                                 eos_ids=(EOS_ID, 7))
   assert hash(decoder) == hash(dataclasses.replace(decoder))
   assert isinstance(base.make_decoder("mdlm", output_length=4, steps=2),
                     MDLMDecoder)
@@ -448,7 +447,7 @@ def test_llada_commits_in_its_ordering_exactly(remasking, order):
                         jnp.array([[6]], jnp.int32), jnp.array([1], jnp.int32),
                         jax.random.key(0), trace=True)
   drawn = {1: 5, 2: 6, 3: 5}  # greedy; the tie at 3 goes to the lower id
-  expected, states = [6, MASK, MASK, MASK], []
+  expected, states = [6, MASK_ID, MASK_ID, MASK_ID], []
   for position in order:
     expected[position] = drawn[position]
     states.append(list(expected))

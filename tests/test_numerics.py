@@ -22,6 +22,7 @@ from lm_decoding import debug
 from lm_decoding.decoding import base, make_decoder, registered, sampling
 from lm_decoding.decoding.iterative import ScheduledDecoder
 from lm_decoding.models import TransformerConfig, init_params, make_logits_fn
+from lm_decoding.models import Model
 
 MAX_LEN, PROMPT, V = 12, 4, 300
 KEY = jax.random.key(0)
@@ -39,12 +40,12 @@ def denoises(name: str) -> bool:
       base.decoder_class(name))}
 
 
-def bf16_model(attention: str) -> base.Model:
+def bf16_model(attention: str) -> Model:
   cfg = TransformerConfig(vocab_size=V, d_model=32, num_layers=2, num_heads=2,
                           num_kv_heads=1, head_dim=16, mlp_dim=64,
                           max_len=MAX_LEN, attention=attention,
                           dtype="bfloat16", param_dtype="bfloat16")
-  return base.Model(make_logits_fn(cfg), init_params(cfg, jax.random.key(1)))
+  return Model(make_logits_fn(cfg), init_params(cfg, jax.random.key(1)))
 
 
 @pytest.mark.parametrize("name", registered())

@@ -15,9 +15,9 @@ import stubs
 from lm_decoding.models import TransformerConfig, abstract_params, make_logits_fn
 from lm_decoding.models.diffusion import EPS, subs_log_probs
 from lm_decoding.models.output import ModelOutput
+from lm_decoding.special_tokens import BOS_ID, MASK_ID, PAD_ID
 from lm_decoding.training import objectives
 
-PAD, BOS, MASK = 0, 2, 4
 VOCAB = 8
 SYMBOLS = np.array([5, 6, 7])  # the toy alphabet (ids past the reserved ones)
 LENGTH = 3
@@ -49,7 +49,7 @@ def _log_prob(joint, seqs):
 def _masked_conditional_logits(joint, x_t_BxL):
   """Optimal denoiser for `joint`: log p(x_l = v | unmasked tokens of x_t)."""
   seqs, p = jnp.asarray(ALL_SEQS), jnp.asarray(joint, jnp.float32)
-  consistent_BxN = jnp.all((x_t_BxL[:, None] == MASK) | (x_t_BxL[:, None] == seqs),
+  consistent_BxN = jnp.all((x_t_BxL[:, None] == MASK_ID) | (x_t_BxL[:, None] == seqs),
                            axis=-1)
   prob_BxLxV = jnp.einsum("bn,nlv->blv", consistent_BxN * p,
                           jax.nn.one_hot(seqs, VOCAB))
@@ -90,10 +90,10 @@ def _exact_nelbo(logits_of_x_t, x0_NxL, eps=0.0, nodes=6):
   x0 = np.broadcast_to(x0_NxL[:, None, None], (n, len(masks_SxL), len(t_T), LENGTH))
   masks = np.broadcast_to(masks_SxL[None, :, None], x0.shape)
   t = np.broadcast_to(t_T[None, None, :], x0.shape[:3])
-  x_t = np.where(masks, MASK, x0)
+  x_t = np.where(masks, MASK_ID, x0)
   flat = lambda a: jnp.asarray(a.reshape(-1, *a.shape[3:]))
   terms = jax.jit(lambda x0, x_t, t: objectives.mdlm_nelbo_terms(
-      logits_of_x_t(x_t), x0, x_t, t, MASK, eps))(
+      logits_of_x_t(x_t), x0, x_t, t, MASK_ID, eps))(
           flat(x0), flat(x_t), jnp.asarray(t.reshape(-1), jnp.float32))
   terms_NxSxT = np.asarray(terms, np.float64).sum(-1).reshape(x0.shape[:3])
   m = (1 - eps) * t_T
@@ -173,7 +173,7 @@ def test_mdlm_bound_is_deterministic_in_its_key():
 def test_ar_loss_of_exact_conditional_is_the_exact_nll():
   joint = _joint(0)
   tokens = jnp.concatenate(
-      [jnp.full((len(ALL_SEQS), 1), BOS, jnp.int32), jnp.asarray(ALL_SEQS)], 1)
+      [jnp.full((len(ALL_SEQS), 1), BOS_ID, jnp.int32), jnp.asarray(ALL_SEQS)], 1)
   logits_fn = _stub(functools.partial(_prefix_conditional_logits, joint))
   loss, metrics = objectives.ar_loss(logits_fn, None, tokens, jax.random.key(0))
   np.testing.assert_allclose(float(metrics["nll"]),
@@ -187,13 +187,13 @@ def test_ar_loss_of_exact_conditional_is_the_exact_nll():
 
 def test_mdlm_terms_hand_computed():
   logits = np.random.default_rng(0).normal(size=(1, 3, 6)).astype(np.float32)
-  x0, x_t = np.array([[2, 3, 5]]), np.array([[MASK, 3, MASK]])
+  x0, x_t = np.array([[2, 3, 5]]), np.array([[MASK_ID, 3, MASK_ID]])
   keep = [0, 1, 2, 3, 5]  # MASK excluded from the softmax
   ce = [-_log_softmax(logits[0, l, keep])[keep.index(x0[0, l])] for l in (0, 2)]
   for eps in (0.0, EPS):  # log-linear: weight -alpha'/(1 - alpha) = 1/t
     terms = objectives.mdlm_nelbo_terms(
         jnp.asarray(logits), jnp.asarray(x0), jnp.asarray(x_t),
-        jnp.array([0.25]), MASK, eps)
+        jnp.array([0.25]), MASK_ID, eps)
     np.testing.assert_allclose(np.asarray(terms)[0], [4 * ce[0], 0.0, 4 * ce[1]],
                                rtol=1e-5)
 
@@ -201,8 +201,8 @@ def test_mdlm_terms_hand_computed():
 def test_mdlm_terms_never_score_pad():
   logits = jnp.zeros((1, 3, 6))
   terms = objectives.mdlm_nelbo_terms(
-      logits, jnp.array([[5, PAD, PAD]]), jnp.array([[MASK, MASK, PAD]]),
-      jnp.array([0.5]), MASK)
+      logits, jnp.array([[5, PAD_ID, PAD_ID]]), jnp.array([[MASK_ID, MASK_ID, PAD_ID]]),
+      jnp.array([0.5]), MASK_ID)
   np.testing.assert_allclose(np.asarray(terms)[0], [2 * np.log(5), 0.0, 0.0],
                              rtol=1e-6)
 
@@ -210,7 +210,7 @@ def test_mdlm_terms_never_score_pad():
 def test_ar_loss_hand_computed_and_ignores_pad_targets():
   logits = np.random.default_rng(0).normal(size=(1, 3, 8)).astype(np.float32)
   logits_fn = _stub(lambda tokens: jnp.asarray(logits))
-  tokens = jnp.array([[BOS, 5, 6, PAD]])
+  tokens = jnp.array([[BOS_ID, 5, 6, PAD_ID]])
   loss, metrics = objectives.ar_eval(logits_fn, None, tokens)
   nll = -_log_softmax(logits[0, 0])[5] - _log_softmax(logits[0, 1])[6]
   np.testing.assert_allclose(float(metrics["nll"]), nll, rtol=1e-6)
@@ -225,9 +225,9 @@ def test_ar_loss_hand_computed_and_ignores_pad_targets():
 
 def test_mdlm_loss_hides_pad_keys_and_counts_real_tokens():
   logits_fn = stubs.RecordingLogitsFn(VOCAB)
-  tokens = jnp.array([[5, 6, PAD, PAD], [7, 5, 6, PAD]])
+  tokens = jnp.array([[5, 6, PAD_ID, PAD_ID], [7, 5, 6, PAD_ID]])
   _, metrics = objectives.mdlm_loss(logits_fn, None, tokens, jax.random.key(0))
-  valid = np.asarray(tokens) != PAD  # every query sees exactly the real keys
+  valid = np.asarray(tokens) != PAD_ID  # every query sees exactly the real keys
   np.testing.assert_array_equal(logits_fn.seen[0][2], np.broadcast_to(valid[:, None],
                                                          (2, 4, 4)))
   assert float(metrics["tokens"]) == 5
@@ -237,17 +237,17 @@ def test_mdlm_loss_hides_pad_keys_and_counts_real_tokens():
 # Forward process and time sampling.
 
 def test_mask_tokens_rate_and_pad():
-  x0 = jnp.tile(jnp.array([[5, 6, 7, 5, PAD]]), (4000, 1))
+  x0 = jnp.tile(jnp.array([[5, 6, 7, 5, PAD_ID]]), (4000, 1))
   t = jnp.tile(jnp.array([0.2, 0.7]), 2000)
-  x_t = np.asarray(objectives.mask_at_time(jax.random.key(0), x0, t, MASK, EPS))
-  assert np.all(x_t[:, 4] == PAD)
-  assert np.all((x_t[:, :4] == MASK) | (x_t[:, :4] == np.asarray(x0)[:, :4]))
+  x_t = np.asarray(objectives.mask_at_time(jax.random.key(0), x0, t, MASK_ID, EPS))
+  assert np.all(x_t[:, 4] == PAD_ID)
+  assert np.all((x_t[:, :4] == MASK_ID) | (x_t[:, :4] == np.asarray(x0)[:, :4]))
   for row, tt in ((slice(0, None, 2), 0.2), (slice(1, None, 2), 0.7)):
-    rate = (x_t[row, :4] == MASK).mean()
+    rate = (x_t[row, :4] == MASK_ID).mean()
     p = (1 - EPS) * tt
     assert abs(rate - p) < 5 * np.sqrt(p * (1 - p) / 8000)
-  full = objectives.mask_at_time(jax.random.key(1), x0, jnp.ones(4000), MASK, 0.0)
-  assert np.all(np.asarray(full)[:, :4] == MASK)
+  full = objectives.mask_at_time(jax.random.key(1), x0, jnp.ones(4000), MASK_ID, 0.0)
+  assert np.all(np.asarray(full)[:, :4] == MASK_ID)
 
 
 def test_sample_times_are_antithetic():
@@ -299,7 +299,7 @@ def test_losses_jit_and_differentiate_with_the_transformer(name, attention):
   params = jax.tree.map(lambda x: jnp.asarray(rng.normal(0, 0.3, x.shape), x.dtype),
                         nn.meta.unbox(abstract_params(config)))
   loss_fn = functools.partial(getattr(objectives, name), make_logits_fn(config))
-  tokens = jax.random.randint(jax.random.key(1), (4, 8), 5, 16).at[1, 6:].set(PAD)
+  tokens = jax.random.randint(jax.random.key(1), (4, 8), 5, 16).at[1, 6:].set(PAD_ID)
   (loss, metrics), grads = jax.jit(jax.value_and_grad(loss_fn, has_aux=True))(
       params, tokens, jax.random.key(2))
   assert np.isfinite(float(loss)) and float(loss) > 0

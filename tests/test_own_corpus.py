@@ -22,10 +22,10 @@ import numpy as np
 import pytest
 
 from lm_decoding.data import parallel_text as pt
-from lm_decoding.decoding import base, sampling
+from lm_decoding.decoding import sampling
 from lm_decoding.decoding.autoregressive import AutoregressiveDecoder
 from lm_decoding.evaluation import translation_metrics as tm
-from lm_decoding.models import make_logits_fn
+from lm_decoding.models import Model, make_logits_fn
 from lm_decoding.special_tokens import EOS_ID, PAD_ID
 from lm_decoding.training import distillation, pretrained, train
 
@@ -220,7 +220,7 @@ def test_own_file_trains_and_decodes_end_to_end(tmp_path, toy_file):
                         data_dir=str(data_dir))
   assert summary["steps"] == 3 and np.isfinite(summary["valid_loss"])
   params = pretrained.load_trained_params(member, str(tmp_path / "ar"))
-  model = base.Model(make_logits_fn(train.model_config(member)), params)
+  model = Model(make_logits_fn(train.model_config(member)), params)
   decoder = AutoregressiveDecoder(
       sampling=sampling.SamplingConfig(temperature=0.0),
       output_length=config.data.max_target_tokens + 1, eos_ids=(EOS_ID,),

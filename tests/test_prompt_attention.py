@@ -8,6 +8,7 @@ import pytest
 from lm_decoding.decoding import autoregressive, base, beam_search, sampling
 from lm_decoding.models import (
     TransformerConfig, init_params, make_logits_fn, masks)
+from lm_decoding.models import Model
 
 CFG = TransformerConfig(vocab_size=32, d_model=16, num_layers=2, num_heads=2,
                         num_kv_heads=2, head_dim=8, mlp_dim=32, max_len=24)
@@ -18,7 +19,7 @@ GREEDY = sampling.SamplingConfig(temperature=0.0)
 
 
 def _model():
-  return base.Model(make_logits_fn(CFG), init_params(CFG, jax.random.key(3)))
+  return Model(make_logits_fn(CFG), init_params(CFG, jax.random.key(3)))
 
 
 def _teacher_forced_argmax(model, tokens_BxT, prompt_attention):

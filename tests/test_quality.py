@@ -13,8 +13,8 @@ import pytest
 from lm_decoding.evaluation import quality
 from lm_decoding.models import TransformerConfig, init_params, make_logits_fn
 from lm_decoding.models.output import ModelOutput
+from lm_decoding.special_tokens import BOS_ID
 
-BOS = 2
 V = 16
 MAX_POS = 16
 
@@ -90,7 +90,7 @@ def test_perplexity_weighted_and_errors():
 def c9_case():
   """Doc A = [0, 5, 7] with log-probs [-1, -2, -3]; doc B has 5 tokens."""
   table = random_table(0)
-  set_log_prob(table, 0, BOS, 0, -1.0)  # token id 0 (= PAD id) is real
+  set_log_prob(table, 0, BOS_ID, 0, -1.0)  # token id 0 (= PAD id) is real
   set_log_prob(table, 1, 0, 5, -2.0)
   set_log_prob(table, 2, 5, 7, -3.0)
   tokens = np.array([[0, 5, 7, 0, 0], [9, 0, 11, 12, 13]], np.int32)
@@ -111,7 +111,7 @@ def test_gen_ppl_c9_alone_and_batched():
   np.testing.assert_array_equal(both.row_counts, [3, 5])
   assert both.num_tokens == 8
   nll, _ = reference_gen_ppl(np.asarray(table), tokens, lengths,
-                             np.full((2, 1), BOS), [1, 1])
+                             np.full((2, 1), BOS_ID), [1, 1])
   assert both.ppl == pytest.approx(math.exp(nll.sum() / 8), rel=1e-6)
 
 
@@ -133,7 +133,7 @@ def test_gen_ppl_matches_loop_and_ignores_batch_size(prompted):
   if prompted:
     kwargs = dict(prompts=prompts, prompt_lengths=prompt_lengths)
   else:
-    prompts, prompt_lengths = np.full((7, 1), BOS), np.ones(7, np.int32)
+    prompts, prompt_lengths = np.full((7, 1), BOS_ID), np.ones(7, np.int32)
   nll, counts = reference_gen_ppl(table, tokens, lengths, prompts,
                                   prompt_lengths)
   expected = math.exp(nll.sum() / counts.sum())

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 from lm_decoding.decoding import make_decoder
-from lm_decoding.decoding.base import Model
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.models import (KVCache, TransformerConfig, abstract_params,
                                 init_params, make_logits_fn, masks)
 from lm_decoding.models import int8
+from lm_decoding.models import Model
 from lm_decoding.models.kv_cache import Int8KV
 from lm_decoding.models.quantization import (dequantize_params,
                                               quantize_params)

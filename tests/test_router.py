@@ -5,10 +5,9 @@ import numpy as np
 import pytest
 
 import stubs
-from lm_decoding.decoding.base import Model
 from lm_decoding.evaluation import cost_model, router
 from lm_decoding.evaluation.router import CostCurve, RouterConfig
-from lm_decoding.models import TransformerConfig
+from lm_decoding.models import Model, TransformerConfig
 
 # Synthetic curves (ms at T = 32, 128): AR linear, parallel flat and worse,
 # speculative lossless and a little faster than AR.

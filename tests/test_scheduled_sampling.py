@@ -14,11 +14,11 @@ import pytest
 import _loading
 from lm_decoding.models import TransformerConfig, init_params, make_logits_fn
 from lm_decoding.models.output import ModelOutput
+from lm_decoding.special_tokens import PAD_ID
 from lm_decoding.training import objectives
 from lm_decoding.training import train as train_lib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-PAD = 0
 CFG = TransformerConfig(vocab_size=64, d_model=32, num_layers=1, num_heads=2,
                         num_kv_heads=2, head_dim=16, mlp_dim=64, max_len=32,
                         attention="causal")
@@ -32,7 +32,7 @@ def model():
 
 def _tokens(batch=4, length=16, pad_from=12):
   tokens = jax.random.randint(jax.random.key(1), (batch, length), 5, 64)
-  return tokens.at[0, pad_from:].set(PAD)  # one right-padded row
+  return tokens.at[0, pad_from:].set(PAD_ID)  # one right-padded row
 
 
 def test_probability_zero_is_teacher_forcing_exactly(model):
@@ -57,7 +57,7 @@ def test_positive_probability_changes_the_loss_and_its_gradient(model):
   assert float(metrics["replaced"]) > 0.2
   assert abs(float(loss) - float(plain)) > 1e-4
   # The same targets are scored: only the inputs changed.
-  assert float(metrics["tokens"]) == float((tokens[:, 1:] != PAD).sum())
+  assert float(metrics["tokens"]) == float((tokens[:, 1:] != PAD_ID).sum())
   grads = jax.grad(lambda p: objectives.ar_scheduled_sampling_loss(
       logits_fn, p, tokens, jax.random.key(2), probability=0.5)[0])(params)
   assert all(np.isfinite(g).all() for g in jax.tree.leaves(grads))
@@ -66,14 +66,14 @@ def test_positive_probability_changes_the_loss_and_its_gradient(model):
 def test_replaced_fraction_matches_probability_and_takes_predictions():
   batch, length, vocab, p = 64, 256, 16, 0.3
   inputs = jax.random.randint(jax.random.key(3), (batch, length), 5, vocab)
-  inputs = inputs.at[:8, 200:].set(PAD)
+  inputs = inputs.at[:8, 200:].set(PAD_ID)
   # One-hot logits: the model predicts (input + 1) mod V at every position,
   # so a replaced input i >= 1 must equal (input[i - 1] + 1) mod V.
   logits = 1e4 * jax.nn.one_hot((inputs + 1) % vocab, vocab)
   mixed, replaced = objectives.scheduled_sampling_inputs(
       jax.random.key(4), inputs, logits, p)
   mixed, replaced, inputs = map(np.asarray, (mixed, replaced, inputs))
-  eligible = inputs != PAD
+  eligible = inputs != PAD_ID
   eligible[:, 0] = False
   assert not replaced[~eligible].any()  # position 0 and PAD kept
   n = eligible.sum()

@@ -19,9 +19,9 @@ import stubs
 from lm_decoding.decoding import base, make_decoder, sampling, speculative
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.decoding.self_drafting import lookup
-from lm_decoding.models import TransformerConfig, init_params, make_logits_fn
+from lm_decoding.models import Model, TransformerConfig, init_params, make_logits_fn
+from lm_decoding.special_tokens import EOS_ID, MASK_ID, PAD_ID
 
-PAD, EOS, MASK = 0, 3, 4
 KEY = jax.random.key(0)
 GREEDY = SamplingConfig(temperature=0.0)
 P_VALUE = 1e-3  # keys are fixed: every run is the same run
@@ -30,9 +30,9 @@ DRAW_VERIFY = ("speculative", "jacobi", "prompt_lookup", "diffusion_draft",
 
 
 def models(target, draft=None):
-  out = {"target": base.Model(target, None)}
+  out = {"target": Model(target, None)}
   if draft is not None:
-    out["draft"] = base.Model(draft, None)
+    out["draft"] = Model(draft, None)
   return out
 
 
@@ -48,10 +48,10 @@ def long_stub(seed, vocab=12, max_len=272):
   position 80) and row 3 (at 200) of every 4: rows end at different places
   or not at all."""
   random = stubs.TableLogitsFn.random(seed, vocab, max_len,
-                                      masked_ids=(PAD, MASK))
+                                      masked_ids=(PAD_ID, MASK_ID))
   table = np.repeat(random.table, 4, axis=0)
-  table[..., EOS] = -np.inf
-  table[1, 80, ..., EOS] = table[3, 200, ..., EOS] = 100.0
+  table[..., EOS_ID] = -np.inf
+  table[1, 80, ..., EOS_ID] = table[3, 200, ..., EOS_ID] = 100.0
   return stubs.TableLogitsFn(table)
 
 
@@ -105,7 +105,7 @@ DRAWS = 24_000  # rows, alternating between the two prompts
 
 
 def target_stub():
-  return stubs.TableLogitsFn.random(11, V, 16, masked_ids=(PAD,))
+  return stubs.TableLogitsFn.random(11, V, 16, masked_ids=(PAD_ID,))
 
 
 def exact_distribution(stub, prompt, config):
@@ -179,7 +179,7 @@ def check_exact(decoder, models_, config):
     (1, "t1"), (3, "t0.7_topk3"), (8, "topp_minp_penalty"),
     (3, "topp_minp_penalty")])
 def test_speculative_samples_the_target_distribution(gamma, config):
-  draft = stubs.TableLogitsFn.random(12, V, 16, masked_ids=(PAD,))
+  draft = stubs.TableLogitsFn.random(12, V, 16, masked_ids=(PAD_ID,))
   decoder = make_decoder("speculative", output_length=T, gamma=gamma,
                          sampling=CONFIGS[config], eos_ids=())
   out = check_exact(decoder, models(target_stub(), draft), CONFIGS[config])
@@ -217,8 +217,8 @@ def test_diffusion_draft_left_to_right_is_exact_confidence_is_not():
     decoder = make_decoder("diffusion_draft", output_length=T, gamma=3,
                            draft_steps=3, order=order, sampling=config,
                            eos_ids=())
-    tokens, _ = sample_rows(decoder, {"target": base.Model(target, None),
-                                      "draft": base.Model(denoiser,
+    tokens, _ = sample_rows(decoder, {"target": Model(target, None),
+                                      "draft": Model(denoiser,
                                                           jnp.uint32(7))})
     p_value, tv[order] = fit(tokens[0::2], exact)
     if order == "left_to_right":
@@ -230,8 +230,8 @@ def test_diffusion_draft_left_to_right_is_exact_confidence_is_not():
 # --- Caches after rejection: those of plain decoding of the accepted prefix.
 
 def test_both_caches_hold_exactly_the_accepted_prefix_after_every_round():
-  target = stubs.TableLogitsFn.random(1, 12, 40, masked_ids=(PAD,))
-  draft = stubs.TableLogitsFn.random(2, 12, 40, masked_ids=(PAD,))
+  target = stubs.TableLogitsFn.random(1, 12, 40, masked_ids=(PAD_ID,))
+  draft = stubs.TableLogitsFn.random(2, 12, 40, masked_ids=(PAD_ID,))
   decoder = make_decoder("speculative", output_length=20, gamma=4,
                          sampling=SamplingConfig(temperature=1.0), eos_ids=())
   models_ = models(target, draft)
@@ -265,9 +265,9 @@ def test_transformer_caches_equal_a_fresh_prefill_of_the_accepted_prefix():
                              num_heads=2, num_kv_heads=1, head_dim=16,
                              mlp_dim=64, max_len=48)
   logits_fn = make_logits_fn(config)
-  models_ = {"target": base.Model(logits_fn,
+  models_ = {"target": Model(logits_fn,
                                   init_params(config, jax.random.key(1))),
-             "draft": base.Model(logits_fn,
+             "draft": Model(logits_fn,
                                  init_params(config, jax.random.key(2)))}
   decoder = make_decoder("speculative", output_length=16, gamma=3,
                          sampling=SamplingConfig(temperature=1.0), eos_ids=())
@@ -300,8 +300,8 @@ def test_transformer_caches_equal_a_fresh_prefill_of_the_accepted_prefix():
 # --- Statistics, cost and the pieces. ----------------------------------------
 
 def test_acceptance_statistics_match_the_rounds_and_the_calls():
-  target = stubs.TableLogitsFn.random(1, 12, 40, masked_ids=(PAD,))
-  draft = stubs.TableLogitsFn.random(2, 12, 40, masked_ids=(PAD,))
+  target = stubs.TableLogitsFn.random(1, 12, 40, masked_ids=(PAD_ID,))
+  draft = stubs.TableLogitsFn.random(2, 12, 40, masked_ids=(PAD_ID,))
   decoder = make_decoder("speculative", output_length=20, gamma=3,
                          sampling=SamplingConfig(temperature=1.0))
   out = decoder.decode(models(target, draft), RAGGED[:1], RAGGED_LENGTHS[:1],
@@ -320,24 +320,24 @@ def test_prompt_lookup_copies_what_followed_the_earliest_match():
   """Case T3: the reference rule (Saxena 2023; transformers' prompt lookup)
   copies after the earliest match; match='latest' after the most recent."""
   context = jnp.array([1, 2, 3, 1, 2, 4, 1, 2, 0, 0], jnp.int32)
-  np.testing.assert_array_equal(lookup(context, jnp.int32(7), 2, 2, PAD),
+  np.testing.assert_array_equal(lookup(context, jnp.int32(7), 2, 2, PAD_ID),
                                 [3, 1])
   np.testing.assert_array_equal(
-      lookup(context, jnp.int32(7), 2, 2, PAD, "latest"), [4, 1])
+      lookup(context, jnp.int32(7), 2, 2, PAD_ID, "latest"), [4, 1])
   sequence = jnp.array([5, 6, 7, 8, 9, 5, 6, 7, 2, 5, 6, 0, 0, 0], jnp.int32)
   # Last tokens (5, 6) at pos 10; the 3-gram "2 5 6" never occurred, so the
   # 2-gram "5 6" wins: at 0 (earliest) or at 5 (latest).
-  np.testing.assert_array_equal(lookup(sequence, jnp.int32(10), 4, 3, PAD),
+  np.testing.assert_array_equal(lookup(sequence, jnp.int32(10), 4, 3, PAD_ID),
                                 [7, 8, 9, 5])
   np.testing.assert_array_equal(
-      lookup(sequence, jnp.int32(10), 4, 3, PAD, "latest"), [7, 2, 5, 6])
+      lookup(sequence, jnp.int32(10), 4, 3, PAD_ID, "latest"), [7, 2, 5, 6])
   # Copying past the known context gives PAD.
   np.testing.assert_array_equal(
-      lookup(sequence, jnp.int32(10), 7, 3, PAD, "latest"),
-      [7, 2, 5, 6, PAD, PAD, PAD])
+      lookup(sequence, jnp.int32(10), 7, 3, PAD_ID, "latest"),
+      [7, 2, 5, 6, PAD_ID, PAD_ID, PAD_ID])
   # No match at all.
-  np.testing.assert_array_equal(lookup(sequence, jnp.int32(2), 2, 3, PAD),
-                                [PAD, PAD])
+  np.testing.assert_array_equal(lookup(sequence, jnp.int32(2), 2, 3, PAD_ID),
+                                [PAD_ID, PAD_ID])
 
 
 @pytest.mark.parametrize("match", ["earliest", "latest"])
@@ -359,13 +359,13 @@ def test_prompt_lookup_either_match_is_the_greedy_output(match):
 def test_draft_tokens_after_an_eos_are_not_counted_accepted():
   """Case T3: draft == target scripted [5, EOS, 6, 7]: all four drafts agree
   but only two are committed (the EOS ends the row); accept_counts says 2."""
-  script = stubs.TableLogitsFn.scripted([[5, 5, 5, EOS, 6, 7] + [9] * 10],
+  script = stubs.TableLogitsFn.scripted([[5, 5, 5, EOS_ID, 6, 7] + [9] * 10],
                                         12)
   out = make_decoder("speculative", output_length=8, gamma=4,
-                     sampling=GREEDY, eos_ids=(EOS,)).decode(
+                     sampling=GREEDY, eos_ids=(EOS_ID,)).decode(
                          models(script, script), RAGGED[:1],
                          RAGGED_LENGTHS[:1], None)
-  np.testing.assert_array_equal(out.tokens[0, :2], [5, EOS])
+  np.testing.assert_array_equal(out.tokens[0, :2], [5, EOS_ID])
   np.testing.assert_array_equal(out.stats["accept_counts"][0], [0, 0, 1, 0, 0])
 
 
@@ -378,16 +378,16 @@ def test_skeleton_with_threshold_zero_is_the_mdlm_sample():
   boundary below is refused: tests/test_bad_inputs.py)."""
   width = RAGGED.shape[1]
   target = stubs.TableLogitsFn.random(
-      1, 12, width + SKELETON_T + SKELETON_GAMMA - 1, masked_ids=(PAD,))
+      1, 12, width + SKELETON_T + SKELETON_GAMMA - 1, masked_ids=(PAD_ID,))
   denoiser = stubs.HashDenoiser(vocab=12, max_len=width + SKELETON_T)
   decoder = make_decoder("skeleton_polish", output_length=SKELETON_T,
                          gamma=SKELETON_GAMMA, threshold=0.0, draft_steps=6)
-  out = decoder.decode({"target": base.Model(target, None),
-                        "draft": base.Model(denoiser, jnp.uint32(3))},
+  out = decoder.decode({"target": Model(target, None),
+                        "draft": Model(denoiser, jnp.uint32(3))},
                        RAGGED, RAGGED_LENGTHS, KEY)
   skeleton_keys = jax.vmap(jax.random.split)(base.row_keys(KEY, 4))[:, 0]
   skeleton = decoder.skeleton_decoder().decode(
-      {"model": base.Model(denoiser, jnp.uint32(3))}, RAGGED, RAGGED_LENGTHS,
+      {"model": Model(denoiser, jnp.uint32(3))}, RAGGED, RAGGED_LENGTHS,
       skeleton_keys)
   np.testing.assert_array_equal(out.tokens, skeleton.tokens)
   assert int(out.calls["draft"]) == int(skeleton.nfe)
@@ -406,7 +406,7 @@ def test_skeleton_with_threshold_zero_is_the_mdlm_sample():
      "repetition_penalty=1.2 must be 1"),
     ("skeleton_polish", dict(threshold=1.5), r"threshold=1.5 must be .*\[0, 1\]"),
     ("skeleton_polish", dict(threshold=True), r"threshold=True must be"),
-    ("skeleton_polish", dict(mask_id=0), "mask_id=0 must be"),
+    ("skeleton_polish", dict(mask_id=PAD_ID), "mask_id=0 must be"),
     ("speculative", dict(prompt_attention="bidirectional"),
      "prompt_attention='bidirectional' must be 'causal'"),
 ])

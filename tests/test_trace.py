@@ -9,14 +9,13 @@ from lm_decoding.decoding import make_decoder
 from lm_decoding.decoding.base import bind
 from lm_decoding.decoding.iterative import prompt_layout
 from lm_decoding.evaluation import trace
-
-MASK = 4
+from lm_decoding.special_tokens import MASK_ID
 
 
 def test_commit_steps_worked_example():
-  initial = np.array([[7, MASK, MASK, MASK]])
-  states = np.array([[[7, MASK, 5, MASK]], [[7, 6, 5, MASK]],
-                     [[7, 6, MASK, 8]], [[7, 6, 9, 8]]])  # re-mask at step 2
+  initial = np.array([[7, MASK_ID, MASK_ID, MASK_ID]])
+  states = np.array([[[7, MASK_ID, 5, MASK_ID]], [[7, 6, 5, MASK_ID]],
+                     [[7, 6, MASK_ID, 8]], [[7, 6, 9, 8]]])  # re-mask at step 2
   np.testing.assert_array_equal(trace.commit_steps(initial, states),
                                 [[-1, 1, 3, 2]])
   with pytest.raises(ValueError, match="still masked"):

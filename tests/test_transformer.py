@@ -16,8 +16,8 @@ from lm_decoding.models import (KVCache, TransformerConfig, abstract_params,
 from lm_decoding.models import masks
 from lm_decoding.models.kv_cache import write_rows
 from lm_decoding.models.transformer import Attention
+from lm_decoding.special_tokens import PAD_ID
 
-PAD = 0
 BASE = TransformerConfig(vocab_size=32, d_model=32, num_layers=2, num_heads=4,
                          num_kv_heads=4, head_dim=8, mlp_dim=64, max_len=32)
 
@@ -98,7 +98,7 @@ def test_cached_decoding_matches_full_forward_for_every_prompt_length(name):
   lengths = jnp.arange(1, length, dtype=jnp.int32)
   batch, prompt_len = len(lengths), length - 1
   slot = jnp.arange(prompt_len)[None, :]
-  prompts = jnp.where(slot < lengths[:, None], seqs[:, :prompt_len], PAD)
+  prompts = jnp.where(slot < lengths[:, None], seqs[:, :prompt_len], PAD_ID)
   cache = make_logits_fn(config).init_cache(batch, 2 * length)
   logits, cache, _ = logits_fn(params, prompts, _positions(batch, prompt_len),
                             cache)
@@ -260,8 +260,8 @@ def test_f2_gqa_query_head_reads_kv_head_h_div_group(constant_values):
 def test_key_padding_mask_hides_padded_keys_in_bidirectional_mode():
   config = BASE.replace(attention="bidirectional")
   params = _params(config)
-  tokens = _tokens(5, 5, 6, config.vocab_size).at[0, 4:].set(PAD)
-  mask = masks.key_padding_mask(tokens != PAD, 6)
+  tokens = _tokens(5, 5, 6, config.vocab_size).at[0, 4:].set(PAD_ID)
+  mask = masks.key_padding_mask(tokens != PAD_ID, 6)
   refilled = tokens.at[0, 4:].set(jnp.array([7, 8]))
   a = _full(config, params, tokens, attention_mask=mask)
   b = _full(config, params, refilled, attention_mask=mask)

@@ -10,6 +10,7 @@ import pytest
 
 import stubs
 from lm_decoding.data import parallel_text
+from lm_decoding.models import ctc_frames
 from lm_decoding.models import (
     TransformerConfig, init_params, make_logits_fn, masks)
 from lm_decoding.special_tokens import BOS_ID, EOS_ID, PAD_ID
@@ -61,7 +62,7 @@ def test_ctc_loss_counts_infeasible_rows():
 
 
 def test_ctc_layout_upsamples_the_source():
-  tokens, valid, frame_valid = parallel_text.ctc_layout(
+  tokens, valid, frame_valid = ctc_frames.ctc_layout(
       jnp.asarray([[5, 6, BOS_ID], [6, BOS_ID, PAD_ID]]),
       jnp.asarray([3, 2]), 2)
   np.testing.assert_array_equal(tokens, [[5, 6, 2, 5, 5, 6, 6],

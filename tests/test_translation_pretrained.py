@@ -11,11 +11,11 @@ import pytest
 
 from lm_decoding.data import parallel_text as pt
 from lm_decoding.data.tokenizer import Tokenizer
-from lm_decoding.decoding import base, sampling
+from lm_decoding.decoding import sampling
 from lm_decoding.decoding.autoregressive import AutoregressiveDecoder
 from lm_decoding.decoding.ctc import CTCDecoder
 from lm_decoding.decoding.mask_predict import MaskPredictDecoder
-from lm_decoding.models import make_logits_fn
+from lm_decoding.models import Model, make_logits_fn
 from lm_decoding.special_tokens import EOS_ID, PAD_ID
 from lm_decoding.training import distillation, pretrained, train
 
@@ -104,7 +104,7 @@ def test_member_loads_with_its_manifest_and_translates(name, tokenizer,
       and manifest["metrics"]["stopped_early"].startswith(
           f"stopped at step {steps} of"))
   assert {x.dtype for x in jax.tree.leaves(params)} == {np.dtype("float32")}
-  model = base.Model(make_logits_fn(train.model_config(member)), params)
+  model = Model(make_logits_fn(train.model_config(member)), params)
   prompts, lengths = pt.prompts(held_out_pairs)
   tokens, _ = distillation.translate_all(
       _decoder(member.train.objective), model, prompts[:N], lengths[:N], N)

@@ -23,6 +23,7 @@ import numpy as np
 from lm_decoding.decoding import base
 from lm_decoding.evaluation import cost
 from lm_decoding.models import TransformerConfig, init_params, make_logits_fn
+from lm_decoding.models import Model
 
 PROMPT_LEN = 16
 RUNS = 7
@@ -35,7 +36,7 @@ def main():
                           num_heads=4, num_kv_heads=4, head_dim=32,
                           mlp_dim=512, max_len=PROMPT_LEN + 256,
                           attention="bidirectional")
-  models = {"model": base.Model(make_logits_fn(cfg),
+  models = {"model": Model(make_logits_fn(cfg),
                                 init_params(cfg, jax.random.key(0)))}
   load = os.getloadavg()[0]
   print(f"jax {jax.__version__}, {os.cpu_count()} cores, 1-min load "

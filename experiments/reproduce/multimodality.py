@@ -26,8 +26,8 @@ import numpy as np
 
 import claim_record
 from lm_decoding.decoding import make_decoder
-from lm_decoding.decoding.base import Model
 from lm_decoding.decoding.sampling import SamplingConfig
+from lm_decoding.models import Model
 from lm_decoding.models.output import ModelOutput
 from lm_decoding.special_tokens import MASK_ID, RESERVED_IDS
 

@@ -38,9 +38,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from lm_decoding.data import pipeline  # noqa: E402
-from lm_decoding.decoding.base import Model  # noqa: E402
 from lm_decoding.evaluation import records, speculative_cost  # noqa: E402
-from lm_decoding.models import init_params, make_logits_fn  # noqa: E402
+from lm_decoding.models import Model, init_params, make_logits_fn  # noqa: E402
 from lm_decoding.training import pretrained  # noqa: E402
 from lm_decoding.training import train as train_lib  # noqa: E402
 

@@ -408,36 +408,3 @@ def prepare(vocab_size: int, max_source_tokens: int, max_target_tokens: int,
   return TranslationData(tokenizer, {
       name: encode_pairs(tokenizer, pairs, max_source_tokens,
                          max_target_tokens) for name, pairs in splits.items()})
-
-
-def ctc_layout(prefix_BxP: jax.Array, prefix_lengths_B: jax.Array,
-               upsample: int) -> tuple[jax.Array, jax.Array, jax.Array]:
-  """Rows [source, BOS, frames, PAD] of a CTC NAT (Libovicky & Helcl 2018).
-
-  The frames are the source upsampled: source token j repeated `upsample`
-  times, so a source of n tokens has F_b = upsample * n frames, starting at
-  position prefix_lengths[b] = n + 1. E.g. source [a, b], upsample 2:
-  [a, b, BOS, a, a, b, b, PAD ...]. Traceable.
-
-  Args:
-    prefix_BxP: int32[B, P] right-padded prefixes [source, BOS] (`prompts`).
-    prefix_lengths_B: int32[B] in [2, P].
-    upsample: frames per source token, >= 1.
-  Returns:
-    tokens int32[B, P + upsample * (P - 1)]; valid bool[B, same] (False on
-    PAD); frame_valid bool[B, upsample * (P - 1)]: which frame slots
-    (positions prefix_lengths[b] + f) hold a frame.
-  """
-  width = prefix_BxP.shape[1]
-  frames = upsample * (width - 1)
-  position_L = jnp.arange(width + frames)[None]
-  prefix_Bx1 = jnp.asarray(prefix_lengths_B, jnp.int32)[:, None]
-  frame_count_Bx1 = upsample * (prefix_Bx1 - 1)
-  valid_BxL = position_L < prefix_Bx1 + frame_count_Bx1
-  index_BxL = jnp.where(position_L < prefix_Bx1, position_L,
-                        (position_L - prefix_Bx1) // upsample)
-  tokens_BxL = jnp.take_along_axis(prefix_BxP, jnp.clip(index_BxL, 0,
-                                                        width - 1), axis=1)
-  frame_valid_BxF = jnp.arange(frames)[None] < frame_count_Bx1
-  return (jnp.where(valid_BxL, tokens_BxL, PAD_ID).astype(jnp.int32),
-          valid_BxL, frame_valid_BxF)

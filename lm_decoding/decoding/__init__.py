@@ -25,9 +25,9 @@ import importlib
 import pkgutil
 
 from lm_decoding.decoding.base import (
-    DecodeResult, Model, bind, make_decoder, registered)
+    DecodeResult, bind, make_decoder, registered)
 
 for _module in pkgutil.iter_modules(__path__):
   importlib.import_module(f"{__name__}.{_module.name}")
 
-__all__ = ["DecodeResult", "Model", "bind", "make_decoder", "registered"]
+__all__ = ["DecodeResult", "bind", "make_decoder", "registered"]

@@ -50,10 +50,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from lm_decoding import debug
+from lm_decoding.checks import is_count
 from lm_decoding.decoding import base, sampling
-from lm_decoding.decoding.base import (
-    DecodeResult, LogitsFn, Model, id_tuple, is_count, register)
-from lm_decoding.models import masks
+from lm_decoding.decoding.base import DecodeResult, id_tuple, register
+from lm_decoding.models import Model, masks
+from lm_decoding.models.binding import LogitsFn
+from lm_decoding.special_tokens import EOS_ID, PAD_ID
 
 PROMPT_ATTENTION = ("causal", "bidirectional")
 
@@ -82,8 +84,8 @@ class SequenceConfig:
   """
 
   output_length: int = 32
-  eos_ids: tuple[int, ...] = (3,)
-  pad_id: int = 0
+  eos_ids: tuple[int, ...] = (EOS_ID,)
+  pad_id: int = PAD_ID
   cache_length: int | None = None
   prompt_attention: str = "causal"
 

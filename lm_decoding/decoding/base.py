@@ -14,9 +14,9 @@ built by `lm_decoding.models.make_logits_fn` for the Transformer (a frozen,
 hashable dataclass, so it can be a static jit argument), or by a test as a
 stub. A decoder may use several models, each under a named role ("model",
 "draft", "target", ...): it is called with `models`, a mapping from role to
-`Model` (a logits_fn bound to its parameters; `bind` makes the one-role
-mapping), and declares the roles it needs in `roles`. Every model call goes
-through `forward`, which counts calls and token positions per role in a
+`lm_decoding.models.Model` (a logits_fn bound to its parameters; `bind`
+makes the one-role mapping), and declares the roles it needs in `roles`.
+Every model call goes through `forward`, which counts calls and token positions per role in a
 `Cost`, so the harness can compare a 32-token block pass, a 272-token full
 pass and a draft step by what they cost. Every decoder returns a
 `DecodeResult`. Decoders are configured by frozen dataclasses (hashable:
@@ -41,33 +41,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from lm_decoding import debug
+# Not used here: kept importable from this module for decoding/bd3lm.py until
+# it imports lm_decoding.checks (the lead edits bd3lm.py). Nothing else may.
+from lm_decoding.checks import is_number  # noqa: F401
+from lm_decoding.models.binding import LogitsFn, Model
 from lm_decoding.models.output import ModelOutput
-
-
-class LogitsFn(Protocol):
-  """The model as decoders see it (see the module docstring)."""
-
-  max_len: int
-
-  def __call__(self, params: Any, tokens: jax.Array, positions: jax.Array,
-               cache: Any = None,
-               attention_mask: jax.Array | None = None) -> ModelOutput:
-    ...
-
-  def init_cache(self, batch_size: int, length: int) -> Any:
-    ...
-
-
-@flax.struct.dataclass
-class Model:
-  """A logits_fn bound to its parameters: one role of a decoder.
-
-  A pytree whose `logits_fn` is static (part of the tree structure), so a
-  mapping of `Model`s can be passed straight through `jax.jit`.
-  """
-
-  logits_fn: LogitsFn = flax.struct.field(pytree_node=False)
-  params: Any = None
 
 
 def bind(logits_fn: LogitsFn, params: Any, role: str = "model"
@@ -178,7 +156,7 @@ def check_models(decoder: Any, models: Mapping[str, Model]) -> None:
   """
   if not isinstance(models, Mapping) or not all(
       isinstance(m, Model) for m in models.values()):
-    raise ValueError(f"models must map role names to base.Model; got "
+    raise ValueError(f"models must map role names to models.Model; got "
                      f"{type(models).__name__} (use base.bind(logits_fn, "
                      f"params) for a one-model decoder)")
   wanted, given = set(decoder.roles), set(models)
@@ -244,18 +222,6 @@ def row_keys(key: jax.Array, batch: int) -> jax.Array:
     raise ValueError(f"key must be one PRNG key or one per row [{batch}]; "
                      f"got shape {key.shape}")
   return jax.vmap(lambda b: jax.random.fold_in(key, b))(jnp.arange(batch))
-
-
-def is_count(value: Any, minimum: int = 1) -> bool:
-  """True for an integer (not a bool) >= minimum: a size or step option."""
-  return (isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-          and value >= minimum)
-
-
-def is_number(value: Any) -> bool:
-  """True for a real number that is not a bool (True would pass as 1)."""
-  return (isinstance(value, (int, float, np.integer, np.floating))
-          and not isinstance(value, (bool, np.bool_)))
 
 
 def id_tuple(ids: Any) -> tuple[int, ...]:

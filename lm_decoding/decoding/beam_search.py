@@ -30,10 +30,11 @@ import jax
 import jax.numpy as jnp
 
 from lm_decoding import debug
-from lm_decoding.decoding.autoregressive import SequenceConfig, prefill_body
+from lm_decoding.checks import is_count, is_number
 from lm_decoding.decoding import base
-from lm_decoding.decoding.base import (DecodeResult, Model, is_count,
-                                       is_number, register)
+from lm_decoding.decoding.autoregressive import SequenceConfig, prefill_body
+from lm_decoding.decoding.base import DecodeResult, register
+from lm_decoding.models import Model
 
 
 def gnmt_length_penalty(length: jax.Array, alpha: float) -> jax.Array:

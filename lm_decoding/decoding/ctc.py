@@ -4,7 +4,7 @@ Deliberately not in the LM decoder registry: a translation decoder's
 contract differs (see the `lm_decoding.decoding` package docstring).
 
 Libovicky & Helcl (2018): the source [s_1 .. s_n, BOS] is followed by
-upsample * n frames (`parallel_text.ctc_layout`); one forward pass gives a
+upsample * n frames (`models.ctc_frames.ctc_layout`); one forward pass gives a
 token or the blank (`parallel_text.BLANK_ID`) per frame; the output is the
 frames' argmax with repeats collapsed and blanks dropped (`collapse`). The
 output length is dynamic: no length head. One forward pass (NFE 1).
@@ -19,13 +19,12 @@ from typing import Mapping
 import jax
 import jax.numpy as jnp
 
+from lm_decoding.checks import is_count
 from lm_decoding.data import parallel_text
 from lm_decoding.decoding import base
 from lm_decoding.decoding.autoregressive import check_prompts
+from lm_decoding.models import Model, ctc_frames
 from lm_decoding.special_tokens import BOS_ID, EOS_ID, MASK_ID, PAD_ID
-# A module import, not a name: translation_objectives imports the decoding
-# package (iterative.top_n), whose __init__ imports this module.
-from lm_decoding.training import translation_objectives
 
 
 def collapse(frames_BxF: jax.Array, frame_valid_BxF: jax.Array,
@@ -59,7 +58,7 @@ def collapse(frames_BxF: jax.Array, frame_valid_BxF: jax.Array,
 def _decode(decoder, models, prompts_BxP, prompt_lengths_B):
   cost = base.Cost.zero(decoder.roles)
   model = models["model"]
-  frames_BxFxV, frame_valid_BxF, _ = translation_objectives.ctc_frame_logits(
+  frames_BxFxV, frame_valid_BxF, _ = ctc_frames.frame_logits(
       model.logits_fn, model.params, prompts_BxP, prompt_lengths_B,
       decoder.upsample)
   cost = cost.add("model", jnp.zeros(
@@ -96,11 +95,11 @@ class CTCDecoder:
 
   def __post_init__(self):
     for name in ("output_length", "upsample"):
-      if not base.is_count(getattr(self, name)):
+      if not is_count(getattr(self, name)):
         raise ValueError(f"{name}={getattr(self, name)!r} must be an "
                          f"integer >= 1")
 
-  def decode(self, models: Mapping[str, base.Model], prompts: jax.Array,
+  def decode(self, models: Mapping[str, Model], prompts: jax.Array,
              prompt_lengths: jax.Array, key: jax.Array = None
              ) -> base.DecodeResult:
     """Decodes every row in one forward pass; `key` is unused.

@@ -25,9 +25,11 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from lm_decoding.decoding.base import is_number, register
-from lm_decoding.decoding.iterative import IterativeDecoder, Step, top_n
+from lm_decoding.checks import is_number
+from lm_decoding.decoding.base import register
+from lm_decoding.decoding.iterative import IterativeDecoder, Step
 from lm_decoding.decoding.sampling import SamplingConfig
+from lm_decoding.models.selection import top_n
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -56,12 +56,14 @@ from typing import ClassVar, Mapping
 import jax
 import jax.numpy as jnp
 
+from lm_decoding.checks import is_count, is_number
 from lm_decoding.decoding import base, sampling, schedule
-from lm_decoding.decoding.base import is_count, register
-from lm_decoding.decoding.iterative import top_n, windows
+from lm_decoding.decoding.base import register
+from lm_decoding.decoding.iterative import windows
 from lm_decoding.decoding.mdlm import MDLMDecoder
 from lm_decoding.decoding.speculative import DraftVerifyDecoder, processed
 from lm_decoding.models import masks
+from lm_decoding.models.selection import top_n
 from lm_decoding.special_tokens import MASK_ID
 
 ORDERS = ("left_to_right", "confidence")
@@ -185,7 +187,7 @@ class SkeletonPolishDecoder(DraftVerifyDecoder):
     if self.draft_steps is not None and not is_count(self.draft_steps):
       raise ValueError(f"draft_steps={self.draft_steps!r} must be an integer "
                        ">= 1 or None (= output_length)")
-    if not base.is_number(self.threshold) or not 0 <= self.threshold <= 1:
+    if not is_number(self.threshold) or not 0 <= self.threshold <= 1:
       raise ValueError(f"threshold={self.threshold!r} must be a number in "
                        "[0, 1]")
     _check_draft_options(self)

@@ -82,12 +82,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from lm_decoding import debug
+from lm_decoding.checks import is_count
 from lm_decoding.decoding import base
-from lm_decoding.decoding.base import DecodeResult, Model, id_tuple, is_count
+from lm_decoding.decoding.base import DecodeResult, id_tuple
 from lm_decoding.decoding.sampling import SamplingConfig, sample
-from lm_decoding.models import masks
+from lm_decoding.models import Model, masks
 from lm_decoding.models.config import token_shift
 from lm_decoding.models.diffusion import shift_logits
+# Not used here: kept importable as iterative.top_n for decoding/bd3lm.py
+# until it imports lm_decoding.models.selection (the lead edits bd3lm.py).
+from lm_decoding.models.selection import top_n  # noqa: F401
 from lm_decoding.special_tokens import EOS_ID, MASK_ID, PAD_ID
 
 KV_CACHES = ("none", "prefix", "dual")
@@ -179,17 +183,6 @@ class Step:
       return jnp.sum(jnp.where(p > 0, p * jnp.log(jnp.maximum(p, 1e-30)), 0.0),
                      -1)
     raise ValueError(f"ordering={ordering!r}; allowed: {ORDERINGS}")
-
-
-def top_n(score_W: jax.Array, allowed_W: jax.Array, n: jax.Array) -> jax.Array:
-  """bool[W]: the n allowed positions with the highest score.
-
-  Ties go to the leftmost position; n above the allowed count selects all.
-  """
-  score = jnp.where(allowed_W, score_W, -jnp.inf)
-  order = jnp.argsort(score, descending=True, stable=True)
-  first_n = jnp.arange(score_W.shape[0]) < n
-  return allowed_W & jnp.zeros_like(allowed_W).at[order].set(first_n)
 
 
 def _int_matrix(name: str, value: Any, shape: str) -> jax.Array:

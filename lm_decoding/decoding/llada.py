@@ -8,9 +8,10 @@ import jax.numpy as jnp
 
 from lm_decoding.decoding.base import register
 from lm_decoding.decoding.iterative import (
-    ORDERINGS, ScheduledDecoder, Step, top_n)
+    ORDERINGS, ScheduledDecoder, Step)
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.decoding.schedule import transfer_schedule
+from lm_decoding.models.selection import top_n
 
 
 @register("llada")

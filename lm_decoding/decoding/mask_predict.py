@@ -29,10 +29,11 @@ from typing import Mapping
 import jax
 import jax.numpy as jnp
 
+from lm_decoding.checks import is_count
 from lm_decoding.decoding import base
 from lm_decoding.decoding.autoregressive import check_prompts
-from lm_decoding.decoding.iterative import top_n
-from lm_decoding.models import masks
+from lm_decoding.models import Model, masks
+from lm_decoding.models.selection import top_n
 from lm_decoding.special_tokens import BOS_ID, EOS_ID, MASK_ID, PAD_ID
 
 LENGTHS = ("fixed", "head")
@@ -157,7 +158,7 @@ class MaskPredictDecoder:
 
   def __post_init__(self):
     for name in ("output_length", "steps", "length_beam"):
-      if not base.is_count(getattr(self, name)):
+      if not is_count(getattr(self, name)):
         raise ValueError(f"{name}={getattr(self, name)!r} must be an "
                          f"integer >= 1")
     if self.lengths not in LENGTHS:
@@ -169,7 +170,7 @@ class MaskPredictDecoder:
       raise ValueError(f"length_beam={self.length_beam} must be <= "
                        f"output_length={self.output_length}")
 
-  def decode(self, models: Mapping[str, base.Model], prompts: jax.Array,
+  def decode(self, models: Mapping[str, Model], prompts: jax.Array,
              prompt_lengths: jax.Array, key: jax.Array = None
              ) -> base.DecodeResult:
     """Translates right-padded prompts [source, BOS].

@@ -6,9 +6,11 @@ import dataclasses
 
 import jax.numpy as jnp
 
-from lm_decoding.decoding.base import is_number, register
-from lm_decoding.decoding.iterative import ScheduledDecoder, Step, top_n
+from lm_decoding.checks import is_number
+from lm_decoding.decoding.base import register
+from lm_decoding.decoding.iterative import ScheduledDecoder, Step
 from lm_decoding.decoding.schedule import cosine_schedule
+from lm_decoding.models.selection import top_n
 
 
 @register("maskgit")

@@ -48,8 +48,8 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+from lm_decoding.checks import is_count, is_number
 
-from lm_decoding.decoding.base import is_count, is_number
 
 # Temperatures below this decode greedily, in every decoder (`is_greedy`).
 # Dividing float32 logits by a tiny T overflows: logits [50, 60, 0] / 1e-37
@@ -160,7 +160,7 @@ def argmax(x: jax.Array) -> jax.Array:
   row has one), as `jnp.argmax`. XLA CPU lowers `jnp.argmax` to one
   reduction over (value, index) pairs, which it does not vectorise: 3.7x
   slower than this on [8, 32000] logits, 0.60 against 0.16 ms
-  (`experiments/results/benchmark_ar/argmax/`).
+  (`benchmarks/ar_decode/argmax/`).
 
   Args:
     x: float[..., N].

@@ -36,7 +36,8 @@ from typing import ClassVar
 import jax
 import jax.numpy as jnp
 
-from lm_decoding.decoding.base import is_count, register
+from lm_decoding.checks import is_count
+from lm_decoding.decoding.base import register
 from lm_decoding.decoding.speculative import DraftVerifyDecoder
 
 

@@ -65,9 +65,11 @@ import jax
 import jax.numpy as jnp
 
 from lm_decoding import debug
+from lm_decoding.checks import is_count
 from lm_decoding.decoding import base, sampling
 from lm_decoding.decoding.autoregressive import SequenceConfig, check_prompts
-from lm_decoding.decoding.base import DecodeResult, Model, is_count, register
+from lm_decoding.decoding.base import DecodeResult, register
+from lm_decoding.models import Model
 from lm_decoding.models.config import check_attention
 
 

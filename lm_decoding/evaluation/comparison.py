@@ -36,13 +36,14 @@ import numpy as np
 import tqdm
 from jax.sharding import Mesh
 
+from lm_decoding.checks import is_count
 from lm_decoding.data.tokenizer import Tokenizer
 from lm_decoding.decoding import (
-    autoregressive, base, bd3lm, hybrid, iterative, speculative)
+    autoregressive, base, bd3lm, hybrid, iterative, sharded, speculative)
 from lm_decoding.evaluation import cost, quality
 from lm_decoding.evaluation.entries import Planned
-from lm_decoding.models import count_params
-from lm_decoding.parallel import sharded, sharding
+from lm_decoding.models import Model, count_params
+from lm_decoding.parallel import sharding
 
 SPREAD_FLAG = 0.10  # timing spread (IQR / median) above which a row is flagged
 SAMPLES_SHOWN = 2  # prompts whose continuations the report shows
@@ -79,7 +80,7 @@ def _jit_decode(decoder, args: tuple, mesh: Mesh | None, rules):
       models, prompts, lengths, key))
 
 
-def _per_device_columns(row: dict, models: Mapping[str, base.Model],
+def _per_device_columns(row: dict, models: Mapping[str, Model],
                         roles, seconds: float, devices: int) -> dict:
   """Weight bandwidth and model FLOP/s per device of a row.
 
@@ -225,7 +226,7 @@ def _mean(values: np.ndarray) -> float:
   return float(finite.mean()) if finite.size else math.nan
 
 
-def _quality(evaluator: base.Model, tokenizer: Tokenizer, tokens, lengths,
+def _quality(evaluator: Model, tokenizer: Tokenizer, tokens, lengths,
              prompts, prompt_lengths) -> tuple[dict, list[str]]:
   tokens, lengths = np.asarray(tokens), np.asarray(lengths)
   ppl = quality.gen_ppl(evaluator.logits_fn, evaluator.params, tokens,
@@ -270,8 +271,119 @@ def _summary(row: dict) -> str:
   return line
 
 
-def run(planned: Sequence[Planned], models: Mapping[str, base.Model],
-        evaluator: base.Model, tokenizer: Tokenizer, prompts: np.ndarray,
+def _check_run(prompts: np.ndarray, batch_sizes: Sequence[int], runs: int,
+               mesh: Mesh | None, rules) -> int:
+  """The largest batch size (quality is scored there), after `run`'s
+  argument checks; raises ValueError as `run` documents."""
+  quality_batch = max(batch_sizes)
+  if len(prompts) < quality_batch:
+    raise ValueError(f"{len(prompts)} prompts < largest batch size "
+                     f"{quality_batch}")
+  if not is_count(runs):
+    raise ValueError(f"runs={runs!r} must be an integer >= 1")
+  if mesh is not None:
+    for b in batch_sizes:
+      sharding.batch_sharding(mesh, (b,), rules)  # raises before compiling
+  return quality_batch
+
+
+def _place_used(planned: Sequence[Planned], models: Mapping[str, Model],
+                mesh: Mesh, rules) -> dict[str, Model]:
+  """`models` with every member a planned row binds placed on `mesh`."""
+  used = {member for p in planned for _, member in p.roles}
+  return dict(models, **sharded.place_models(
+      {m: models[m] for m in used}, mesh, rules))
+
+
+def _schedule(planned: Sequence[Planned], batch_sizes: Sequence[int],
+              quality_batch: int, prompt_len: int, runs: int
+              ) -> tuple[list[tuple[int, int]], list[float]]:
+  """([(row index, B)] in run order, their expected costs): per output
+  length, the largest batch first (its EOS run serves the smaller ones)."""
+  lengths = dict.fromkeys(p.output_length for p in planned)
+  work = [(i, b) for t in lengths for b in sorted(batch_sizes, reverse=True)
+          for i, p in enumerate(planned) if p.output_length == t]
+  weights = [_expected_cost(planned[i], b, b == quality_batch, prompt_len,
+                            runs) for i, b in work]
+  return work, weights
+
+
+def _decode_args(p: Planned, b: int, models: Mapping[str, Model],
+                 prompts: np.ndarray, seed: int, mesh: Mesh | None,
+                 rules) -> tuple:
+  """(models by role, prompts int32[B, P], prompt lengths int32[B], key):
+  the first B prompts, split by 'batch' on a mesh; the key depends on T
+  only, so row b's key is the same at every B."""
+  batch_prompts = jnp.asarray(prompts[:b], jnp.int32)
+  prompt_lengths = jnp.full((b,), prompts.shape[1], jnp.int32)
+  if mesh is not None:
+    batch_prompts = sharding.shard_batch(batch_prompts, mesh, rules)
+    prompt_lengths = sharding.shard_batch(prompt_lengths, mesh, rules)
+  return ({role: models[member] for role, member in p.roles}, batch_prompts,
+          prompt_lengths,
+          jax.random.fold_in(jax.random.key(seed), p.output_length))
+
+
+def _cost_row(p: Planned, b: int, fixed: base.DecodeResult,
+              timing: cost.Timing, prompt_len: int) -> dict:
+  """A row's identity, model calls and timing columns, from the timed
+  fixed-length run."""
+  t = p.output_length
+  row = {"decoder": p.label, "series": list(p.series),
+         "models": ", ".join(f"{r}={m}" for r, m in p.roles),
+         "batch_size": b, "output_length": t, "nfe": int(fixed.nfe),
+         "calls": {r: int(c) for r, c in fixed.calls.items()},
+         "forward_tokens": {r: int(c)
+                            for r, c in fixed.forward_tokens.items()},
+         **_timing_columns(timing)}
+  row["noisy"] = bool(row["spread"] > SPREAD_FLAG)
+  row["full_pass"] = all(
+      row["forward_tokens"][r] == c * b * (prompt_len + t)
+      for r, c in row["calls"].items())
+  row["cached"] = p.cached
+  row["reference"] = p.reference_label
+  row["ms_per_token"] = row["ms_min"] / t
+  return row
+
+
+def _eos_columns(eos_fn, args: tuple, fixed: base.DecodeResult,
+                 eos: base.DecodeResult, same_work: bool,
+                 timing: cost.Timing, eos_ids: tuple[int, ...], runs: int
+                 ) -> dict:
+  """Tokens up to EOS and their rate; the EOS run (`eos_fn`, the jitted
+  EOS-stopping decode) is timed apart only when it did other work than the
+  fixed-length run (`_work`)."""
+  b = args[1].shape[0]
+  eos_tokens, eos_lengths = eos.tokens[:b], np.asarray(eos.lengths[:b])
+  eos_s = timing.min_s
+  if not same_work:
+    eos_s = cost.measure(eos_fn, args, 0, runs)[0].min_s
+  real_tokens = int(eos_lengths.sum())
+  return dict(
+      eos_tokens_per_row=real_tokens / b,
+      eos_timed_apart=not same_work,
+      real_tokens_per_s=real_tokens / eos_s,
+      all_eos=int(iterative.eos_counts(fixed.tokens, eos_ids)[1]),
+      empty=int(iterative.eos_counts(eos_tokens, eos_ids)[0]))
+
+
+def _cache_columns(p: Planned, args: tuple, fixed: base.DecodeResult,
+                   fixed_tokens: Mapping[tuple, jax.Array], mesh: Mesh | None,
+                   rules) -> dict:
+  """A cached decoder's largest logit error against exact recomputation and
+  its token agreement with its uncached reference (decoded here unless the
+  reference row already ran)."""
+  b = args[1].shape[0]
+  error = p.decoder.denoise(*args, measure_error=True).max_logit_error
+  reference = fixed_tokens.get((p.reference, p.roles, b))
+  if reference is None:
+    reference = _jit_decode(p.reference, args, mesh, rules)(*args).tokens
+  return dict(max_logit_error=float(error),
+              agreement=float(jnp.mean(fixed.tokens == reference)))
+
+
+def run(planned: Sequence[Planned], models: Mapping[str, Model],
+        evaluator: Model, tokenizer: Tokenizer, prompts: np.ndarray,
         references: Sequence[str], batch_sizes: Sequence[int], runs: int,
         seed: int = 0, progress: bool = True, mesh: Mesh | None = None,
         rules=sharding.DEFAULT_RULES) -> Comparison:
@@ -279,7 +391,7 @@ def run(planned: Sequence[Planned], models: Mapping[str, base.Model],
 
   Args:
     planned: from `plan`.
-    models: {member: base.Model} for every member the rows bind.
+    models: {member: Model} for every member the rows bind.
     evaluator: the causal model that scores samples (gen-PPL).
     tokenizer: decodes samples and prompts.
     prompts: int32[N, P] held-out prompts, N >= max(batch_sizes); batch B
@@ -303,25 +415,12 @@ def run(planned: Sequence[Planned], models: Mapping[str, base.Model],
     ValueError: fewer prompts than the largest batch, runs < 1; with a
       mesh, a batch size the batch mesh axes do not divide.
   """
-  quality_batch = max(batch_sizes)
-  if len(prompts) < quality_batch:
-    raise ValueError(f"{len(prompts)} prompts < largest batch size "
-                     f"{quality_batch}")
-  if not base.is_count(runs):
-    raise ValueError(f"runs={runs!r} must be an integer >= 1")
+  quality_batch = _check_run(prompts, batch_sizes, runs, mesh, rules)
   if mesh is not None:
-    for b in batch_sizes:
-      sharding.batch_sharding(mesh, (b,), rules)  # raises before compiling
-    used = {member for p in planned for _, member in p.roles}
-    models = dict(models, **sharded.place_models(
-        {m: models[m] for m in used}, mesh, rules))
-  eos_ids = (tokenizer.eos_id,)
+    models = _place_used(planned, models, mesh, rules)
   prompt_len = prompts.shape[1]
-  lengths = dict.fromkeys(p.output_length for p in planned)
-  work = [(i, b) for t in lengths for b in sorted(batch_sizes, reverse=True)
-          for i, p in enumerate(planned) if p.output_length == t]
-  weights = [_expected_cost(planned[i], b, b == quality_batch, prompt_len,
-                            runs) for i, b in work]
+  work, weights = _schedule(planned, batch_sizes, quality_batch, prompt_len,
+                            runs)
   bar = tqdm.tqdm(total=sum(weights), disable=not progress, smoothing=0,
                   bar_format="{desc} {percentage:3.0f}%|{bar}| "
                   "[{elapsed}<{remaining}]")
@@ -331,14 +430,7 @@ def run(planned: Sequence[Planned], models: Mapping[str, base.Model],
   for (i, b), weight in zip(work, weights):
     p, t = planned[i], planned[i].output_length
     bar.set_description(f"{p.label} T={t} B={b}")
-    batch_models = {role: models[member] for role, member in p.roles}
-    batch_prompts = jnp.asarray(prompts[:b], jnp.int32)
-    prompt_lengths = jnp.full((b,), prompt_len, jnp.int32)
-    if mesh is not None:
-      batch_prompts = sharding.shard_batch(batch_prompts, mesh, rules)
-      prompt_lengths = sharding.shard_batch(prompt_lengths, mesh, rules)
-    args = (batch_models, batch_prompts, prompt_lengths,
-            jax.random.fold_in(jax.random.key(seed), t))
+    args = _decode_args(p, b, models, prompts, seed, mesh, rules)
     timing, _, fixed = cost.measure(
         _jit_decode(p.decoder, args, mesh, rules), args, 0, runs)
     fixed_tokens[p.decoder, p.roles, b] = fixed.tokens
@@ -347,45 +439,16 @@ def run(planned: Sequence[Planned], models: Mapping[str, base.Model],
       eos = eos_fn(*args)
       eos_runs[i] = eos, _work(eos) == _work(fixed)
     eos, same_work = eos_runs[i]
-    eos_tokens, eos_lengths = eos.tokens[:b], np.asarray(eos.lengths[:b])
-    eos_s = timing.min_s
-    if not same_work:
-      eos_s = cost.measure(
-          eos_fn, args, 0, runs)[0].min_s
-    real_tokens = int(eos_lengths.sum())
-    row = {"decoder": p.label, "series": list(p.series),
-           "models": ", ".join(f"{r}={m}" for r, m in p.roles),
-           "batch_size": b, "output_length": t, "nfe": int(fixed.nfe),
-           "calls": {r: int(c) for r, c in fixed.calls.items()},
-           "forward_tokens": {r: int(c)
-                              for r, c in fixed.forward_tokens.items()},
-           **_timing_columns(timing)}
-    row["noisy"] = bool(row["spread"] > SPREAD_FLAG)
-    row["full_pass"] = all(
-        row["forward_tokens"][r] == c * b * (prompt_len + t)
-        for r, c in row["calls"].items())
-    row["cached"] = p.cached
-    row["reference"] = p.reference_label
-    row["ms_per_token"] = row["ms_min"] / t
-    row.update(
-        eos_tokens_per_row=real_tokens / b,
-        eos_timed_apart=not same_work,
-        real_tokens_per_s=real_tokens / eos_s,
-        all_eos=int(iterative.eos_counts(fixed.tokens, eos_ids)[1]),
-        empty=int(iterative.eos_counts(eos_tokens, eos_ids)[0]))
+    row = _cost_row(p, b, fixed, timing, prompt_len)
+    row.update(_eos_columns(eos_fn, args, fixed, eos, same_work, timing,
+                            (tokenizer.eos_id,), runs))
     if b == quality_batch:
-      scores, texts = _quality(evaluator, tokenizer, eos_tokens, eos_lengths,
-                               batch_prompts, prompt_lengths)
+      scores, texts = _quality(evaluator, tokenizer, eos.tokens[:b],
+                               np.asarray(eos.lengths[:b]), args[1], args[2])
       row.update(scores)
       samples[p.label, t] = texts[:SAMPLES_SHOWN]
       if p.cached:
-        error = p.decoder.denoise(*args, measure_error=True).max_logit_error
-        reference = fixed_tokens.get((p.reference, p.roles, b))
-        if reference is None:
-          reference = _jit_decode(p.reference, args, mesh, rules)(
-              *args).tokens
-        row.update(max_logit_error=float(error), agreement=float(
-            jnp.mean(fixed.tokens == reference)))
+        row.update(_cache_columns(p, args, fixed, fixed_tokens, mesh, rules))
     if mesh is not None:
       row.update(_per_device_columns(row, models, p.roles, timing.min_s,
                                      mesh.size))
@@ -395,7 +458,8 @@ def run(planned: Sequence[Planned], models: Mapping[str, base.Model],
       tqdm.tqdm.write(_summary(row))
   bar.close()
   human = _human(evaluator, tokenizer, prompts[:quality_batch],
-                 references[:quality_batch], max(lengths))
+                 references[:quality_batch],
+                 max(p.output_length for p in planned))
   return Comparison(
       rows=rows, samples=samples,
       prompts=[tokenizer.decode(p) for p in prompts[:SAMPLES_SHOWN]],

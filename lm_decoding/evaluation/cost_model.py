@@ -50,7 +50,7 @@ import json
 import math
 import os
 
-from lm_decoding.decoding.base import is_count, is_number
+from lm_decoding.checks import is_count, is_number
 from lm_decoding.evaluation import cost
 from lm_decoding.models.config import TransformerConfig
 

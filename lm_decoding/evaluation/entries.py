@@ -41,6 +41,7 @@ import string
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+from lm_decoding.checks import is_count
 from lm_decoding.decoding import base
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.evaluation import frontier
@@ -177,7 +178,7 @@ def resolve(entry: Entry, output_length: int) -> dict[str, Any]:
   for key, value in entry.options:
     if value == OUTPUT_LENGTH:
       value = output_length
-    if (key in CLAMPED_TO_T and base.is_count(value)
+    if (key in CLAMPED_TO_T and is_count(value)
         and value > output_length):
       value = output_length
     options[key] = value
@@ -325,12 +326,12 @@ def check_options(cmp: Any, member_max_len: Mapping[str, int]) -> None:
   for key in ("output_lengths", "batch_sizes"):
     values = cmp[key]
     if (isinstance(values, (str, int)) or not len(values)
-        or not all(base.is_count(v) for v in values)
+        or not all(is_count(v) for v in values)
         or len(set(values)) < len(values)):
       raise ValueError(f"compare.{key}={values!r} must be a non-empty tuple "
                        "of distinct integers >= 1")
   for key in ("timed_runs", "prompt_len", "reference_len"):
-    if not base.is_count(cmp[key]):
+    if not is_count(cmp[key]):
       raise ValueError(f"compare.{key}={cmp[key]!r} must be an integer >= 1")
   temperature = cmp.temperature
   if (isinstance(temperature, bool) or not isinstance(temperature,

@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-BOS = 2
+from lm_decoding.special_tokens import BOS_ID
 
 # A small English function-word list; omission ignores these by default.
 ENGLISH_STOPWORDS = frozenset("""
@@ -141,7 +141,7 @@ def gen_ppl(logits_fn: Any, params: Any, tokens: Any, lengths: Any,
   """Generative perplexity of samples under an evaluator causal LM.
 
   Each row's generated tokens `tokens[b, :lengths[b]]` are scored one by one
-  given the row's prompt `prompts[b, :prompt_lengths[b]]` (or a lone BOS=2
+  given the row's prompt `prompts[b, :prompt_lengths[b]]` (or a lone BOS_ID
   when `prompts` is None) and the generated tokens before them: the sequence
   prompt + tokens is fed to the evaluator at positions 0, 1, ..., and the
   prediction at position i scores token i + 1. Padding is never scored (the
@@ -179,7 +179,7 @@ def gen_ppl(logits_fn: Any, params: Any, tokens: Any, lengths: Any,
   if (prompts is None) != (prompt_lengths is None):
     raise ValueError("prompts and prompt_lengths must be given together")
   if prompts is None:
-    prompts = np.full((b, 1), BOS, np.int32)
+    prompts = np.full((b, 1), BOS_ID, np.int32)
     prompt_lengths = np.ones((b,), np.int32)
   if np.asarray(prompts).shape[:1] != (b,):
     raise ValueError(f"prompts must have B={b} rows like tokens, got shape "
@@ -203,7 +203,7 @@ def gen_ppl(logits_fn: Any, params: Any, tokens: Any, lengths: Any,
   weights = ((target >= prompt_lengths[:, None])
              & (target < end)).astype(np.float64)
   pad_rows = -b % batch_size
-  seq = np.concatenate([seq, np.full((pad_rows, seq_len), BOS, np.int32)])
+  seq = np.concatenate([seq, np.full((pad_rows, seq_len), BOS_ID, np.int32)])
   log_probs = np.concatenate([
       np.asarray(_target_log_probs(logits_fn, params, seq[i:i + batch_size]))
       for i in range(0, seq.shape[0], batch_size)])[:b].astype(np.float64)

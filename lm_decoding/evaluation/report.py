@@ -24,12 +24,11 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 
 import matplotlib
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from lm_decoding.evaluation import frontier, records  # noqa: E402
-from lm_decoding.evaluation.comparison import SPREAD_FLAG, Comparison  # noqa: E402
+from lm_decoding.evaluation import frontier, records
+from lm_decoding.evaluation.comparison import SPREAD_FLAG, Comparison
 
 WORDS_SHOWN = 60  # words of each sample in report.md
 TITLE = "Sequential vs parallel decoding"
@@ -230,18 +229,25 @@ def _series(rows):
 def _colors(labels):
   """{label: colour}: 20 distinct colours (tab20), so the 19 default series
   do not share one."""
-  palette = plt.get_cmap("tab20").colors
+  palette = matplotlib.colormaps["tab20"].colors
   return {label: palette[i % len(palette)] for i, label in enumerate(labels)}
+
+
+def _figure(**options) -> Figure:
+  """A Figure drawn by Agg on its own canvas: nothing global (no pyplot
+  state, no backend switch) changes when a report is drawn."""
+  fig = Figure(**options)
+  FigureCanvasAgg(fig)
+  return fig
 
 
 def _panels(keys, width=6.0, height=4.8):
   """A figure with one panel per (T, B) key, T down and B across."""
   lengths = sorted({t for t, _ in keys})
   batches = sorted({b for _, b in keys})
-  fig, axes = plt.subplots(len(lengths), len(batches),
-                           figsize=(width * len(batches),
-                                    height * len(lengths)), squeeze=False,
-                           layout="constrained")
+  fig = _figure(figsize=(width * len(batches), height * len(lengths)),
+                layout="constrained")
+  axes = fig.subplots(len(lengths), len(batches), squeeze=False)
   return fig, {(t, b): axes[i][j] for i, t in enumerate(lengths)
                for j, b in enumerate(batches)}
 
@@ -259,8 +265,8 @@ def plot_frontier(found: Sequence[frontier.Verdict],
   by_key = {(v.output_length, v.batch_size): v for v in found}
   fig, axes = _panels(by_key, width=7.5, height=5.5)
   entropies = [p.entropy for p in all_points]
-  norm = plt.Normalize(min(entropies), max(entropies))
-  cmap = plt.get_cmap("viridis")
+  norm = matplotlib.colors.Normalize(min(entropies), max(entropies))
+  cmap = matplotlib.colormaps["viridis"]
   for key, ax in axes.items():
     v = by_key.get(key)
     if v is None:
@@ -290,11 +296,10 @@ def plot_frontier(found: Sequence[frontier.Verdict],
            title=f"T={key[0]}, batch {key[1]}")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="best")
-  fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap),
+  fig.colorbar(matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap),
                ax=list(axes.values()), label="entropy, nats (hollow: more "
                f"than {tolerance.entropy:.2f} below {baseline})")
   fig.savefig(path, dpi=110)
-  plt.close(fig)
 
 
 def plot_speedup(found: Sequence[frontier.Verdict],
@@ -336,7 +341,6 @@ def plot_speedup(found: Sequence[frontier.Verdict],
                f"tolerance of {baseline} ({tolerance.describe(baseline)}), "
                "hatched: outside it", fontsize=9)
   fig.savefig(path, dpi=110)
-  plt.close(fig)
 
 
 def plot_quality(rows: Sequence[dict], human: dict, path: str) -> None:
@@ -346,7 +350,8 @@ def plot_quality(rows: Sequence[dict], human: dict, path: str) -> None:
   their gen-PPL; real text (the human references) is marked for scale.
   """
   scored = [r for r in rows if r.get("gen_ppl") is not None]
-  fig, ax = plt.subplots(figsize=(11, 5.5))
+  fig = _figure(figsize=(11, 5.5))
+  ax = fig.subplots()
   for label, color in _colors(_series(scored)).items():
     pts = sorted((r["output_length"], r["entropy"], r["gen_ppl"])
                  for r in scored if label in r["series"])
@@ -365,7 +370,6 @@ def plot_quality(rows: Sequence[dict], human: dict, path: str) -> None:
   ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
   fig.tight_layout()
   fig.savefig(path, dpi=110)
-  plt.close(fig)
 
 
 def _speedups(rows: Sequence[dict]) -> list[dict]:

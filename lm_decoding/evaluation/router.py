@@ -41,10 +41,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lm_decoding.decoding import base
+
+from lm_decoding.checks import is_count, is_number
 from lm_decoding.decoding.autoregressive import check_prompts
-from lm_decoding.decoding.base import is_number
 from lm_decoding.evaluation import cost_model
+from lm_decoding.models import Model
 from lm_decoding.models.config import TransformerConfig
 
 KINDS = ("ar", "parallel", "speculative")
@@ -78,7 +79,7 @@ class CostCurve:
     if self.kind not in KINDS:
       raise ValueError(f"kind={self.kind!r}; allowed: {KINDS}")
     if (len(self.lengths) < 2
-        or not all(base.is_count(t) for t in self.lengths)
+        or not all(is_count(t) for t in self.lengths)
         or any(a >= b for a, b in zip(self.lengths, self.lengths[1:]))):
       raise ValueError(f"lengths={self.lengths!r} must be >= 2 strictly "
                        "increasing integers >= 1")
@@ -215,7 +216,7 @@ def route(curves: Sequence[CostCurve], output_length: int, budget_ms: float,
   if not names or len(set(names)) != len(names):
     raise ValueError(f"curves must be non-empty with distinct names, got "
                      f"{names}")
-  if not base.is_count(output_length):
+  if not is_count(output_length):
     raise ValueError(f"output_length={output_length!r} must be an integer "
                      ">= 1")
   if not (is_number(budget_ms) and budget_ms > 0):
@@ -231,7 +232,7 @@ def route(curves: Sequence[CostCurve], output_length: int, budget_ms: float,
 
 
 @jax.jit
-def _entropy(model: base.Model, prompts_BxP, prompt_lengths_B):
+def _entropy(model: Model, prompts_BxP, prompt_lengths_B):
   batch, width = prompts_BxP.shape
   positions_BxP = jnp.broadcast_to(jnp.arange(width, dtype=jnp.int32),
                                    (batch, width))
@@ -243,7 +244,7 @@ def _entropy(model: base.Model, prompts_BxP, prompt_lengths_B):
           / prompt_lengths_B.astype(jnp.float32))
 
 
-def prompt_entropy(model: base.Model, prompts: jax.Array,
+def prompt_entropy(model: Model, prompts: jax.Array,
                    prompt_lengths: jax.Array) -> jax.Array:
   """float32[B]: the mean next-token entropy (nats) of a causal model over
   each prompt's positions, in one uncached forward pass: the difficulty

@@ -182,7 +182,7 @@ def check_attention(logits_fn, causal: bool, user: str) -> None:
   models, so both read the kind the same way.
 
   Args:
-    logits_fn: the model (the decoder boundary, `decoding.base.LogitsFn`).
+    logits_fn: the model (the decoder boundary, `models.binding.LogitsFn`).
     causal: True if 'causal' attention is needed, False if any other kind
       (e.g. 'bidirectional', a masked-diffusion denoiser) is.
     user: who needs it, the message's subject (e.g. "mdlm_loss", "the

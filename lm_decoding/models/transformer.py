@@ -138,7 +138,7 @@ def _after(new, out_BxKxGxLxD: jax.Array):
   attention has read the old cache. Without this data dependency XLA CPU
   cannot order the in-place write after the read and copies every layer's
   cache every step at batch 1 (2.0 ms of a 110M model's 16.0 ms step;
-  experiments/results/benchmark_ar/profile/)."""
+  benchmarks/ar_decode/profile/)."""
   zero_B = 0 * out_BxKxGxLxD.astype(jnp.float32).sum(
       axis=tuple(range(1, out_BxKxGxLxD.ndim)))
   return jax.tree.map(

@@ -11,8 +11,8 @@ a GQA/MQA model's KV heads. The mesh and the rules come from a config's
 `mesh` section (`mesh_from_config`, `rules_from_config`). The same code runs
 on one CPU device, on 8 fake CPU devices
 (`XLA_FLAGS=--xla_force_host_platform_device_count=8`) and on pods: only the
-mesh shape changes. Running decoders and the train step sharded:
-`lm_decoding.parallel.sharded`.
+mesh shape changes. Running decoders sharded:
+`lm_decoding.decoding.sharded`; the train step: `lm_decoding.training.train`.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ import numpy as np
 
 from lm_decoding.data import parallel_text
 from lm_decoding.data.tokenizer import Tokenizer
-from lm_decoding.decoding.base import Model
+from lm_decoding.models import Model
 from lm_decoding.special_tokens import EOS_ID, PAD_ID
 
 

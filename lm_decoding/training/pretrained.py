@@ -29,8 +29,7 @@ import ml_collections
 from lm_decoding.data import corpus as corpus_lib
 from lm_decoding.data import pipeline
 from lm_decoding.data.tokenizer import Tokenizer
-from lm_decoding.decoding.base import Model
-from lm_decoding.models import abstract_params, make_logits_fn
+from lm_decoding.models import Model, abstract_params, make_logits_fn
 from lm_decoding.models import quantization
 from lm_decoding.training import train as train_lib
 from lm_decoding.training.checkpoints import CheckpointError, Checkpoints

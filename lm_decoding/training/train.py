@@ -40,11 +40,11 @@ import numpy as np
 import optax
 import tqdm
 
+from lm_decoding.checks import is_count, is_number
 from lm_decoding.data import corpus as corpus_lib
 from lm_decoding.data import parallel_text
 from lm_decoding.data import pipeline
 from lm_decoding.data.tokenizer import MIN_VOCAB_SIZE
-from lm_decoding.decoding.base import is_count, is_number
 from lm_decoding.evaluation import cost
 from lm_decoding.evaluation import cost_model
 from lm_decoding.models import TransformerConfig, abstract_params
@@ -663,12 +663,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   start_time = time.time()
   model_cfg = check_config(config)
   train_cfg = config.train
-  mesh = sharding.mesh_or_none(config.get("mesh"))
-  rules = sharding.rules_from_config(config.get("mesh"))
-  if mesh is not None:  # raises before the workdir is touched
-    sharding.batch_sharding(mesh, (train_cfg.batch_size,), rules)
-    shardings = state_shardings(model_cfg, make_optimizer(train_cfg), mesh,
-                                rules)
+  mesh, rules, shardings = _mesh_for(config, model_cfg)
   objective, num_steps = train_cfg.objective, train_cfg.num_steps
   if stop_at is not None and not is_count(stop_at, 1):
     raise ValueError(f"stop_at={stop_at!r} must be an integer >= 1")
@@ -676,28 +671,11 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   primary = jax.process_index() == 0  # writes the log, shows progress
   progress = progress and primary
   _check_workdir(workdir)
-  corpus, train_packed, valid_packed = training_data(config,
-                                                     data_dir or workdir)
-  if progress:
-    print(corpus.describe())
-  if corpus.tokenizer.vocab_size != model_cfg.vocab_size:
-    raise ValueError(
-        f"tokenizer vocab_size={corpus.tokenizer.vocab_size} does not match "
-        f"data.vocab_size={model_cfg.vocab_size}")
+  train_packed, valid_batches = _checked_data(config, model_cfg,
+                                              data_dir or workdir, progress)
   seq_len = train_packed.shape[1]
-  num_valid = min(train_cfg.eval_batches,
-                  len(valid_packed) // train_cfg.batch_size)
-  if num_valid < 1:
-    raise ValueError(
-        f"validation split has {len(valid_packed)} sequences of "
-        f"seq_len={seq_len}: fewer than train.batch_size="
-        f"{train_cfg.batch_size}")
-  valid_batches = valid_packed[:num_valid * train_cfg.batch_size].reshape(
-      num_valid, train_cfg.batch_size, seq_len)
-
   optimizer = make_optimizer(train_cfg)
-  key = jax.random.key(config.seed)
-  init_key, step_key = jax.random.split(key)
+  init_key, step_key = jax.random.split(jax.random.key(config.seed))
   fingerprint = _fingerprint(config)
   log_path = os.path.join(workdir, "metrics.jsonl")
   tokens_per_step = train_cfg.batch_size * seq_len
@@ -722,42 +700,14 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   with contextlib.ExitStack() as stack:
     checkpoints = stack.enter_context(Checkpoints(
         os.path.join(workdir, "checkpoints"), train_cfg.keep_checkpoints))
-    resume = checkpoints.latest_step() is not None
-    if resume:  # checked before anything compiles
-      meta = checkpoints.read_meta()
-      if meta.get("fingerprint") != fingerprint:
-        raise CheckpointError(
-            f"checkpoint in {checkpoints.directory} was trained with "
-            f"{meta.get('fingerprint')}, not {fingerprint}; use another "
-            "workdir")
+    resume = _check_resume(checkpoints, fingerprint)  # before any compile
     state = init_state(model_cfg, optimizer, init_key)
     if mesh is not None:  # also the target shardings of a restore
       state = jax.device_put(state, shardings)
-    if not resume:
-      if init_params is not None:
-        # A copy: the train step donates its state, and the caller's
-        # arrays must outlive this run.
-        state = state.replace(params=jax.device_put(
-            jax.tree.map(jnp.copy, init_params),
-            jax.tree.map(lambda a: a.sharding, state.params)))
-      if primary:  # a log left by a run killed before step 1
-        _rewind_metrics(log_path, -1)
-    else:
-      state, _ = checkpoints.restore(state)
-      if primary:
-        _rewind_metrics(log_path, int(state.step))
-      if progress:
-        print(f"{desc}: resuming from step {int(state.step)} of "
-              f"{checkpoints.directory}")
+    state = _start_state(checkpoints, state, resume, init_params, log_path,
+                         primary, progress, desc)
     first = int(state.step)
-    if mesh is None:
-      batches = pipeline.batches(train_packed, train_cfg.batch_size,
-                                 config.seed, start_step=first)
-    else:  # each process reads its rows only
-      batches = multihost.global_batches(
-          train_packed, train_cfg.batch_size, config.seed,
-          sharding.batch_sharding(mesh, (train_cfg.batch_size, seq_len),
-                                  rules), start_step=first)
+    batches = _train_batches(config, train_packed, first, mesh, rules)
     bar = stack.enter_context(tqdm.tqdm(  # closed before any error prints
         initial=first, total=num_steps, disable=not progress, desc=desc,
         unit="step"))
@@ -782,15 +732,8 @@ def train(config: ml_collections.ConfigDict, workdir: str,
       seconds = time.time() - tick
       step_seconds.append(seconds)
       done = step + 1
-      record = {"step": done, "loss": loss,
-                "tokens_per_s": tokens_per_step / seconds,
-                "grad_norm": float(metrics["grad_norm"])}
-      postfix = dict(loss=f"{loss:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
-      if step_flops is not None:
-        record["mfu"] = cost.flop_utilisation(step_flops, seconds, peak_flops)
-        postfix["mfu"] = f"{record['mfu']:.0%}"
-      if "replaced" in metrics:  # scheduled sampling's replaced fraction
-        record["replaced"] = float(metrics["replaced"])
+      record, postfix = _step_record(done, loss, metrics, seconds,
+                                     tokens_per_step, step_flops, peak_flops)
       bar.set_postfix(**postfix, refresh=False)
       bar.update(1)
       if done % train_cfg.eval_every == 0 or done == last:
@@ -806,18 +749,150 @@ def train(config: ml_collections.ConfigDict, workdir: str,
         bar.set_description(desc)
   if first >= last:  # nothing left to train: report as is
     valid_loss = evaluate(eval_fn, state.params, valid_batches)
-  valid_ppl = float(np.exp(valid_loss))
   if progress:
     measure = ("perplexity" if objective in ("ar", "translation_ar", "ctc")
                else "perplexity bound")
-    print(f"{desc}: final validation {measure} {valid_ppl:.2f} at step "
-          f"{int(state.step)} ({workdir})")
+    print(f"{desc}: final validation {measure} {float(np.exp(valid_loss)):.2f}"
+          f" at step {int(state.step)} ({workdir})")
   if primary:  # the whole run's steps, whichever calls trained them
     step_seconds = _logged_step_seconds(log_path, tokens_per_step)
+  return _summary(objective, state, valid_loss, step_seconds, tokens_per_step,
+                  step_flops, peak_flops, start_time)
+
+
+def _mesh_for(config: ml_collections.ConfigDict, model_cfg: TransformerConfig
+              ) -> tuple[Any, tuple, Any]:
+  """(mesh or None, logical-axis rules, the train state's shardings or
+  None) of `config.mesh`; raises ValueError for a batch size or parameter
+  the mesh cannot split, before the workdir is touched."""
+  mesh = sharding.mesh_or_none(config.get("mesh"))
+  rules = sharding.rules_from_config(config.get("mesh"))
+  if mesh is None:
+    return None, rules, None
+  sharding.batch_sharding(mesh, (config.train.batch_size,), rules)
+  return mesh, rules, state_shardings(
+      model_cfg, make_optimizer(config.train), mesh, rules)
+
+
+def _checked_data(config: ml_collections.ConfigDict,
+                  model_cfg: TransformerConfig, data_dir: str,
+                  progress: bool) -> tuple[np.ndarray, np.ndarray]:
+  """(train sequences int32[N, L], validation batches int32[E, B, L]):
+  `training_data` checked against the model and the batch size (E =
+  min(train.eval_batches, what the split holds)).
+
+  Raises:
+    ValueError: a tokenizer of another vocabulary size than the model's, a
+      validation split with fewer than one batch.
+  """
+  train_cfg = config.train
+  corpus, train_packed, valid_packed = training_data(config, data_dir)
+  if progress:
+    print(corpus.describe())
+  if corpus.tokenizer.vocab_size != model_cfg.vocab_size:
+    raise ValueError(
+        f"tokenizer vocab_size={corpus.tokenizer.vocab_size} does not match "
+        f"data.vocab_size={model_cfg.vocab_size}")
+  seq_len = train_packed.shape[1]
+  num_valid = min(train_cfg.eval_batches,
+                  len(valid_packed) // train_cfg.batch_size)
+  if num_valid < 1:
+    raise ValueError(
+        f"validation split has {len(valid_packed)} sequences of "
+        f"seq_len={seq_len}: fewer than train.batch_size="
+        f"{train_cfg.batch_size}")
+  return train_packed, valid_packed[:num_valid * train_cfg.batch_size].reshape(
+      num_valid, train_cfg.batch_size, seq_len)
+
+
+def _check_resume(checkpoints: Checkpoints, fingerprint: dict) -> bool:
+  """True if the run resumes from a checkpoint.
+
+  Raises:
+    CheckpointError: a checkpoint trained with another fingerprint.
+  """
+  if checkpoints.latest_step() is None:
+    return False
+  meta = checkpoints.read_meta()
+  if meta.get("fingerprint") != fingerprint:
+    raise CheckpointError(
+        f"checkpoint in {checkpoints.directory} was trained with "
+        f"{meta.get('fingerprint')}, not {fingerprint}; use another "
+        "workdir")
+  return True
+
+
+def _start_state(checkpoints: Checkpoints, fresh: TrainState, resume: bool,
+                 init_params: Any, log_path: str, primary: bool,
+                 progress: bool, desc: str) -> TrainState:
+  """The state a run starts from: the latest checkpoint restored onto
+  `fresh`'s shardings when `resume`, else `fresh` (with `init_params` when
+  given); the metrics log is cut back to that step.
+
+  Raises:
+    CheckpointError: a checkpoint of other shapes or dtypes than `fresh`.
+  """
+  if not resume:
+    state = fresh
+    if init_params is not None:
+      # A copy: the train step donates its state, and the caller's arrays
+      # must outlive this run.
+      state = state.replace(params=jax.device_put(
+          jax.tree.map(jnp.copy, init_params),
+          jax.tree.map(lambda a: a.sharding, state.params)))
+    if primary:  # a log left by a run killed before step 1
+      _rewind_metrics(log_path, -1)
+    return state
+  state, _ = checkpoints.restore(fresh)
+  if primary:
+    _rewind_metrics(log_path, int(state.step))
+  if progress:
+    print(f"{desc}: resuming from step {int(state.step)} of "
+          f"{checkpoints.directory}")
+  return state
+
+
+def _train_batches(config: ml_collections.ConfigDict, train_packed: np.ndarray,
+                   first: int, mesh, rules):
+  """The batches of steps first, first + 1, ...: the same sequence on one
+  device as on a mesh, where each process reads its rows only."""
+  batch_size = config.train.batch_size
+  if mesh is None:
+    return pipeline.batches(train_packed, batch_size, config.seed,
+                            start_step=first)
+  return multihost.global_batches(
+      train_packed, batch_size, config.seed,
+      sharding.batch_sharding(mesh, (batch_size, train_packed.shape[1]),
+                              rules), start_step=first)
+
+
+def _step_record(done: int, loss: float, metrics: dict, seconds: float,
+                 tokens_per_step: int, step_flops: int | None,
+                 peak_flops: float | None) -> tuple[dict, dict]:
+  """(metrics.jsonl record of step `done`, the progress bar's postfix):
+  loss, tokens/s, gradient norm, and the MFU and scheduled sampling's
+  replaced fraction where they apply."""
+  record = {"step": done, "loss": loss,
+            "tokens_per_s": tokens_per_step / seconds,
+            "grad_norm": float(metrics["grad_norm"])}
+  postfix = dict(loss=f"{loss:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
+  if step_flops is not None:
+    record["mfu"] = cost.flop_utilisation(step_flops, seconds, peak_flops)
+    postfix["mfu"] = f"{record['mfu']:.0%}"
+  if "replaced" in metrics:  # scheduled sampling's replaced fraction
+    record["replaced"] = float(metrics["replaced"])
+  return record, postfix
+
+
+def _summary(objective: str, state: TrainState, valid_loss: float,
+             step_seconds: list[float], tokens_per_step: int,
+             step_flops: int | None, peak_flops: float | None,
+             start_time: float) -> dict:
+  """`train`'s return value (see its docstring)."""
   summary = {"objective": objective,
              "num_params": count_params(state.params),
              "steps": int(state.step), "valid_loss": valid_loss,
-             "valid_ppl": valid_ppl,
+             "valid_ppl": float(np.exp(valid_loss)),
              "train_s": float(np.sum(step_seconds)),
              "train_tokens_per_s": (tokens_per_step / np.median(step_seconds)
                                     if step_seconds else 0.0),

@@ -27,9 +27,9 @@ import numpy as np
 import optax
 
 from lm_decoding.data import parallel_text
-from lm_decoding.decoding.iterative import top_n
-from lm_decoding.models import masks
+from lm_decoding.models import ctc_frames, masks
 from lm_decoding.models.config import check_attention
+from lm_decoding.models.selection import top_n
 from lm_decoding.special_tokens import MASK_ID, PAD_ID
 from lm_decoding.training.objectives import (
     _check_tokens, _gather, _positions, _summarise)
@@ -152,26 +152,6 @@ def cmlm_loss(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array, *,
                     sentences=jnp.float32(tokens_BxL.shape[0]))
 
 
-def ctc_frame_logits(logits_fn, params, prefix_BxP: jax.Array,
-                     prefix_lengths_B: jax.Array, upsample: int):
-  """One forward pass of a CTC NAT over `parallel_text.ctc_layout` rows.
-
-  Returns:
-    (frame logits float32[B, F, V], frame_valid bool[B, F], the
-    ModelOutput), F = upsample * (P - 1).
-  """
-  tokens_BxL, valid_BxL, frame_valid_BxF = parallel_text.ctc_layout(
-      prefix_BxP, prefix_lengths_B, upsample)
-  mask = masks.source_target_mask(prefix_lengths_B, valid_BxL)
-  out = logits_fn(params, tokens_BxL, _positions(tokens_BxL),
-                  attention_mask=mask)
-  index_BxF = prefix_lengths_B[:, None] + jnp.arange(
-      frame_valid_BxF.shape[1])[None]
-  index_BxF = jnp.minimum(index_BxF, tokens_BxL.shape[1] - 1)
-  frames = jnp.take_along_axis(out.logits, index_BxF[..., None], axis=1)
-  return frames.astype(jnp.float32), frame_valid_BxF, out
-
-
 def ctc_loss(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array, *,
              source_width: int, upsample: int = 3):
   """CTC loss of the target given the upsampled source (sum over alignments).
@@ -220,7 +200,7 @@ def ctc_loss(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array, *,
   width = source_width + 1
   prefix_BxP = jnp.where(jnp.arange(width)[None] < prefix_B[:, None],
                          tokens_BxL[:, :width], PAD_ID)
-  frames_BxFxV, frame_valid_BxF, _ = ctc_frame_logits(
+  frames_BxFxV, frame_valid_BxF, _ = ctc_frames.frame_logits(
       logits_fn, params, prefix_BxP, prefix_B, upsample)
   labels_BxT = tokens_BxL[:, 1:]  # wide enough for any target
   index_BxT = jnp.minimum(prefix_B[:, None] + jnp.arange(

@@ -1,7 +1,7 @@
 """Scratch check behind speculative.md's verify cost: the base model's
 matmuls (d256, 4 layers, SwiGLU 1024, tied 4096 head; random weights) on
 1, 2, 3, 5 and 9 rows, 64 steps in one jitted loop, rows interleaved,
-median of 7. Run: python experiments/results/speculative_base/few_rows.py
+median of 7. Run: python benchmarks/speculative_few_rows/few_rows.py
 """
 import os
 import time

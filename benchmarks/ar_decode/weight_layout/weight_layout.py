@@ -8,7 +8,7 @@ dimension, on the MLP matrices of the 110m benchmark model (d 768, MLP 3072,
 per jitted call, the two layouts interleaved, median of 7 calls after a
 warm-up. Prints ms per step, the pair ratio, and GB/s of weights streamed.
 
-  python experiments/results/benchmark_ar/weight_layout/weight_layout.py
+  python benchmarks/ar_decode/weight_layout/weight_layout.py
 """
 import os
 import time

@@ -13,7 +13,7 @@ and for each: the largest |logit| difference of the decoded window from an
 uncached pass on the same tokens (`measure_error`), token agreement with
 `none`, and the first generated position that differs in each row.
 
-  python experiments/results/base_cpu_2core/dual_cache/dual_cache.py \
+  python benchmarks/dual_cache/dual_cache.py \
       --workdir=/tmp/dual_cache
 """
 

@@ -1,6 +1,6 @@
 r"""Where one cached AR decode step's time goes, per compiled op kind.
 
-  python experiments/results/benchmark_ar/profile/profile_step.py \
+  python benchmarks/ar_decode/profile/profile_step.py \
       --size=110m --batch=1
 
 benchmark_ar.py's GPT-2-shaped model (float32, greedy, 16 prompt tokens,
@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "experiments"))
 import benchmark_ar  # experiments/benchmark_ar.py
 from lm_decoding.decoding import base
 from lm_decoding.decoding.sampling import SamplingConfig

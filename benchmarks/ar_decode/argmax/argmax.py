@@ -4,7 +4,7 @@ that reach it), each applied 100 times inside one jitted loop (so per-call
 dispatch is excluded); medians of 5 calls after a warm-up, microseconds per
 application. V = 32000, the vocabulary of benchmark_ar.py's 110m model.
 
-  python experiments/results/benchmark_ar/argmax/argmax.py
+  python benchmarks/ar_decode/argmax/argmax.py
 """
 
 import time

@@ -1,4 +1,4 @@
-"""Registered decoders and the train step, run on a mesh.
+"""Registered decoders, run on a mesh.
 
 One entry point for decoding, `decode(decoder, models, prompts,
 prompt_lengths, key, mesh, rules)` (or `place` + `jit_decode` to compile
@@ -15,9 +15,9 @@ caches are created inside the compiled decode and threaded through its loop
 carry, which XLA updates in place; no cache crosses the jit boundary, so
 there is no cache argument to donate.
 
-The train step runs sharded with `lm_decoding.training.train.make_train_step(
-..., mesh=mesh)`: parameters and both AdamW moments by the same rules
-(`train.state_shardings`), the token batch by 'batch', the state donated.
+The meshes and logical-axis rules come from `lm_decoding.parallel.sharding`,
+a layer below the decoders; the train step uses the same rules
+(`lm_decoding.training.train.make_train_step(..., mesh=mesh)`).
 
 GSPMD adds the collectives; results equal one device's up to the order of
 floating-point reductions (exactly, token for token, for greedy and
@@ -34,7 +34,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh
 
 from lm_decoding.decoding import base
-from lm_decoding.models import KVCache, TransformerConfig
+from lm_decoding.models import KVCache, Model, TransformerConfig
 from lm_decoding.models.output import ModelOutput
 from lm_decoding.parallel import sharding
 
@@ -88,7 +88,7 @@ class ShardedLogitsFn:
     return self.logits_fn.length_logits(params, hidden_BxLxD, source_BxL)
 
 
-def _unwrapped(model: base.Model):
+def _unwrapped(model: Model):
   """The model's Transformer logits_fn (unwrapped if already sharded)."""
   logits_fn = model.logits_fn
   if isinstance(logits_fn, ShardedLogitsFn):
@@ -96,7 +96,7 @@ def _unwrapped(model: base.Model):
   return logits_fn
 
 
-def _config(model: base.Model) -> TransformerConfig:
+def _config(model: Model) -> TransformerConfig:
   logits_fn = _unwrapped(model)
   config = getattr(logits_fn, "config", None)
   if not isinstance(config, TransformerConfig):
@@ -106,8 +106,8 @@ def _config(model: base.Model) -> TransformerConfig:
   return config
 
 
-def model_shardings(models: Mapping[str, base.Model], mesh: Mesh,
-                    rules=sharding.DEFAULT_RULES) -> dict[str, base.Model]:
+def model_shardings(models: Mapping[str, Model], mesh: Mesh,
+                    rules=sharding.DEFAULT_RULES) -> dict[str, Model]:
   """{role: Model(sharded logits_fn, parameter NamedShardings)}.
 
   Each model gets `rules_for_model` of its own config (a draft may have
@@ -121,25 +121,25 @@ def model_shardings(models: Mapping[str, base.Model], mesh: Mesh,
   for role, model in models.items():
     config = _config(model)
     fitted = sharding.rules_for_model(config, mesh, rules)
-    out[role] = base.Model(ShardedLogitsFn(_unwrapped(model), mesh, fitted),
+    out[role] = Model(ShardedLogitsFn(_unwrapped(model), mesh, fitted),
                            sharding.param_shardings(config, mesh, fitted))
   return out
 
 
-def place_models(models: Mapping[str, base.Model], mesh: Mesh,
-                 rules=sharding.DEFAULT_RULES) -> dict[str, base.Model]:
+def place_models(models: Mapping[str, Model], mesh: Mesh,
+                 rules=sharding.DEFAULT_RULES) -> dict[str, Model]:
   """Models with `ShardedLogitsFn`s and parameters placed on `mesh`.
 
   Raises:
     ValueError: as `model_shardings`.
   """
   shardings = model_shardings(models, mesh, rules)
-  return {role: base.Model(s.logits_fn,
+  return {role: Model(s.logits_fn,
                            jax.device_put(models[role].params, s.params))
           for role, s in shardings.items()}
 
 
-def place(models: Mapping[str, base.Model], prompts, prompt_lengths,
+def place(models: Mapping[str, Model], prompts, prompt_lengths,
           mesh: Mesh, rules=sharding.DEFAULT_RULES):
   """(models, prompts, prompt_lengths) placed on `mesh`.
 
@@ -189,7 +189,7 @@ def jit_decode(decoder: base.Decoder, args: tuple, mesh: Mesh,
   return jax.jit(run, in_shardings=in_shardings, out_shardings=out_shardings)
 
 
-def decode(decoder: base.Decoder, models: Mapping[str, base.Model], prompts,
+def decode(decoder: base.Decoder, models: Mapping[str, Model], prompts,
            prompt_lengths, key: jax.Array, mesh: Mesh,
            rules=sharding.DEFAULT_RULES) -> base.DecodeResult:
   """Runs a registered decoder on `mesh`: places, compiles and decodes.

@@ -1,0 +1,25 @@
+"""Predicates for option checks, shared by every layer.
+
+Configs and decoder options are checked before anything compiles, and a
+`ValueError` names the argument and its allowed range. These predicates say
+whether a value is a count or a number at all, the part every check shares;
+each caller states its own range in its message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def is_count(value: Any, minimum: int = 1) -> bool:
+  """True for an integer (not a bool) >= minimum: a size or step option."""
+  return (isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+          and value >= minimum)
+
+
+def is_number(value: Any) -> bool:
+  """True for a real number that is not a bool (True would pass as 1)."""
+  return (isinstance(value, (int, float, np.integer, np.floating))
+          and not isinstance(value, (bool, np.bool_)))
