@@ -29,28 +29,9 @@ LAYERS = {
     "lm_decoding.training": 4,
     "lm_decoding.evaluation": 4,
     "lm_decoding.config_reference": 5,
+    "lm_decoding.claims": 5,
 }
 
-# Experiment scripts that still import another script, pending other work:
-# experiments/reproduce/claim_record.py (the reproduction scripts' shared
-# flags, loaders and record writer) is imported by every reproduction script
-# and loads experiments/speculative.py and translate.py by path; it goes when
-# its record writer moves into the library and those two scripts shrink
-# (issue 30 item 6, in progress on another branch). The lead empties this set.
-PENDING_SCRIPT_IMPORTS = frozenset({
-    "experiments/reproduce/ar_vs_parallel_latency.py",
-    "experiments/reproduce/batch_and_length.py",
-    "experiments/reproduce/bleu_hides_errors.py",
-    "experiments/reproduce/claim_record.py",
-    "experiments/reproduce/exposure_bias.py",
-    "experiments/reproduce/gumbel_precision.py",
-    "experiments/reproduce/length_error.py",
-    "experiments/reproduce/mdlm_ar_ratio.py",
-    "experiments/reproduce/multimodality.py",
-    "experiments/reproduce/parallel_training.py",
-    "experiments/reproduce/router_workload.py",
-    "experiments/reproduce/speculative_agreement.py",
-})
 
 
 def module_name(path: pathlib.Path) -> str:
@@ -181,10 +162,7 @@ SCRIPTS = sorted(str(p.relative_to(REPO))
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_no_script_imports_another_script_or_a_test(script):
   found = script_imports(REPO / script)
-  if script in PENDING_SCRIPT_IMPORTS:
-    assert found, f"{script} is clean: take it out of PENDING_SCRIPT_IMPORTS"
-  else:
-    assert found == [], f"{script} imports {found}"
+  assert found == [], f"{script} imports {found}"
 
 
 def test_results_folders_hold_records_not_scripts():

@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 
 import _loading
+from lm_decoding import claims
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "experiments" / "reproduce"
-_loading.load("claim_record", SCRIPTS / "claim_record.py")  # the sibling import
 CLAIMS = ("ar_vs_parallel_latency", "parallel_training", "multimodality",
           "gumbel_precision", "batch_and_length")
 
@@ -231,7 +231,7 @@ def test_bad_inputs():
     with script("gumbel_precision").gumbel_noise("float64"):
       pass
   with pytest.raises(ValueError, match="verdict='maybe'"):
-    _loading.load("claim_record", SCRIPTS / "claim_record.py").write(
+    claims.write(
         "/nonexistent", claim="x", title="x", source="x", statement="x",
         verdict="maybe", our_number="x", method="x", summary={}, rows=[{}],
         figure=None, cmd="x")

@@ -16,7 +16,6 @@ import _loading
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 REPRODUCE = ROOT / "experiments" / "reproduce"
-sys.path.insert(0, str(REPRODUCE))  # the scripts import claim_record
 
 
 def _script(name):

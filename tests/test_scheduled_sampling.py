@@ -6,14 +6,12 @@ from __future__ import annotations
 import pathlib
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import pytest
 
 import _loading
 from lm_decoding.models import TransformerConfig, init_params, make_logits_fn
-from lm_decoding.models.output import ModelOutput
 from lm_decoding.special_tokens import PAD_ID
 from lm_decoding.training import objectives
 from lm_decoding.training import train as train_lib

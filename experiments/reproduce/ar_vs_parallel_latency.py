@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import matplotlib.pyplot as plt
 
-import claim_record
+from lm_decoding import claims
 from lm_decoding.decoding import make_decoder
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.models import init_params, make_logits_fn
@@ -39,7 +39,7 @@ def measure(smoke: bool) -> tuple[list[dict], dict]:
   g = grid(smoke)
   fns = {}
   for objective in ("ar", "mdlm"):
-    cfg = claim_record.model_config(objective, smoke)
+    cfg = claims.model_config(objective, smoke)
     fns[objective] = (make_logits_fn(cfg), init_params(cfg, jax.random.key(0)))
   rows = []
   for b in g["batch_sizes"]:
@@ -56,11 +56,11 @@ def measure(smoke: bool) -> tuple[list[dict], dict]:
       calls, nfe, compile_s = {}, {}, {}
       for name, decoder in decoders.items():
         logits_fn, params = fns[name]
-        calls[name], out, compile_s[name] = claim_record.compiled_call(
-            claim_record.decode_fn(decoder, logits_fn), params, prompts,
+        calls[name], out, compile_s[name] = claims.compiled_call(
+            claims.decode_fn(decoder, logits_fn), params, prompts,
             lengths, jax.random.key(1))
         nfe[name] = int(out.nfe)
-      median_s = claim_record.interleaved(calls, g["runs"])
+      median_s = claims.interleaved(calls, g["runs"])
       row = {"batch_size": b, "new_tokens": t,
              "sequence_length": g["prompt_len"] + t, "steps_K": g["steps"],
              "ar_ms": median_s["ar"] * 1e3, "mdlm_ms": median_s["mdlm"] * 1e3,
@@ -93,9 +93,9 @@ def run(folder: str, smoke: bool, cmd: str) -> dict:
   for b in g["batch_sizes"]:
     pts = [r for r in rows if r["batch_size"] == b]
     ts = [r["new_tokens"] for r in pts]
-    ar = claim_record.fit_line(ts, [r["ar_ms"] for r in pts])
-    mdlm = claim_record.fit_line(ts, [r["mdlm_ms"] for r in pts])
-    step = claim_record.fit_line(ts, [r["mdlm_ms_per_step"] for r in pts])
+    ar = claims.fit_line(ts, [r["ar_ms"] for r in pts])
+    mdlm = claims.fit_line(ts, [r["mdlm_ms"] for r in pts])
+    step = claims.fit_line(ts, [r["mdlm_ms_per_step"] for r in pts])
     faster = [r["new_tokens"] for r in pts if r["mdlm_ms"] < r["ar_ms"]]
     per_batch[b] = {
         "ar_ms_vs_T": ar, "mdlm_ms_vs_T": mdlm,
@@ -179,7 +179,7 @@ otherwise mixed.
 
 {table}
 """
-  return claim_record.write(
+  return claims.write(
       folder, claim=CLAIM, title="AR latency linear in T, parallel fixed K",
       source="the source articles (DESIGN.md question 1); Sahoo et al. 2024 "
       "(MDLM) for the parallel sampler",
@@ -192,4 +192,4 @@ otherwise mixed.
 
 
 if __name__ == "__main__":
-  claim_record.main(CLAIM, run)
+  claims.main(CLAIM, run)

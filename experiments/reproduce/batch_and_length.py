@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import matplotlib.pyplot as plt
 
-import claim_record
+from lm_decoding import claims
 from lm_decoding.data.tokenizer import Tokenizer
 from lm_decoding.decoding import make_decoder
 from lm_decoding.decoding.sampling import SamplingConfig
@@ -78,13 +78,13 @@ def _members(smoke: bool) -> tuple[dict, str]:
   if smoke:
     members = {}
     for i, name in enumerate(names):
-      cfg = claim_record.model_config(name, True)
+      cfg = claims.model_config(name, True)
       members[name] = (make_logits_fn(cfg), init_params(cfg,
                                                         jax.random.key(i)))
     return members, "random smoke-size models"
   tokenizer = Tokenizer.load(str(pretrained.DEFAULT_DIR
                                  / pretrained.TOKENIZER_FILE))
-  configs = pretrained.member_configs(claim_record.load_config("tiny"))
+  configs = pretrained.member_configs(claims.load_config("tiny"))
   members = {}
   for name in names:
     params, source = pretrained.find(configs[name], name, tokenizer)
@@ -104,11 +104,11 @@ def point(members: dict, names: tuple[str, ...], b: int, t: int, g: dict,
   for name in ("ar", *names):
     decoder, member = build(name, t, g)
     logits_fn, params = members[member]
-    calls[name], out, _ = claim_record.compiled_call(
-        claim_record.decode_fn(decoder, logits_fn), params, prompts, lengths,
+    calls[name], out, _ = claims.compiled_call(
+        claims.decode_fn(decoder, logits_fn), params, prompts, lengths,
         jax.random.key(0))
     nfe[name] = int(out.nfe)
-  median_s = claim_record.interleaved(calls, g["runs"])
+  median_s = claims.interleaved(calls, g["runs"])
   rows = []
   for name in names:
     rows.append({"sweep": sweep, "decoder": name, "batch_size": b,
@@ -208,7 +208,7 @@ longest T; contradicted if neither holds; otherwise mixed.
 
 {table}
 """
-  return claim_record.write(
+  return claims.write(
       folder, claim=CLAIM, title="Batch size and output length against the "
       "parallel decoders' advantage",
       source="Li et al. 2025, \"How Efficient Are Diffusion Language Models? "
@@ -223,4 +223,4 @@ longest T; contradicted if neither holds; otherwise mixed.
 
 
 if __name__ == "__main__":
-  claim_record.main(CLAIM, run)
+  claims.main(CLAIM, run)

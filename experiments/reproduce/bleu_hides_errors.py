@@ -28,7 +28,6 @@ Writes claim.md, numbers.json, results.csv and figure.png under --workdir.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 
@@ -40,8 +39,7 @@ import numpy as np
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import claim_record  # noqa: E402
+from lm_decoding import claims  # noqa: E402
 from lm_decoding.data import parallel_text  # noqa: E402
 from lm_decoding.evaluation import quality  # noqa: E402
 from lm_decoding.evaluation import records  # noqa: E402
@@ -195,7 +193,7 @@ def run(workdir: str, smoke: bool, rates: list[float], noise: float,
         for r in rows],
   ]
   data = dict(rows=rows, hidden_share=summary)
-  claim_record.write(
+  claims.write(
       workdir, claim=CLAIM, title="Claim 7: BLEU hides structural errors",
       statement="BLEU can stay high while outputs repeat or omit content; "
       "report repetition and omission rates beside it",
@@ -215,12 +213,12 @@ def run(workdir: str, smoke: bool, rates: list[float], noise: float,
 
 def main(argv):
   del argv
-  smoke = claim_record.SMOKE.value
+  smoke = claims.SMOKE.value
   rates = [0.0, 0.2] if smoke else [float(r) for r in _RATES.value]
   if any(not 0 <= r <= 1 for r in rates) or not 0 <= _NOISE.value <= 1:
     sys.exit("bleu_hides_errors: error: --rates and --noise must be in "
              "[0, 1]")
-  run(claim_record.workdir(CLAIM),
+  run(claims.workdir(CLAIM),
       smoke, rates, _NOISE.value,
       20 if smoke else _PAIRS.value, records.command())
 

@@ -21,8 +21,6 @@ Writes claim.md, numbers.json, results.csv and figure.png under --workdir.
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 
 from absl import app
@@ -37,8 +35,7 @@ import numpy as np
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import claim_record  # noqa: E402
+from lm_decoding import claims  # noqa: E402
 from lm_decoding.data import pipeline  # noqa: E402
 from lm_decoding.evaluation import entries, quality  # noqa: E402
 from lm_decoding.evaluation import records  # noqa: E402
@@ -75,7 +72,7 @@ PROMPT_LEN = 16
 def tiny_config(smoke: bool, steps: int | None) -> ml_collections.ConfigDict:
   """configs/tiny.py at `steps` steps (None: as it is); shrunk to seconds
   for --smoke."""
-  config = claim_record.load_config("tiny")
+  config = claims.load_config("tiny")
   if steps is not None:
     config.train.num_steps = steps
   if smoke:
@@ -224,7 +221,7 @@ def run(workdir: str, smoke: bool, models_dir: str, member: str, steps: int,
   data = dict(drift=drift, drift_se=drift_se, gen_ppl={k: v.ppl for k, v in series.items()},
               steps=config.train.num_steps, p_max=p_max, prompts=rows,
               output_length=t)
-  claim_record.write(
+  claims.write(
       workdir, claim=CLAIM,
       title="Claim 4: exposure bias along long AR generations",
       statement="an AR model trained with teacher forcing drifts off the "
@@ -245,9 +242,9 @@ def run(workdir: str, smoke: bool, models_dir: str, member: str, steps: int,
 
 def main(argv):
   del argv
-  smoke = claim_record.SMOKE.value
+  smoke = claims.SMOKE.value
   logging.set_verbosity(logging.WARNING)  # orbax logs every restore
-  run(claim_record.workdir(CLAIM),
+  run(claims.workdir(CLAIM),
       smoke, _MODELS.value, _MEMBER.value,
       _STEPS.value, _P_MAX.value, _RAMP.value, _T.value,
       _ROWS.value if not smoke else 4,

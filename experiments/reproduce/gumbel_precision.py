@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
 
-import claim_record
+from lm_decoding import claims
 from lm_decoding.data.tokenizer import Tokenizer
 from lm_decoding.decoding import make_decoder, sampling
 from lm_decoding.decoding.sampling import SamplingConfig
@@ -146,14 +146,14 @@ def _models(smoke: bool):
   """(mdlm Model, evaluator (logits_fn, params), source): shipped, or random
   smoke-size models."""
   if smoke:
-    mdlm_cfg = claim_record.model_config("mdlm", True)
-    eval_cfg = claim_record.model_config("ar", True)
+    mdlm_cfg = claims.model_config("mdlm", True)
+    eval_cfg = claims.model_config("ar", True)
     return ((make_logits_fn(mdlm_cfg), init_params(mdlm_cfg, jax.random.key(0))),
             (make_logits_fn(eval_cfg), init_params(eval_cfg, jax.random.key(1))),
             "random smoke-size models")
   tokenizer = Tokenizer.load(str(pretrained.DEFAULT_DIR
                                  / pretrained.TOKENIZER_FILE))
-  members = pretrained.member_configs(claim_record.load_config("tiny"))
+  members = pretrained.member_configs(claims.load_config("tiny"))
   loaded = []
   for name in ("mdlm", "evaluator"):
     params, source = pretrained.find(members[name], name, tokenizer)
@@ -175,7 +175,7 @@ def sample_quality(smoke: bool) -> tuple[list[dict], list, str]:
         decoder = make_decoder("mdlm", output_length=t, steps=steps,
                                eos_ids=(),
                                sampling=SamplingConfig(temperature=1.0))
-        out = claim_record.decode_fn(decoder, mdlm_fn)(
+        out = claims.decode_fn(decoder, mdlm_fn)(
             mdlm_params, jnp.zeros((b, 0), jnp.int32),
             jnp.zeros((b,), jnp.int32), jax.random.key(steps))
         samples[noise, steps] = (np.asarray(out.tokens),
@@ -374,7 +374,7 @@ K on the 50k stub while the registered decoder's entropy gap stays below
 from this library's decoder); supported if both show it; contradicted if
 neither.
 """
-  return claim_record.write(
+  return claims.write(
       folder, claim=CLAIM, title="Gumbel noise precision in masked diffusion",
       source="Zheng et al. 2024, \"Masked Diffusion Models are Secretly "
       "Time-Agnostic Masked Models and Exploit Inaccurate Categorical "
@@ -387,4 +387,4 @@ neither.
 
 
 if __name__ == "__main__":
-  claim_record.main(CLAIM, run)
+  claims.main(CLAIM, run)

@@ -20,12 +20,9 @@ Writes claim.md, numbers.json, results.csv and figure.png under --workdir.
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import claim_record  # noqa: E402
+from lm_decoding import claims  # noqa: E402
 
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
@@ -46,7 +43,7 @@ from lm_decoding.training import translation_members  # noqa: E402
 
 CLAIM = "length_error"
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", str(claim_record.REPO / "configs" / "translation.py"),
+    "config", str(claims.REPO / "configs" / "translation.py"),
     "Translation config file (experiments/translate.py's).")
 _MODELS = flags.DEFINE_string("model_workdir", "/tmp/lm_decoding_reproduce/"
                               "translation", "Translation models (and data "
@@ -160,7 +157,7 @@ def run(workdir: str, smoke: bool, config, model_workdir: str,
         f" | {r['length_mean_abs']} | {r['length_mean_signed']} | "
         f"{r['length_relative']} | {r['length_exact']} |" for r in rows],
   ]
-  claim_record.write(
+  claims.write(
       workdir, claim=CLAIM, title="Claim 6: length errors and long outputs",
       statement="a non-autoregressive model must predict the output length "
       "first; its errors truncate or pad the output and hurt long outputs "
@@ -190,12 +187,12 @@ def smoke_config(config):
 
 def main(argv):
   del argv
-  smoke = claim_record.SMOKE.value
+  smoke = claims.SMOKE.value
   logging.set_verbosity(logging.FATAL)  # orbax logs every restore
   config = _CONFIG.value
   if smoke:
     config = smoke_config(config)
-  run(claim_record.workdir(CLAIM),
+  run(claims.workdir(CLAIM),
       smoke, config, _MODELS.value,
       records.command())
 

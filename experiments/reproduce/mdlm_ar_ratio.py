@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import time
 
 from absl import app
@@ -40,8 +39,7 @@ import numpy as np
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import claim_record  # noqa: E402
+from lm_decoding import claims  # noqa: E402
 from lm_decoding.evaluation import records  # noqa: E402
 from lm_decoding.training import pretrained  # noqa: E402
 from lm_decoding.training import train as train_lib  # noqa: E402
@@ -76,7 +74,7 @@ def config_of(objective: str, steps: int, eval_every: int,
               eval_batches: int, smoke: bool, config_name: str = "tiny"):
   """configs/{config_name}.py's member `objective` at `steps`, validating
   every `eval_every`; shrunk to seconds for `smoke`."""
-  config = pretrained.member_configs(claim_record.load_config(config_name))[
+  config = pretrained.member_configs(claims.load_config(config_name))[
       objective]
   config.train.update(dict(num_steps=steps, eval_every=eval_every,
                            checkpoint_every=steps,
@@ -195,7 +193,7 @@ def run(workdir: str, smoke: bool, models_dir: str, steps: int,
         f"{r['mdlm_bound']} | {r['ratio']} |" for r in rows],
   ]
   data = dict(rows=rows, paper=PAPER, origin=origin)
-  claim_record.write(
+  claims.write(
       workdir, claim=CLAIM,
       title="Claim 10: MDLM bound / AR perplexity against "
       "training budget",
@@ -214,9 +212,9 @@ def run(workdir: str, smoke: bool, models_dir: str, steps: int,
 
 def main(argv):
   del argv
-  smoke = claim_record.SMOKE.value
+  smoke = claims.SMOKE.value
   logging.set_verbosity(logging.WARNING)  # orbax logs every save
-  run(claim_record.workdir(CLAIM),
+  run(claims.workdir(CLAIM),
       smoke, _MODELS.value, _STEPS.value,
       _EVERY.value, _EVAL_BATCHES.value, records.command(),
       _CURVES.value, _CONFIG_NAME.value)

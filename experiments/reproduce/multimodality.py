@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
 
-import claim_record
+from lm_decoding import claims
 from lm_decoding.decoding import make_decoder
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.models import Model
@@ -269,7 +269,7 @@ Check: |measured - closed| / SE with the binomial SE sqrt(p (1 - p) / n) of
 the closed form p (a point with p = 0 must measure exactly 0). Largest
 |z| over the {len(rows)} points: {worst:.2f} (verdict rule: all within 3).
 """
-  return claim_record.write(
+  return claims.write(
       folder, claim=CLAIM, title="Multimodality of one-step parallel decoding",
       source="Gu et al. 2018, \"Non-Autoregressive Neural Machine "
       "Translation\" (ICLR), the multimodality problem; the source article's "
@@ -282,4 +282,4 @@ the closed form p (a point with p = 0 must measure exactly 0). Largest
 
 
 if __name__ == "__main__":
-  claim_record.main(CLAIM, run)
+  claims.main(CLAIM, run)

@@ -19,7 +19,7 @@ import jax
 import matplotlib.pyplot as plt
 import numpy as np
 
-import claim_record
+from lm_decoding import claims
 from lm_decoding.evaluation import cost
 from lm_decoding.special_tokens import RESERVED_IDS
 from lm_decoding.training import train
@@ -38,16 +38,16 @@ def grid(smoke: bool) -> dict:
 def measure(smoke: bool) -> tuple[list[dict], dict]:
   """Rows {objective, length, step_ms, ...}: median train-step times."""
   g = grid(smoke)
-  optimizer = train.make_optimizer(claim_record.load_config("tiny").train)
+  optimizer = train.make_optimizer(claims.load_config("tiny").train)
   rows = []
   for length in g["lengths"]:
     steps, states, first_s = {}, {}, {}
     tokens = jax.random.randint(
         jax.random.key(length), (g["batch_size"], length), len(RESERVED_IDS),
-        claim_record.SMOKE_VOCAB if smoke else 4096)
+        claims.SMOKE_VOCAB if smoke else 4096)
     key = jax.random.key(0)
     for objective in OBJECTIVES:
-      cfg = claim_record.model_config(objective, smoke,
+      cfg = claims.model_config(objective, smoke,
                                       max_len=max(g["lengths"]))
       steps[objective] = train.make_train_step(cfg, objective, optimizer)
       start = time.perf_counter()
@@ -83,7 +83,7 @@ def run(folder: str, smoke: bool, cmd: str) -> dict:
       r["sequential_ms"] = r["length"] * single
       r["parallel_speedup"] = r["sequential_ms"] / r["step_ms"]
     longer = [r for r in pts if r["length"] > SINGLE]
-    fit = claim_record.fit_line([r["length"] for r in pts],
+    fit = claims.fit_line([r["length"] for r in pts],
                                 [r["step_ms"] for r in pts])
     summary[objective] = {
         "step_ms_vs_L": fit, "single_position_step_ms": single,
@@ -150,7 +150,7 @@ least 5x faster than the sequential estimate.
 
 {table}
 """
-  return claim_record.write(
+  return claims.write(
       folder, claim=CLAIM, title="Training is parallel for both objectives",
       source="the source articles (DESIGN.md question 2): teacher forcing "
       "with a causal mask (Vaswani et al. 2017) and masked denoising (Sahoo "
@@ -162,4 +162,4 @@ least 5x faster than the sequential estimate.
 
 
 if __name__ == "__main__":
-  claim_record.main(CLAIM, run)
+  claims.main(CLAIM, run)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import csv
 import os
-import sys
 import time
 
 from absl import app
@@ -29,14 +28,13 @@ import numpy as np
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import claim_record  # noqa: E402
+from lm_decoding import claims  # noqa: E402
 
 from lm_decoding.evaluation import records  # noqa: E402
 
 CLAIM = "router_workload"
 _FROM = flags.DEFINE_string(
-    "from_results", str(claim_record.REPO / "experiments" / "results" /
+    "from_results", str(claims.REPO / "experiments" / "results" /
                         "speculative" / "router.csv"),
     "router.csv written by experiments/speculative.py.", allow_override=True)
 # Quality within 5% gen-PPL counts as equal; latency within 10% as a tie
@@ -121,7 +119,7 @@ def run(workdir: str, smoke: bool, from_results: str,
              else "contradicted" if any(r == "loses" for r in results)
              else "mixed")
   details = [
-      f"- rows from {os.path.relpath(from_results, claim_record.REPO)} "
+      f"- rows from {os.path.relpath(from_results, claims.REPO)} "
       "(experiments/speculative.py's workload "
       "run: its speculative.md has the command, the models, the budgets and "
       "the router's rule); single timed runs per request on a shared CPU",
@@ -150,7 +148,7 @@ def run(workdir: str, smoke: bool, from_results: str,
       f"{o['router_p95_ms']:.1f} ms vs {o['best_single']} "
       f"{o['single_mean_ms']:.1f}/{o['single_p95_ms']:.1f} ms (mean/p95), "
       f"{o['outcome']}" for o in outcomes)
-  claim_record.write(
+  claims.write(
       workdir, claim=CLAIM,
       title="Claim 8: the hybrid router on a mixed workload",
       statement="routing each request to AR, parallel or speculative "
@@ -167,8 +165,8 @@ def run(workdir: str, smoke: bool, from_results: str,
 
 def main(argv):
   del argv
-  smoke = claim_record.SMOKE.value
-  run(claim_record.workdir(CLAIM),
+  smoke = claims.SMOKE.value
+  run(claims.workdir(CLAIM),
       smoke, _FROM.value, records.command())
 
 

@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import csv
 import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import claim_record  # noqa: E402
+from lm_decoding import claims  # noqa: E402
 
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
@@ -45,7 +43,7 @@ from lm_decoding.training import train as train_lib  # noqa: E402
 
 CLAIM = "speculative_agreement"
 _FROM = flags.DEFINE_string(
-    "from_results", str(claim_record.REPO / "experiments" / "results" /
+    "from_results", str(claims.REPO / "experiments" / "results" /
                         "speculative" / "speculative.csv"),
     "speculative.csv written by experiments/speculative.py.")
 _DATA = flags.DEFINE_string("data_dir", "/tmp/lm_decoding_reproduce/data",
@@ -72,7 +70,7 @@ def random_draft_rows(data_dir: str, gammas: list[int], t: int, runs: int,
                       loop_steps: int, seed: int = 0) -> list[dict]:
   """`speculative_cost.measure_group` rows for target 'ar' and a random-weight
   draft of the draft_small architecture (B = 1, temperature 1)."""
-  config = claim_record.load_config("tiny")
+  config = claims.load_config("tiny")
   pretrained.seed_data_cache(config, data_dir)
   corpus = pipeline.prepare(config.data.path, config.data.vocab_size,
                             data_dir, data_format=config.data.format)
@@ -160,7 +158,7 @@ def run(workdir: str, smoke: bool, from_results: str, data_dir: str,
                          f"{r['measured_speedup']:.2f}x" for r in live)
   details = [
       "- rows at temperature 1 from "
-      f"{os.path.relpath(from_results, claim_record.REPO)} (experiments/"
+      f"{os.path.relpath(from_results, claims.REPO)} (experiments/"
       "speculative.py's run; its speculative.md has the command, the models "
       "and the timing protocol), plus the random-weight draft measured here "
       f"(target 'ar', B = 1, T = {bad_t}, {runs} interleaved runs, "
@@ -186,7 +184,7 @@ def run(workdir: str, smoke: bool, from_results: str, data_dir: str,
   ]
   data = dict(low_alpha_max_speedup=low_max, high_alpha_max_speedup=high_max,
               correlation=corr, live=[_columns(r) for r in live])
-  claim_record.write(
+  claims.write(
       workdir, claim=CLAIM,
       title="Claim 5: speculative speed-up needs agreement",
       statement="speculative decoding is lossless and gives 2-3x when the "
@@ -206,8 +204,8 @@ def run(workdir: str, smoke: bool, from_results: str, data_dir: str,
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  smoke = claim_record.SMOKE.value
-  run(claim_record.workdir(CLAIM),
+  smoke = claims.SMOKE.value
+  run(claims.workdir(CLAIM),
       smoke, _FROM.value, _DATA.value,
       [1] if smoke else [int(g) for g in _BAD_GAMMAS.value],
       4 if smoke else _BAD_T.value, 1 if smoke else _RUNS.value,

@@ -41,9 +41,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from lm_decoding import debug
-# Not used here: kept importable from this module for decoding/bd3lm.py until
-# it imports lm_decoding.checks (the lead edits bd3lm.py). Nothing else may.
-from lm_decoding.checks import is_number  # noqa: F401
 from lm_decoding.models.binding import LogitsFn, Model
 from lm_decoding.models.output import ModelOutput
 

@@ -79,15 +79,17 @@ import jax
 import jax.numpy as jnp
 
 from lm_decoding import debug
+from lm_decoding.checks import is_count, is_number
 from lm_decoding.decoding import base
-from lm_decoding.decoding.base import Model, register
-from lm_decoding.decoding.base import is_count, is_number
+from lm_decoding.decoding.base import register
 from lm_decoding.decoding.fast_dllm import commit_above
 from lm_decoding.decoding.iterative import (
     ORDERINGS, Denoised, Loop, Step, aligned_logits, windows,
-    check_special_ids, denoise_block, prompt_layout, query_span, top_n)
+    check_special_ids, denoise_block, prompt_layout, query_span)
 from lm_decoding.decoding.mdlm import MDLMDecoder
 from lm_decoding.decoding.schedule import transfer_schedule
+from lm_decoding.models import Model
+from lm_decoding.models.selection import top_n
 
 BD3LM_KV_CACHES = ("prefix", "dual", "none")
 COMMIT_RULES = ("ancestral",) + ORDERINGS + ("threshold",)

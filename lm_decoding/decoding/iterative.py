@@ -89,9 +89,6 @@ from lm_decoding.decoding.sampling import SamplingConfig, sample
 from lm_decoding.models import Model, masks
 from lm_decoding.models.config import token_shift
 from lm_decoding.models.diffusion import shift_logits
-# Not used here: kept importable as iterative.top_n for decoding/bd3lm.py
-# until it imports lm_decoding.models.selection (the lead edits bd3lm.py).
-from lm_decoding.models.selection import top_n  # noqa: F401
 from lm_decoding.special_tokens import EOS_ID, MASK_ID, PAD_ID
 
 KV_CACHES = ("none", "prefix", "dual")

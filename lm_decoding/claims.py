@@ -11,10 +11,11 @@ experiments/results/reproduce/<claim>/):
   results.csv   the measured rows
   figure.png    the figure
 
-A script imports this module as a sibling (`import claim_record`), so its
-flags are defined once per process however many scripts a test loads. No
-script imports another experiment script: what they share lives in the
-library (`lm_decoding.evaluation.speculative_cost`,
+It sits on top of the package, beside `config_reference` (it reads the
+configs and trains): every script imports it (`from lm_decoding import
+claims`), so its flags are defined once per process however many scripts a
+test loads. No script imports another experiment script: what they share
+lives in the library (`lm_decoding.evaluation.speculative_cost`,
 `lm_decoding.training.translation_members`, ...). The command line and the
 files are written by `lm_decoding.evaluation.records`.
 """
