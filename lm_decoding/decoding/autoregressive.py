@@ -50,7 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from lm_decoding import debug
-from lm_decoding.decoding import base, sampling
+from lm_decoding.decoding import base, rows, sampling
 from lm_decoding.decoding.base import (
     DecodeResult, LogitsFn, Model, id_tuple, is_count, register)
 from lm_decoding.models import masks
@@ -270,7 +270,7 @@ def _sample_rows(config, keys_B, step, logits_BxV, seen_BxV):
   return jax.vmap(one)(keys_B, logits_BxV, seen_BxV)
 
 
-def _commit(config, state, step, logits_BxV, keys_B, eos_E):
+def _commit(config, state, step, logits_BxV, keys_B):
   """Chooses token `step` of every row from its logits and records it."""
   token_B = _sample_rows(config.sampling, keys_B, step, logits_BxV, state.seen)
   live_B = ~state.done
@@ -281,7 +281,7 @@ def _commit(config, state, step, logits_BxV, keys_B, eos_E):
   return state.replace(
       tokens=jax.lax.dynamic_update_index_in_dim(state.tokens, token_B, step,
                                                  axis=1),
-      done=state.done | (token_B[:, None] == eos_E[None, :]).any(-1),
+      done=state.done | rows.is_eos(token_B, config.eos_ids),
       seen=seen,
       committed=state.committed.at[step].set(live_B.astype(jnp.int32)))
 
@@ -302,10 +302,9 @@ def _cached_decode(config, cache_length, models, prompts_BxP,
   first_logits_BxV, cache, cost = prefill_body(
       models, "model", base.Cost.zero(models), prompts_BxP, prompt_lengths_B,
       cache_length, config.prompt_attention)
-  eos_E = jnp.asarray(config.eos_ids, jnp.int32)
   state = _init_state(config, prompts_BxP, prompt_lengths_B,
                       first_logits_BxV.shape[-1], cost)
-  state = _commit(config, state, 0, first_logits_BxV, keys_B, eos_E)
+  state = _commit(config, state, 0, first_logits_BxV, keys_B)
 
   def step(carry, i):
     state, cache = carry
@@ -314,7 +313,7 @@ def _cached_decode(config, cache_length, models, prompts_BxP,
     out, cost = base.forward(models, "model", state.cost, tokens_Bx1,
                              positions_Bx1, cache=cache)
     state = state.replace(cost=cost)
-    return (_commit(config, state, i, out.logits[:, 0], keys_B, eos_E),
+    return (_commit(config, state, i, out.logits[:, 0], keys_B),
             out.cache)
 
   steps = config.output_length
@@ -337,7 +336,6 @@ def _uncached_loop(config, length, models, prompts_BxP, prompt_lengths_B,
                    keys_B):
   """Each token runs logits_fn over the whole [B, length] buffer, no cache."""
   batch, width = prompts_BxP.shape
-  eos_E = jnp.asarray(config.eos_ids, jnp.int32)
   rows_B = jnp.arange(batch)
   positions_BxL = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32),
                                    (batch, length))
@@ -352,7 +350,7 @@ def _uncached_loop(config, length, models, prompts_BxP, prompt_lengths_B,
     return out.logits[rows_B, prompt_lengths_B + i - 1], cost
 
   def advance(state, buffer_BxL, i, logits_BxV):
-    state = _commit(config, state, i, logits_BxV, keys_B, eos_E)
+    state = _commit(config, state, i, logits_BxV, keys_B)
     buffer_BxL = buffer_BxL.at[rows_B, prompt_lengths_B + i].set(
         state.tokens[:, i])
     return state, buffer_BxL

@@ -82,7 +82,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from lm_decoding import debug
-from lm_decoding.decoding import base
+from lm_decoding.decoding import base, rows
 from lm_decoding.decoding.base import DecodeResult, Model, id_tuple, is_count
 from lm_decoding.decoding.sampling import SamplingConfig, sample
 from lm_decoding.models import masks
@@ -235,48 +235,6 @@ def prompt_layout(prompts: jax.Array, prompt_lengths: jax.Array,
   tokens = jnp.where(in_prompt, padded_BxL,
                      jnp.where(fill, mask_id, pad_id)).astype(jnp.int32)
   return tokens, fill, valid
-
-
-def _eos_mask(tokens: jax.Array, eos_ids: tuple[int, ...]) -> jax.Array:
-  if not eos_ids:
-    return jnp.zeros(tokens.shape, bool)
-  return jnp.isin(tokens, jnp.asarray(eos_ids, jnp.int32))
-
-
-def finish_at_eos(tokens: jax.Array, eos_ids: tuple[int, ...],
-                  pad_id: int = PAD_ID):
-  """Cuts rows after their first EOS.
-
-  Args:
-    tokens: int32[B, T] generated tokens.
-    eos_ids: ids that end a row (empty: no row ends early).
-    pad_id: id written after a row's first EOS.
-  Returns:
-    tokens: int32[B, T] with PAD after the first EOS (the EOS is kept);
-    lengths: int32[B] tokens up to and including the first EOS (T if none).
-  """
-  is_eos = _eos_mask(tokens, eos_ids)
-  t = tokens.shape[1]
-  lengths = jnp.where(is_eos.any(1), jnp.argmax(is_eos, 1) + 1,
-                      t).astype(jnp.int32)
-  keep = jnp.arange(t)[None, :] < lengths[:, None]
-  return jnp.where(keep, tokens, pad_id).astype(jnp.int32), lengths
-
-
-def eos_counts(tokens: jax.Array, eos_ids: tuple[int, ...]):
-  """Counts degenerate outputs of a decoder (for the quality report).
-
-  Args:
-    tokens: int32[B, T] raw generated tokens (`Denoised.tokens`, before
-      `finish_at_eos`, which turns an all-EOS row into an empty one).
-    eos_ids: ids that end a row.
-  Returns:
-    (empty, all_eos): int32[] rows whose first token is EOS (empty outputs)
-    and rows that are EOS at every position.
-  """
-  is_eos = _eos_mask(tokens, eos_ids)
-  return (jnp.sum(is_eos[:, 0], dtype=jnp.int32),
-          jnp.sum(is_eos.all(1), dtype=jnp.int32))
 
 
 def _propose(sampling: SamplingConfig, mask_id: int, keys_W, logits_WxV):
@@ -772,7 +730,8 @@ class IterativeDecoder:
       ValueError: as `denoise`.
     """
     out = self.denoise(models, prompts, prompt_lengths, key)
-    tokens, lengths = finish_at_eos(out.tokens, self.eos_ids, self.pad_id)
+    tokens, lengths = rows.finish_at_eos(out.tokens, self.eos_ids,
+                                         self.pad_id)
     return base.result(tokens, lengths, out.committed, out.cost)
 
   def infill(self, models: Mapping[str, Model], tokens: jax.Array,

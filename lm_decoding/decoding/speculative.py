@@ -65,7 +65,7 @@ import jax
 import jax.numpy as jnp
 
 from lm_decoding import debug
-from lm_decoding.decoding import base, sampling
+from lm_decoding.decoding import base, rows, sampling
 from lm_decoding.decoding.autoregressive import SequenceConfig, check_prompts
 from lm_decoding.decoding.base import DecodeResult, Model, is_count, register
 from lm_decoding.models.config import check_attention
@@ -421,7 +421,7 @@ def settle(decoder: DraftVerifyDecoder, state: Round, draft_BxG, q_BxGxV,
   new_BxG1 = jnp.where(index_G1[None] < accepted_B[:, None],
                        jnp.pad(draft_BxG, ((0, 0), (0, 1))), token_B[:, None])
   # Cut at the first EOS (kept) and at T tokens.
-  is_eos = jnp.isin(new_BxG1, jnp.asarray(decoder.eos_ids, jnp.int32))
+  is_eos = rows.is_eos(new_BxG1, decoder.eos_ids)
   first_eos_B = jnp.where(is_eos.any(1), jnp.argmax(is_eos, 1), gamma + 1)
   count_B = jnp.minimum(jnp.minimum(accepted_B + 1, first_eos_B + 1),
                         decoder.output_length - state.generated)

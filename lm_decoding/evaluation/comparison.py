@@ -38,7 +38,7 @@ from jax.sharding import Mesh
 
 from lm_decoding.data.tokenizer import Tokenizer
 from lm_decoding.decoding import (
-    autoregressive, base, bd3lm, hybrid, iterative, speculative)
+    autoregressive, base, bd3lm, hybrid, iterative, rows, speculative)
 from lm_decoding.evaluation import cost, quality
 from lm_decoding.evaluation.entries import Planned
 from lm_decoding.models import count_params
@@ -371,8 +371,8 @@ def run(planned: Sequence[Planned], models: Mapping[str, base.Model],
         eos_tokens_per_row=real_tokens / b,
         eos_timed_apart=not same_work,
         real_tokens_per_s=real_tokens / eos_s,
-        all_eos=int(iterative.eos_counts(fixed.tokens, eos_ids)[1]),
-        empty=int(iterative.eos_counts(eos_tokens, eos_ids)[0]))
+        all_eos=int(rows.eos_counts(fixed.tokens, eos_ids)[1]),
+        empty=int(rows.eos_counts(eos_tokens, eos_ids)[0]))
     if b == quality_batch:
       scores, texts = _quality(evaluator, tokenizer, eos_tokens, eos_lengths,
                                batch_prompts, prompt_lengths)
