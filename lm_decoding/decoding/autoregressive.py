@@ -47,7 +47,6 @@ from typing import Any, ClassVar, Mapping
 import flax.struct
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from lm_decoding import debug
 from lm_decoding.decoding import base, rows, sampling
@@ -117,7 +116,8 @@ class SequenceConfig:
     """
     base.check_models(self, models)
     logits_fn = models["model"].logits_fn
-    prompts, prompt_lengths = check_prompts(prompts, prompt_lengths)
+    prompts, prompt_lengths = rows.check_prompts(prompts, prompt_lengths,
+                                                needs_prompt=True)
     width = prompts.shape[1]
     length = (width + self.output_length if self.cache_length is None
               else self.cache_length)
@@ -134,29 +134,6 @@ class SequenceConfig:
     base.check_token_ids("eos_ids and pad_id", self.eos_ids + (self.pad_id,),
                          models["model"])
     return length, prompts, prompt_lengths
-
-
-def check_prompts(prompts: jax.Array, prompt_lengths: jax.Array):
-  """Raises ValueError unless prompts is int[B, P], P >= 1, and
-  prompt_lengths is [B] with (when concrete) every entry in [1, P]; returns
-  both as arrays."""
-  prompts, prompt_lengths = jnp.asarray(prompts), jnp.asarray(prompt_lengths)
-  if (jnp.ndim(prompts) != 2 or prompts.shape[1] < 1
-      or not jnp.issubdtype(prompts.dtype, jnp.integer)):
-    raise ValueError(f"prompts must be int[B, P] with P >= 1; got "
-                     f"{jnp.shape(prompts)} {jnp.result_type(prompts)}")
-  if (jnp.shape(prompt_lengths) != prompts.shape[:1]
-      or not jnp.issubdtype(jnp.result_type(prompt_lengths), jnp.integer)):
-    raise ValueError(f"prompt_lengths must be int[{prompts.shape[0]}]; got "
-                     f"{jnp.shape(prompt_lengths)} "
-                     f"{jnp.result_type(prompt_lengths)}")
-  if not isinstance(prompt_lengths, jax.core.Tracer):
-    lengths = np.asarray(prompt_lengths)
-    width = prompts.shape[1]
-    if lengths.size and not (lengths.min() >= 1 and lengths.max() <= width):
-      raise ValueError(
-          f"prompt_lengths={lengths.tolist()} must be in [1, P={width}]")
-  return prompts, prompt_lengths
 
 
 def prompt_mask(prompt_attention: str, prompt_lengths_B: jax.Array,
@@ -223,7 +200,8 @@ def prefill(logits_fn: LogitsFn, params: Any, prompts: jax.Array,
   Raises:
     ValueError: bad prompts/lengths or cache_length outside [P, max_len].
   """
-  prompts, prompt_lengths = check_prompts(prompts, prompt_lengths)
+  prompts, prompt_lengths = rows.check_prompts(prompts, prompt_lengths,
+                                                needs_prompt=True)
   width = prompts.shape[1]
   cache_length = width if cache_length is None else cache_length
   if not width <= cache_length <= logits_fn.max_len:

@@ -192,24 +192,6 @@ def top_n(score_W: jax.Array, allowed_W: jax.Array, n: jax.Array) -> jax.Array:
   return allowed_W & jnp.zeros_like(allowed_W).at[order].set(first_n)
 
 
-def _int_matrix(name: str, value: Any, shape: str) -> jax.Array:
-  """`value` as int32[B, L]; raises ValueError naming `name` and `shape`
-  ("int[B, P]") unless it is a 2-D integer array."""
-  value = jnp.asarray(value)
-  if value.ndim != 2 or not jnp.issubdtype(value.dtype, jnp.integer):
-    raise ValueError(f"{name} must be {shape}; got {value.shape} "
-                     f"{value.dtype}")
-  return value.astype(jnp.int32)
-
-
-def _check_range(name: str, values: Any, low: int, high: int):
-  if isinstance(values, jax.core.Tracer):
-    return
-  values = np.asarray(values)
-  if values.size and (values.min() < low or values.max() > high):
-    raise ValueError(f"{name} must lie in [{low}, {high}]; got {values}")
-
-
 def prompt_layout(prompts: jax.Array, prompt_lengths: jax.Array,
                   output_length: int, mask_id: int = MASK_ID,
                   pad_id: int = PAD_ID):
@@ -666,19 +648,10 @@ class IterativeDecoder:
 
   def _check(self, models, prompts, prompt_lengths):
     base.check_models(self, models)
-    prompts = _int_matrix("prompts", prompts, "int[B, P]")
-    prompt_lengths = jnp.asarray(prompt_lengths)
-    if not jnp.issubdtype(prompt_lengths.dtype, jnp.integer):
-      raise ValueError(f"prompt_lengths must be int[B]; got "
-                       f"{prompt_lengths.dtype}")
-    prompt_lengths = prompt_lengths.astype(jnp.int32)
-    batch, width = prompts.shape
-    if prompt_lengths.shape != (batch,):
-      raise ValueError(f"prompt_lengths must have shape ({batch},); got "
-                       f"{prompt_lengths.shape}")
-    # Nothing predicts token 0 of a token-shifted model: a prompt token must.
-    _check_range("prompt_lengths", prompt_lengths,
-                 int(token_shift(models["model"].logits_fn)), width)
+    prompts, prompt_lengths = rows.check_prompts(
+        prompts, prompt_lengths,
+        needs_prompt=token_shift(models["model"].logits_fn))
+    width = prompts.shape[1]
     max_len = models["model"].logits_fn.max_len
     if width + self.output_length > max_len:
       raise ValueError(
@@ -761,7 +734,7 @@ class IterativeDecoder:
                        "the whole sequence as one block; use "
                        "block_length=None")
     base.check_models(self, models)
-    tokens = _int_matrix("tokens", tokens, "int[B, L]")
+    tokens = rows.int_matrix("tokens", tokens, "int[B, L]")
     if valid is None:
       valid = jnp.ones(tokens.shape, bool)
     for name, value in (("fill_mask", fill_mask), ("valid", valid)):

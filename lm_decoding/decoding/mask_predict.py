@@ -29,8 +29,7 @@ from typing import Mapping
 import jax
 import jax.numpy as jnp
 
-from lm_decoding.decoding import base
-from lm_decoding.decoding.autoregressive import check_prompts
+from lm_decoding.decoding import base, rows
 from lm_decoding.decoding.iterative import top_n
 from lm_decoding.models import masks
 from lm_decoding.special_tokens import BOS_ID, EOS_ID, MASK_ID, PAD_ID
@@ -184,7 +183,8 @@ class MaskPredictDecoder:
         lengths='head' with a model without `length_logits`.
     """
     base.check_models(self, models)
-    prompts, prompt_lengths = check_prompts(prompts, prompt_lengths)
+    prompts, prompt_lengths = rows.check_prompts(prompts, prompt_lengths,
+                                                needs_prompt=True)
     logits_fn = models["model"].logits_fn
     total = prompts.shape[1] + self.output_length
     if total > logits_fn.max_len:

@@ -66,7 +66,7 @@ import jax.numpy as jnp
 
 from lm_decoding import debug
 from lm_decoding.decoding import base, rows, sampling
-from lm_decoding.decoding.autoregressive import SequenceConfig, check_prompts
+from lm_decoding.decoding.autoregressive import SequenceConfig
 from lm_decoding.decoding.base import DecodeResult, Model, is_count, register
 from lm_decoding.models.config import check_attention
 
@@ -225,7 +225,8 @@ class DraftVerifyDecoder(SequenceConfig):
 
   def _check(self, models, prompts, prompt_lengths):
     base.check_models(self, models)
-    prompts, prompt_lengths = check_prompts(prompts, prompt_lengths)
+    prompts, prompt_lengths = rows.check_prompts(prompts, prompt_lengths,
+                                                needs_prompt=True)
     length = self.cache_length_for(prompts.shape[1])
     vocab = base.vocab_size(models["target"])
     for role, model in models.items():

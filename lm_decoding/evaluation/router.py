@@ -41,8 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lm_decoding.decoding import base
-from lm_decoding.decoding.autoregressive import check_prompts
+from lm_decoding.decoding import base, rows
 from lm_decoding.decoding.base import is_number
 from lm_decoding.evaluation import cost_model
 from lm_decoding.models.config import TransformerConfig
@@ -254,9 +253,10 @@ def prompt_entropy(model: base.Model, prompts: jax.Array,
     prompts: int32[B, P] right-padded prompts.
     prompt_lengths: int32[B] real tokens per row, in [1, P].
   Raises:
-    ValueError: as `autoregressive.check_prompts` (prompts int[B, P],
+    ValueError: as `rows.check_prompts` (prompts int[B, P],
       lengths int[B] in [1, P]).
   """
-  prompts, prompt_lengths = check_prompts(prompts, prompt_lengths)
+  prompts, prompt_lengths = rows.check_prompts(prompts, prompt_lengths,
+                                                needs_prompt=True)
   return _entropy(model, prompts.astype(jnp.int32),
                   prompt_lengths.astype(jnp.int32))
