@@ -39,10 +39,10 @@ def test_check_prompts_shapes_and_dtypes():
   with pytest.raises(ValueError, match=r"P >= 1"):
     rows.check_prompts(np.zeros((2, 0), np.int32), [0, 0], True)
   rows.check_prompts(np.zeros((2, 0), np.int32), [0, 0], False)
-  with pytest.raises(ValueError, match=r"prompt_lengths must be int\[B=2\]"):
-    rows.check_prompts(PROMPTS, [1], True)
-  with pytest.raises(ValueError, match=r"prompt_lengths must be int\[B=2\]"):
-    rows.check_prompts(PROMPTS, [1.0, 1.0], True)
+  for bad in ([1], [1.0, 1.0]):
+    with pytest.raises(ValueError,
+                       match=r"prompt_lengths must be int\[B\] with B=2"):
+      rows.check_prompts(PROMPTS, bad, True)
 
 
 def test_check_prompts_leaves_traced_lengths_unchecked():

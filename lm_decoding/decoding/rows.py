@@ -64,7 +64,7 @@ def check_prompts(prompts: Any, prompt_lengths: Any, needs_prompt: bool
   prompt_lengths = jnp.asarray(prompt_lengths)
   if (prompt_lengths.shape != (batch,)
       or not jnp.issubdtype(prompt_lengths.dtype, jnp.integer)):
-    raise ValueError(f"prompt_lengths must be int[B={batch}]; got "
+    raise ValueError(f"prompt_lengths must be int[B] with B={batch}; got "
                      f"{prompt_lengths.shape} {prompt_lengths.dtype}")
   if not isinstance(prompt_lengths, jax.core.Tracer):
     lengths = np.asarray(prompt_lengths)
