@@ -88,9 +88,9 @@ TWO_EOS = (EOS_ID, 6)
 def test_python_lists_and_numpy_int64_decode_like_jax_arrays(name):
   """Bug: the AR family raised TypeError for prompt_lengths given as a list.
 
-  Fix: in `autoregressive.check_prompts` convert first
-  (`prompts = jnp.asarray(prompts); prompt_lengths = jnp.asarray(
-  prompt_lengths)`) and return them; `checked_cache_length`, `prefill` and
+  Fix: in the prompt check (`autoregressive.check_prompts` then, now
+  `rows.check_prompts`) convert first (`prompts = jnp.asarray(prompts);
+  prompt_lengths = jnp.asarray(prompt_lengths)`) and return them; `checked_cache_length`, `prefill` and
   the three `decode` methods pass the converted arrays on to the jitted loop.
   """
   decoder = build(name, 5, eos_ids=TWO_EOS)

@@ -12,10 +12,10 @@ import pytest
 import stubs
 from lm_decoding.decoding import base
 from lm_decoding.decoding.base import bind
-from lm_decoding.decoding.iterative import (
-    Step, eos_counts, finish_at_eos, prompt_layout)
+from lm_decoding.decoding.iterative import Step, prompt_layout
 from lm_decoding.decoding.llada import LLaDADecoder
 from lm_decoding.decoding.mdlm import MDLMDecoder
+from lm_decoding.decoding.rows import eos_counts, finish_at_eos
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.models import TransformerConfig, init_params, make_logits_fn
 from lm_decoding.special_tokens import EOS_ID, MASK_ID, PAD_ID

@@ -47,11 +47,10 @@ from typing import Any, ClassVar, Mapping
 import flax.struct
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from lm_decoding import debug
 from lm_decoding.checks import is_count
-from lm_decoding.decoding import base, sampling
+from lm_decoding.decoding import base, rows, sampling
 from lm_decoding.decoding.base import DecodeResult, id_tuple, register
 from lm_decoding.models import Model, masks
 from lm_decoding.models.binding import LogitsFn
@@ -119,7 +118,8 @@ class SequenceConfig:
     """
     base.check_models(self, models)
     logits_fn = models["model"].logits_fn
-    prompts, prompt_lengths = check_prompts(prompts, prompt_lengths)
+    prompts, prompt_lengths = rows.check_prompts(prompts, prompt_lengths,
+                                                needs_prompt=True)
     width = prompts.shape[1]
     length = (width + self.output_length if self.cache_length is None
               else self.cache_length)
@@ -136,29 +136,6 @@ class SequenceConfig:
     base.check_token_ids("eos_ids and pad_id", self.eos_ids + (self.pad_id,),
                          models["model"])
     return length, prompts, prompt_lengths
-
-
-def check_prompts(prompts: jax.Array, prompt_lengths: jax.Array):
-  """Raises ValueError unless prompts is int[B, P], P >= 1, and
-  prompt_lengths is [B] with (when concrete) every entry in [1, P]; returns
-  both as arrays."""
-  prompts, prompt_lengths = jnp.asarray(prompts), jnp.asarray(prompt_lengths)
-  if (jnp.ndim(prompts) != 2 or prompts.shape[1] < 1
-      or not jnp.issubdtype(prompts.dtype, jnp.integer)):
-    raise ValueError(f"prompts must be int[B, P] with P >= 1; got "
-                     f"{jnp.shape(prompts)} {jnp.result_type(prompts)}")
-  if (jnp.shape(prompt_lengths) != prompts.shape[:1]
-      or not jnp.issubdtype(jnp.result_type(prompt_lengths), jnp.integer)):
-    raise ValueError(f"prompt_lengths must be int[{prompts.shape[0]}]; got "
-                     f"{jnp.shape(prompt_lengths)} "
-                     f"{jnp.result_type(prompt_lengths)}")
-  if not isinstance(prompt_lengths, jax.core.Tracer):
-    lengths = np.asarray(prompt_lengths)
-    width = prompts.shape[1]
-    if lengths.size and not (lengths.min() >= 1 and lengths.max() <= width):
-      raise ValueError(
-          f"prompt_lengths={lengths.tolist()} must be in [1, P={width}]")
-  return prompts, prompt_lengths
 
 
 def prompt_mask(prompt_attention: str, prompt_lengths_B: jax.Array,
@@ -225,7 +202,8 @@ def prefill(logits_fn: LogitsFn, params: Any, prompts: jax.Array,
   Raises:
     ValueError: bad prompts/lengths or cache_length outside [P, max_len].
   """
-  prompts, prompt_lengths = check_prompts(prompts, prompt_lengths)
+  prompts, prompt_lengths = rows.check_prompts(prompts, prompt_lengths,
+                                                needs_prompt=True)
   width = prompts.shape[1]
   cache_length = width if cache_length is None else cache_length
   if not width <= cache_length <= logits_fn.max_len:
@@ -272,7 +250,7 @@ def _sample_rows(config, keys_B, step, logits_BxV, seen_BxV):
   return jax.vmap(one)(keys_B, logits_BxV, seen_BxV)
 
 
-def _commit(config, state, step, logits_BxV, keys_B, eos_E):
+def _commit(config, state, step, logits_BxV, keys_B):
   """Chooses token `step` of every row from its logits and records it."""
   token_B = _sample_rows(config.sampling, keys_B, step, logits_BxV, state.seen)
   live_B = ~state.done
@@ -283,7 +261,7 @@ def _commit(config, state, step, logits_BxV, keys_B, eos_E):
   return state.replace(
       tokens=jax.lax.dynamic_update_index_in_dim(state.tokens, token_B, step,
                                                  axis=1),
-      done=state.done | (token_B[:, None] == eos_E[None, :]).any(-1),
+      done=state.done | rows.is_eos(token_B, config.eos_ids),
       seen=seen,
       committed=state.committed.at[step].set(live_B.astype(jnp.int32)))
 
@@ -304,10 +282,9 @@ def _cached_decode(config, cache_length, models, prompts_BxP,
   first_logits_BxV, cache, cost = prefill_body(
       models, "model", base.Cost.zero(models), prompts_BxP, prompt_lengths_B,
       cache_length, config.prompt_attention)
-  eos_E = jnp.asarray(config.eos_ids, jnp.int32)
   state = _init_state(config, prompts_BxP, prompt_lengths_B,
                       first_logits_BxV.shape[-1], cost)
-  state = _commit(config, state, 0, first_logits_BxV, keys_B, eos_E)
+  state = _commit(config, state, 0, first_logits_BxV, keys_B)
 
   def step(carry, i):
     state, cache = carry
@@ -316,7 +293,7 @@ def _cached_decode(config, cache_length, models, prompts_BxP,
     out, cost = base.forward(models, "model", state.cost, tokens_Bx1,
                              positions_Bx1, cache=cache)
     state = state.replace(cost=cost)
-    return (_commit(config, state, i, out.logits[:, 0], keys_B, eos_E),
+    return (_commit(config, state, i, out.logits[:, 0], keys_B),
             out.cache)
 
   steps = config.output_length
@@ -339,7 +316,6 @@ def _uncached_loop(config, length, models, prompts_BxP, prompt_lengths_B,
                    keys_B):
   """Each token runs logits_fn over the whole [B, length] buffer, no cache."""
   batch, width = prompts_BxP.shape
-  eos_E = jnp.asarray(config.eos_ids, jnp.int32)
   rows_B = jnp.arange(batch)
   positions_BxL = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32),
                                    (batch, length))
@@ -354,7 +330,7 @@ def _uncached_loop(config, length, models, prompts_BxP, prompt_lengths_B,
     return out.logits[rows_B, prompt_lengths_B + i - 1], cost
 
   def advance(state, buffer_BxL, i, logits_BxV):
-    state = _commit(config, state, i, logits_BxV, keys_B, eos_E)
+    state = _commit(config, state, i, logits_BxV, keys_B)
     buffer_BxL = buffer_BxL.at[rows_B, prompt_lengths_B + i].set(
         state.tokens[:, i])
     return state, buffer_BxL

@@ -6,7 +6,9 @@ before it; clean tokens only ever see earlier blocks and their own. Decoding
 follows the reference sampler (kuleshov-group/bd3lms, `_semi_ar_sampler`):
 blocks left to right, K / N denoising steps per block (MDLM's ancestral
 update, or LLaDA-style ranked commits), with the committed blocks held in a
-KV cache.
+KV cache. The loop over blocks is the iterative decoders' own
+(`iterative.denoise_blocks`): only the prefill, the calls and the commit of
+a finished block are BD3-LM's.
 
 Layout (as `iterative`): row b is [prompt | T MASK | PAD] in L = P + T slots,
 positions arange(L); block n of row b is [P_b + n W, P_b + (n + 1) W): blocks
@@ -85,7 +87,7 @@ from lm_decoding.decoding.base import register
 from lm_decoding.decoding.fast_dllm import commit_above
 from lm_decoding.decoding.iterative import (
     ORDERINGS, Denoised, Loop, Step, aligned_logits, windows,
-    check_special_ids, denoise_block, prompt_layout, query_span)
+    check_special_ids, denoise_blocks, prompt_layout, query_span)
 from lm_decoding.decoding.mdlm import MDLMDecoder
 from lm_decoding.decoding.schedule import transfer_schedule
 from lm_decoding.models import Model
@@ -128,7 +130,7 @@ def _run(decoder: BD3LMDecoder, models: Mapping[str, Model],
          keys_B: jax.Array, measure_error: bool) -> Loop:
   """Decodes every block (traced inside a jit)."""
   batch, prompt_width = prompts_BxP.shape
-  tokens_BxL, _, valid_BxL = prompt_layout(
+  tokens_BxL, fill_BxL, valid_BxL = prompt_layout(
       prompts_BxP, prompt_lengths_B, decoder.output_length, decoder.mask_id,
       decoder.pad_id)
   length = tokens_BxL.shape[1]
@@ -183,8 +185,9 @@ def _run(decoder: BD3LMDecoder, models: Mapping[str, Model],
                                          loop.cost)
     return logits, loop.replace(cache=cache, cost=cost)
 
-  def window_logits(loop, start_B):
+  def window_logits(n, loop, start_B):
     """One counted call: (float32[B, W, V] window logits, loop)."""
+    del n
     if decoder.kv_cache == "dual":
       return sub_block_logits(loop, start_B)
     if cached:
@@ -200,22 +203,18 @@ def _run(decoder: BD3LMDecoder, models: Mapping[str, Model],
     return aligned_logits(model, model.logits_fn(
         model.params, tokens, positions_BxL, attention_mask=mask_BxLxL).logits)
 
-  def commit_block(loop, start_B):
-    """Writes the finished window's clean keys into the cache."""
-    out, cost = span_call(loop.cost, loop.tokens, loop.cache, start_B, width)
-    return loop.replace(cache=out.cache, cost=cost)
+  def commit_block(n, loop, start_B):
+    """Writes the finished window's clean keys into the cache (not after
+    the last block)."""
+    def write(loop):
+      out, cost = span_call(loop.cost, loop.tokens, loop.cache, start_B,
+                            width)
+      return loop.replace(cache=out.cache, cost=cost)
+    return jax.lax.cond(n + 1 < num_blocks, write, lambda c: c, loop)
 
-  def block(n, loop):
-    start_B = prompt_lengths_B + n * width
-    fill_BxW = jnp.ones((batch, width), bool)  # a window never leaves T
-    loop, _ = denoise_block(decoder, n, loop, jnp.bool_(False), start_B,
-                            width, fill_BxW, keys_B, window_logits,
-                            exact=exact if measure_error and cached else None)
-    if cached:
-      loop = jax.lax.cond(n + 1 < num_blocks,
-                          lambda c: commit_block(c, start_B), lambda c: c,
-                          loop)
-    return loop
+  def begin(n, loop, fresh, start_B):  # the window moved: call at step 0
+    del n, fresh, start_B
+    return loop, jnp.bool_(False)
 
   loop = Loop.start(models, tokens_BxL, num_blocks * max_steps,
                     (batch, width, vocab))
@@ -228,7 +227,10 @@ def _run(decoder: BD3LMDecoder, models: Mapping[str, Model],
           attention_mask=mask_BxLxL[:, :prompt_width])
       cache, loop = out.cache, loop.replace(cost=cost)
     loop = loop.replace(cache=cache)
-  return jax.lax.fori_loop(0, num_blocks, block, loop)
+  return denoise_blocks(
+      decoder, loop, prompt_lengths_B, num_blocks, width, fill_BxL, keys_B,
+      begin, window_logits, end=commit_block if cached else None,
+      exact=exact if measure_error and cached else None)
 
 
 @debug.jit(static_argnames=("decoder", "measure_error"))

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 
 from lm_decoding import debug
 from lm_decoding.checks import is_count, is_number
-from lm_decoding.decoding import base
+from lm_decoding.decoding import base, rows
 from lm_decoding.decoding.autoregressive import SequenceConfig, prefill_body
 from lm_decoding.decoding.base import DecodeResult, register
 from lm_decoding.models import Model
@@ -88,7 +88,7 @@ def _beam_step(config, state, cache, step, logits_BKxV):
                                 jnp.int32)], axis=1))
 
   # The best non-EOS continuations stay alive; their caches follow them.
-  is_eos_V = jnp.zeros((vocab,), bool).at[eos_E].set(True)
+  is_eos_V = rows.is_eos(jnp.arange(vocab), config.eos_ids)
   continuing_BxKV = jnp.where(is_eos_V, -jnp.inf, log_prob_BxKxV).reshape(
       batch, beams * vocab)
   alive_log_prob, flat_BxK = jax.lax.top_k(continuing_BxKV, beams)

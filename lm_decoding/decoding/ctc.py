@@ -21,8 +21,7 @@ import jax.numpy as jnp
 
 from lm_decoding.checks import is_count
 from lm_decoding.data import parallel_text
-from lm_decoding.decoding import base
-from lm_decoding.decoding.autoregressive import check_prompts
+from lm_decoding.decoding import base, rows
 from lm_decoding.models import Model, ctc_frames
 from lm_decoding.special_tokens import BOS_ID, EOS_ID, MASK_ID, PAD_ID
 
@@ -116,7 +115,8 @@ class CTCDecoder:
         model's max_len.
     """
     base.check_models(self, models)
-    prompts, prompt_lengths = check_prompts(prompts, prompt_lengths)
+    prompts, prompt_lengths = rows.check_prompts(prompts, prompt_lengths,
+                                                needs_prompt=True)
     width = prompts.shape[1]
     length = width + self.upsample * (width - 1)
     max_len = models["model"].logits_fn.max_len

@@ -23,7 +23,8 @@ The generated region is cut into N = T / block_length blocks decoded left to
 right (semi-autoregressive, as LLaDA; one block when block_length is None).
 Block n of row b is the window of W = block_length positions starting at
 prompt_lengths[b] + n W; rows move from block to block together, each with
-its own state.
+its own state. The loop over blocks, `denoise_blocks`, is one
+`lax.fori_loop` (one compiled body whatever N), shared with `bd3lm`.
 
 Step (inside block n, for every row; written for ONE row and `jax.vmap`-ed):
   1. logits of the window, from the context (below);
@@ -66,8 +67,10 @@ parent) is decoded by the same loop: a full pass's logits are realigned by
 the window's first token. Rows then need a prompt of at least one token.
 
 Cost: every call goes through `base.forward`, role "model"; the result's
-`forward_tokens` counts B x (L, L - nW or W) positions per call (one more
-per row for a token-shifted model's cached calls).
+`forward_tokens` counts B x (L, T - nW or W) positions per call (one more
+per row for a token-shifted model's cached calls). The prefix cache's query
+size, T - nW, changes with the block: its model call is the one part of the
+block compiled once per block (a `lax.switch` on n).
 """
 
 from __future__ import annotations
@@ -83,7 +86,7 @@ import numpy as np
 
 from lm_decoding import debug
 from lm_decoding.checks import is_count
-from lm_decoding.decoding import base
+from lm_decoding.decoding import base, rows
 from lm_decoding.decoding.base import DecodeResult, id_tuple
 from lm_decoding.decoding.sampling import SamplingConfig, sample
 from lm_decoding.models import Model, masks
@@ -182,22 +185,6 @@ class Step:
     raise ValueError(f"ordering={ordering!r}; allowed: {ORDERINGS}")
 
 
-def _int_matrix(name: str, value: Any, shape: str) -> jax.Array:
-  """`value` as int32[B, L]; raises ValueError naming `name` and `shape`
-  ("int[B, P]") unless it is a 2-D integer array."""
-  value = jnp.asarray(value)
-  if value.ndim != 2 or not jnp.issubdtype(value.dtype, jnp.integer):
-    raise ValueError(f"{name} must be {shape}; got {value.shape} "
-                     f"{value.dtype}")
-  return value.astype(jnp.int32)
-
-
-def _check_range(name: str, values: Any, low: int, high: int):
-  if isinstance(values, jax.core.Tracer):
-    return
-  values = np.asarray(values)
-  if values.size and (values.min() < low or values.max() > high):
-    raise ValueError(f"{name} must lie in [{low}, {high}]; got {values}")
 
 
 def prompt_layout(prompts: jax.Array, prompt_lengths: jax.Array,
@@ -225,48 +212,6 @@ def prompt_layout(prompts: jax.Array, prompt_lengths: jax.Array,
   tokens = jnp.where(in_prompt, padded_BxL,
                      jnp.where(fill, mask_id, pad_id)).astype(jnp.int32)
   return tokens, fill, valid
-
-
-def _eos_mask(tokens: jax.Array, eos_ids: tuple[int, ...]) -> jax.Array:
-  if not eos_ids:
-    return jnp.zeros(tokens.shape, bool)
-  return jnp.isin(tokens, jnp.asarray(eos_ids, jnp.int32))
-
-
-def finish_at_eos(tokens: jax.Array, eos_ids: tuple[int, ...],
-                  pad_id: int = PAD_ID):
-  """Cuts rows after their first EOS.
-
-  Args:
-    tokens: int32[B, T] generated tokens.
-    eos_ids: ids that end a row (empty: no row ends early).
-    pad_id: id written after a row's first EOS.
-  Returns:
-    tokens: int32[B, T] with PAD after the first EOS (the EOS is kept);
-    lengths: int32[B] tokens up to and including the first EOS (T if none).
-  """
-  is_eos = _eos_mask(tokens, eos_ids)
-  t = tokens.shape[1]
-  lengths = jnp.where(is_eos.any(1), jnp.argmax(is_eos, 1) + 1,
-                      t).astype(jnp.int32)
-  keep = jnp.arange(t)[None, :] < lengths[:, None]
-  return jnp.where(keep, tokens, pad_id).astype(jnp.int32), lengths
-
-
-def eos_counts(tokens: jax.Array, eos_ids: tuple[int, ...]):
-  """Counts degenerate outputs of a decoder (for the quality report).
-
-  Args:
-    tokens: int32[B, T] raw generated tokens (`Denoised.tokens`, before
-      `finish_at_eos`, which turns an all-EOS row into an empty one).
-    eos_ids: ids that end a row.
-  Returns:
-    (empty, all_eos): int32[] rows whose first token is EOS (empty outputs)
-    and rows that are EOS at every position.
-  """
-  is_eos = _eos_mask(tokens, eos_ids)
-  return (jnp.sum(is_eos[:, 0], dtype=jnp.int32),
-          jnp.sum(is_eos.all(1), dtype=jnp.int32))
 
 
 def _propose(sampling: SamplingConfig, mask_id: int, keys_W, logits_WxV):
@@ -478,6 +423,51 @@ def denoise_block(decoder: IterativeDecoder, n: jax.Array, loop: Loop,
   return loop, fresh
 
 
+def denoise_blocks(decoder: IterativeDecoder, loop: Loop, start_B: jax.Array,
+                   num_blocks: int, width: int, fill_BxL: jax.Array,
+                   keys_B: jax.Array, begin: Callable, call: Callable,
+                   end: Callable | None = None, view: Callable | None = None,
+                   exact: Callable | None = None) -> Loop:
+  """The loop over N blocks of W positions of every iterative decoder.
+
+  Block n of row b is the window [start[b] + n W, start[b] + (n + 1) W);
+  for n = 0 .. N - 1, `begin` prepares the block (e.g. fills a KV cache),
+  `denoise_block` runs its steps, and `end` closes it (e.g. writes its clean
+  keys). The blocks are a `lax.fori_loop`: one compiled body whatever N.
+
+  Args:
+    decoder: the decoder config (static).
+    loop: the carry before block 0.
+    start_B: int32[B] absolute position of each row's block 0.
+    num_blocks: N; width: W (static).
+    fill_BxL: bool[B, L] positions the decoder may write.
+    keys_B: [B] per-row keys (`base.row_keys`).
+    begin: (n, loop, fresh, start_B) -> (loop, fresh) before block n's
+      steps, `fresh` (bool[]) saying whether loop.logits hold the current
+      tokens' logits.
+    call: (n, loop, start_B) -> (logits, loop): one counted model call (see
+      `denoise_block`), n traced.
+    end: (n, loop, start_B) -> loop after block n's steps; None: nothing.
+    view, exact: as `denoise_block`'s.
+  Returns:
+    The carry after block N - 1.
+  """
+  def block(n, carry):
+    loop, fresh = carry
+    block_start_B = start_B + n * width
+    loop, fresh = begin(n, loop, fresh, block_start_B)
+    loop, fresh = denoise_block(
+        decoder, n, loop, fresh, block_start_B, width,
+        windows(fill_BxL, block_start_B, width), keys_B,
+        functools.partial(call, n), view, exact)
+    if end is not None:
+      loop = end(n, loop, block_start_B)
+    return loop, fresh
+
+  return jax.lax.fori_loop(0, num_blocks, block,
+                           (loop, jnp.bool_(False)))[0]
+
+
 def _run(decoder, models, tokens_BxL, fill_BxL, valid_BxL, start_B,
          num_blocks, width, keys_B, trace, measure_error):
   """The loop over N blocks of W positions (traced inside a jit)."""
@@ -499,7 +489,7 @@ def _run(decoder, models, tokens_BxL, fill_BxL, valid_BxL, start_B,
                              attention_mask=full_mask)
     return out._replace(logits=aligned_logits(model, out.logits)), cost
 
-  def call(loop, start_B, query):
+  def call(n, loop, start_B):
     """One counted call: float32[B, L, V] full-pass logits, or with a KV
     cache float32[B, W, V] window logits; and the loop."""
     if decoder.kv_cache == "none":
@@ -509,6 +499,17 @@ def _run(decoder, models, tokens_BxL, fill_BxL, valid_BxL, start_B,
     if decoder.cache_refresh == "step":
       out, cost = full_pass(cost, loop.tokens, cache)
       cache = out.cache
+    if decoder.kv_cache == "dual":
+      return cached_call(width, loop, start_B, cost, cache)
+    # A prefix cache queries the rest of the generated region, (N - n) W
+    # positions: one branch per block, so that only the model call, not the
+    # whole block, is compiled N times.
+    return jax.lax.switch(
+        n, [functools.partial(cached_call, (num_blocks - i) * width)
+            for i in range(num_blocks)], loop, start_B, cost, cache)
+
+  def cached_call(query, loop, start_B, cost, cache):
+    """The cached call on `query` positions from the window's start."""
     first_B, size = query_span(model, start_B, query)
     q_tokens = windows(loop.tokens, first_B, size)
     q_positions = first_B[:, None] + jnp.arange(size, dtype=jnp.int32)
@@ -526,43 +527,33 @@ def _run(decoder, models, tokens_BxL, fill_BxL, valid_BxL, start_B,
     return aligned_logits(model, model.logits_fn(
         model.params, tokens, positions_BxL, attention_mask=full_mask).logits)
 
-  def block(n, loop, fresh):
-    """Decodes block n; `fresh`: loop.logits are valid for the tokens."""
-    start = start_B + n * width
-    # A prefix cache queries the rest of the generated region (static n).
-    query = (num_blocks - n) * width if decoder.kv_cache == "prefix" else width
-    view = None
-    if decoder.kv_cache == "none":
-      view = lambda logits, start: windows(logits, start, width)
-    else:
-      fresh = jnp.bool_(False)
-      loop = loop.replace(
-          cache=models["model"].logits_fn.init_cache(batch, length))
-      if decoder.cache_refresh == "block":  # its logits serve step 0 too
-        out, cost = full_pass(loop.cost, loop.tokens, loop.cache)
-        fresh = jnp.bool_(True)
-        loop = loop.replace(cost=cost, cache=out.cache,
-                            logits=windows(out.logits, start, width))
-    loop, fresh = denoise_block(
-        decoder, n, loop, fresh, start, width,
-        windows(fill_BxL, start, width), keys_B,
-        functools.partial(call, query=query), view,
-        exact if measure_error else None)
-    return loop.replace(cache=None), fresh
+  def begin(n, loop, fresh, start_B):
+    """A cached context's block start: a fresh cache, filled (with step 0's
+    logits) by one full pass unless every step refreshes it."""
+    del n
+    if decoder.kv_cache == "none":  # full-pass logits stay valid
+      return loop, fresh
+    loop = loop.replace(
+        cache=models["model"].logits_fn.init_cache(batch, length))
+    if decoder.cache_refresh == "step":
+      return loop, jnp.bool_(False)
+    out, cost = full_pass(loop.cost, loop.tokens, loop.cache)
+    loop = loop.replace(cost=cost, cache=out.cache,
+                        logits=windows(out.logits, start_B, width))
+    return loop, jnp.bool_(True)
 
   vocab = check_special_ids(decoder, models["model"], tokens_BxL,
                             positions_BxL)
   loop = Loop.start(
       models, tokens_BxL, total,
       (batch, length if decoder.kv_cache == "none" else width, vocab), trace)
-  fresh = jnp.bool_(False)
-  if decoder.kv_cache == "prefix":  # the query shrinks: one body per block
-    for n in range(num_blocks):
-      loop, fresh = block(n, loop, fresh)
-  else:  # one compiled body for every block
-    loop, fresh = jax.lax.fori_loop(0, num_blocks,
-                                    lambda n, carry: block(n, *carry),
-                                    (loop, fresh))
+  view = None
+  if decoder.kv_cache == "none":
+    view = lambda logits, start: windows(logits, start, width)
+  loop = denoise_blocks(
+      decoder, loop, start_B, num_blocks, width, fill_BxL, keys_B, begin, call,
+      end=lambda n, loop, start: loop.replace(cache=None), view=view,
+      exact=exact if measure_error else None)
   if trace:  # a step not run (early stop) shows the state before it
     last_K = jax.lax.cummax(jnp.where(loop.executed, jnp.arange(total), -1))
     states = jnp.concatenate([tokens_BxL[None], loop.states])[last_K + 1]
@@ -698,19 +689,10 @@ class IterativeDecoder:
 
   def _check(self, models, prompts, prompt_lengths):
     base.check_models(self, models)
-    prompts = _int_matrix("prompts", prompts, "int[B, P]")
-    prompt_lengths = jnp.asarray(prompt_lengths)
-    if not jnp.issubdtype(prompt_lengths.dtype, jnp.integer):
-      raise ValueError(f"prompt_lengths must be int[B]; got "
-                       f"{prompt_lengths.dtype}")
-    prompt_lengths = prompt_lengths.astype(jnp.int32)
-    batch, width = prompts.shape
-    if prompt_lengths.shape != (batch,):
-      raise ValueError(f"prompt_lengths must have shape ({batch},); got "
-                       f"{prompt_lengths.shape}")
-    # Nothing predicts token 0 of a token-shifted model: a prompt token must.
-    _check_range("prompt_lengths", prompt_lengths,
-                 int(token_shift(models["model"].logits_fn)), width)
+    prompts, prompt_lengths = rows.check_prompts(
+        prompts, prompt_lengths,
+        needs_prompt=token_shift(models["model"].logits_fn))
+    width = prompts.shape[1]
     max_len = models["model"].logits_fn.max_len
     if width + self.output_length > max_len:
       raise ValueError(
@@ -762,7 +744,8 @@ class IterativeDecoder:
       ValueError: as `denoise`.
     """
     out = self.denoise(models, prompts, prompt_lengths, key)
-    tokens, lengths = finish_at_eos(out.tokens, self.eos_ids, self.pad_id)
+    tokens, lengths = rows.finish_at_eos(out.tokens, self.eos_ids,
+                                         self.pad_id)
     return base.result(tokens, lengths, out.committed, out.cost)
 
   def infill(self, models: Mapping[str, Model], tokens: jax.Array,
@@ -792,7 +775,7 @@ class IterativeDecoder:
                        "the whole sequence as one block; use "
                        "block_length=None")
     base.check_models(self, models)
-    tokens = _int_matrix("tokens", tokens, "int[B, L]")
+    tokens = rows.int_matrix("tokens", tokens, "int[B, L]")
     if valid is None:
       valid = jnp.ones(tokens.shape, bool)
     for name, value in (("fill_mask", fill_mask), ("valid", valid)):

@@ -30,8 +30,7 @@ import jax
 import jax.numpy as jnp
 
 from lm_decoding.checks import is_count
-from lm_decoding.decoding import base
-from lm_decoding.decoding.autoregressive import check_prompts
+from lm_decoding.decoding import base, rows
 from lm_decoding.models import Model, masks
 from lm_decoding.models.selection import top_n
 from lm_decoding.special_tokens import BOS_ID, EOS_ID, MASK_ID, PAD_ID
@@ -185,7 +184,8 @@ class MaskPredictDecoder:
         lengths='head' with a model without `length_logits`.
     """
     base.check_models(self, models)
-    prompts, prompt_lengths = check_prompts(prompts, prompt_lengths)
+    prompts, prompt_lengths = rows.check_prompts(prompts, prompt_lengths,
+                                                needs_prompt=True)
     logits_fn = models["model"].logits_fn
     total = prompts.shape[1] + self.output_length
     if total > logits_fn.max_len:

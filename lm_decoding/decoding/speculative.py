@@ -66,8 +66,8 @@ import jax.numpy as jnp
 
 from lm_decoding import debug
 from lm_decoding.checks import is_count
-from lm_decoding.decoding import base, sampling
-from lm_decoding.decoding.autoregressive import SequenceConfig, check_prompts
+from lm_decoding.decoding import base, rows, sampling
+from lm_decoding.decoding.autoregressive import SequenceConfig, prefill_body
 from lm_decoding.decoding.base import DecodeResult, register
 from lm_decoding.models import Model
 from lm_decoding.models.config import check_attention
@@ -227,7 +227,8 @@ class DraftVerifyDecoder(SequenceConfig):
 
   def _check(self, models, prompts, prompt_lengths):
     base.check_models(self, models)
-    prompts, prompt_lengths = check_prompts(prompts, prompt_lengths)
+    prompts, prompt_lengths = rows.check_prompts(prompts, prompt_lengths,
+                                                needs_prompt=True)
     length = self.cache_length_for(prompts.shape[1])
     vocab = base.vocab_size(models["target"])
     for role, model in models.items():
@@ -328,17 +329,19 @@ def check_cache(role: str, model: Model, batch: int, length: int) -> None:
 
 def start(decoder: DraftVerifyDecoder, cache_length: int, models, prompts_BxP,
           prompt_lengths_B, key_B) -> Round:
-  """The carry before round 0: both prefills done, nothing generated."""
+  """The carry before round 0: both prefills done, nothing generated.
+
+  The prefills are the AR decoders' (`autoregressive.prefill_body`, causal);
+  each cache is then set back to index P_b - 1, the slot of the last prompt
+  token x, which the first round feeds again (module docstring).
+  """
   batch, width = prompts_BxP.shape
-  cost = base.Cost.zero(models)
-  positions_BxP = jnp.broadcast_to(jnp.arange(width, dtype=jnp.int32),
-                                   (batch, width))
-  cache = models["target"].logits_fn.init_cache(batch, cache_length)
-  out, cost = base.forward(models, "target", cost, prompts_BxP,
-                           positions_BxP, cache=cache)
+  logits_BxV, cache, cost = prefill_body(
+      models, "target", base.Cost.zero(models), prompts_BxP, prompt_lengths_B,
+      cache_length)
   draft, cost = decoder.start(models, prompts_BxP, prompt_lengths_B,
                               cache_length, cost, key_B)
-  vocab = out.logits.shape[-1]
+  vocab = logits_BxV.shape[-1]
   valid_BxP = jnp.arange(width)[None, :] < prompt_lengths_B[:, None]
   seen = (sampling.token_presence(prompts_BxP, valid_BxP, vocab)
           if decoder.sampling.repetition_penalty != 1 else None)
@@ -349,7 +352,7 @@ def start(decoder: DraftVerifyDecoder, cache_length: int, models, prompts_BxP,
       sequence=sequence.astype(jnp.int32), prompt_lengths=prompt_lengths_B,
       generated=jnp.zeros((batch,), jnp.int32),
       done=jnp.zeros((batch,), bool), seen=seen,
-      cache=out.cache.at(prompt_lengths_B - 1), draft=draft,
+      cache=cache.at(prompt_lengths_B - 1), draft=draft,
       committed=jnp.zeros((decoder.output_length, batch), jnp.int32),
       accept_counts=jnp.zeros((batch, decoder.gamma + 1), jnp.int32),
       round=jnp.int32(0), cost=cost)
@@ -423,7 +426,7 @@ def settle(decoder: DraftVerifyDecoder, state: Round, draft_BxG, q_BxGxV,
   new_BxG1 = jnp.where(index_G1[None] < accepted_B[:, None],
                        jnp.pad(draft_BxG, ((0, 0), (0, 1))), token_B[:, None])
   # Cut at the first EOS (kept) and at T tokens.
-  is_eos = jnp.isin(new_BxG1, jnp.asarray(decoder.eos_ids, jnp.int32))
+  is_eos = rows.is_eos(new_BxG1, decoder.eos_ids)
   first_eos_B = jnp.where(is_eos.any(1), jnp.argmax(is_eos, 1), gamma + 1)
   count_B = jnp.minimum(jnp.minimum(accepted_B + 1, first_eos_B + 1),
                         decoder.output_length - state.generated)
@@ -515,13 +518,9 @@ class SpeculativeDecoder(DraftVerifyDecoder):
   def start(self, models, prompts_BxP, prompt_lengths_B, cache_length, cost,
             key_B):
     del key_B
-    batch, width = prompts_BxP.shape
-    positions = jnp.broadcast_to(jnp.arange(width, dtype=jnp.int32),
-                                 (batch, width))
-    cache = models["draft"].logits_fn.init_cache(batch, cache_length)
-    out, cost = base.forward(models, "draft", cost, prompts_BxP, positions,
-                             cache=cache)
-    return out.cache.at(prompt_lengths_B - 1), cost
+    _, cache, cost = prefill_body(models, "draft", cost, prompts_BxP,
+                                  prompt_lengths_B, cache_length)
+    return cache.at(prompt_lengths_B - 1), cost
 
   def propose(self, models, state, key_B):
     pos_B, fed_B = state.pos, state.draft.index

@@ -40,6 +40,7 @@ from lm_decoding.checks import is_count
 from lm_decoding.data.tokenizer import Tokenizer
 from lm_decoding.decoding import (
     autoregressive, base, bd3lm, hybrid, iterative, sharded, speculative)
+from lm_decoding.decoding.rows import eos_counts
 from lm_decoding.evaluation import cost, quality
 from lm_decoding.evaluation.entries import Planned
 from lm_decoding.models import Model, count_params
@@ -363,8 +364,8 @@ def _eos_columns(eos_fn, args: tuple, fixed: base.DecodeResult,
       eos_tokens_per_row=real_tokens / b,
       eos_timed_apart=not same_work,
       real_tokens_per_s=real_tokens / eos_s,
-      all_eos=int(iterative.eos_counts(fixed.tokens, eos_ids)[1]),
-      empty=int(iterative.eos_counts(eos_tokens, eos_ids)[0]))
+      all_eos=int(eos_counts(fixed.tokens, eos_ids)[1]),
+      empty=int(eos_counts(eos_tokens, eos_ids)[0]))
 
 
 def _cache_columns(p: Planned, args: tuple, fixed: base.DecodeResult,

@@ -43,7 +43,7 @@ import numpy as np
 
 
 from lm_decoding.checks import is_count, is_number
-from lm_decoding.decoding.autoregressive import check_prompts
+from lm_decoding.decoding import rows
 from lm_decoding.evaluation import cost_model
 from lm_decoding.models import Model
 from lm_decoding.models.config import TransformerConfig
@@ -255,9 +255,10 @@ def prompt_entropy(model: Model, prompts: jax.Array,
     prompts: int32[B, P] right-padded prompts.
     prompt_lengths: int32[B] real tokens per row, in [1, P].
   Raises:
-    ValueError: as `autoregressive.check_prompts` (prompts int[B, P],
+    ValueError: as `rows.check_prompts` (prompts int[B, P],
       lengths int[B] in [1, P]).
   """
-  prompts, prompt_lengths = check_prompts(prompts, prompt_lengths)
+  prompts, prompt_lengths = rows.check_prompts(prompts, prompt_lengths,
+                                                needs_prompt=True)
   return _entropy(model, prompts.astype(jnp.int32),
                   prompt_lengths.astype(jnp.int32))
