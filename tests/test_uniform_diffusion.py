@@ -25,8 +25,14 @@ PROMPTS = jnp.array([[5, 6, 7], [7, 0, 0], [9, 8, 0]], jnp.int32)
 LENGTHS = jnp.array([3, 1, 2], jnp.int32)
 
 
+MASK = 4
+
+
 def _stub(scale=2.0, seed=1):
-  return stubs.TableLogitsFn.random(seed, V, 16, scale=scale)
+  """Random trigram logits; MASK's -inf (the decoder excludes it; the
+  reference, whose vocabulary has none, then agrees)."""
+  return stubs.TableLogitsFn.random(seed, V, 16, masked_ids=(MASK,),
+                                    scale=scale)
 
 
 def _run(stub, **options):

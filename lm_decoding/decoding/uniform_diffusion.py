@@ -43,6 +43,10 @@ Deliberate differences from the reference (transformers 5.24):
     one torch tensor per call;
   - ties in entropy are ordered by position (a stable sort); torch.sort's
     order among equal entropies is unspecified;
+  - MASK (`mask_id`) is never drawn nor output (its logit is -inf before
+    the temperature, so it has no share of the entropies either), as in
+    every decoder of this package; the reference's vocabulary has no MASK
+    to exclude;
   - t_max == t_min (a constant temperature) is allowed; the reference
     requires t_max > t_min;
   - `nfe` counts the calls made for the batch (a call whenever any row is
@@ -50,7 +54,7 @@ Deliberate differences from the reference (transformers 5.24):
     reference's per-row `decoder_forward_passes`.
 Randomness: row b's draws at global step s and absolute position p come
 from fold_in(fold_in(row_key[b], s), p), the canvas at block n's start from
-fold_in(row_key[b], -1 - n) (as `iterative.step_rows`).
+fold_in(fold_in(row_key[b], 2^31 - 1), n) (as `iterative.step_rows`).
 """
 
 from __future__ import annotations
@@ -71,10 +75,14 @@ from lm_decoding.decoding.sampling import SamplingConfig, sample
 from lm_decoding.models.config import token_shift
 
 
+_CANVAS = 2**31 - 1  # the key of the starting canvases (never a step number)
+
+
 def entropy(logits_WxV: jax.Array) -> jax.Array:
   """float32[W]: entropy (nats) of softmax(logits) over the last axis."""
   log_p = jax.nn.log_softmax(logits_WxV.astype(jnp.float32), -1)
-  return -jnp.sum(jnp.exp(log_p) * log_p, -1)
+  p = jnp.exp(log_p)
+  return -jnp.sum(jnp.where(p > 0, p * log_p, 0.0), -1)
 
 
 def entropy_bounded(entropy_W: jax.Array, allowed_W: jax.Array,
@@ -140,7 +148,8 @@ def _canvas_step(decoder, k, global_step, logits_BxWxV, canvas, start_B,
                  keys_B, vocab, steps):
   """One step of every row (module docstring, items 2-6)."""
   tau = temperature(decoder.t_min, decoder.t_max, k, steps)
-  processed_BxWxV = logits_BxWxV.astype(jnp.float32) / tau
+  logits = logits_BxWxV.astype(jnp.float32)
+  processed_BxWxV = logits.at[..., decoder.mask_id].set(-jnp.inf) / tau
   width = canvas.window.shape[1]
 
   def row(processed_WxV, start, key):
@@ -207,7 +216,8 @@ def _generate(decoder, models, prompts, prompt_lengths, keys_B, trace):
     start_B = prompt_lengths + n * width
     end_B = start_B + width
     canvas_BxW = jax.vmap(lambda key, s: jax.random.randint(
-        jax.random.fold_in(key, -1 - n), (width,), 0, vocab))(keys_B, start_B)
+        jax.random.fold_in(jax.random.fold_in(key, _CANVAS), n), (width,), 0,
+        vocab))(keys_B, start_B)
     canvas = Canvas(
         window=canvas_BxW.astype(jnp.int32),
         argmax=canvas_BxW.astype(jnp.int32),
