@@ -215,9 +215,9 @@ def _generate(decoder, models, prompts, prompt_lengths, keys_B, trace):
     tokens_BxL, cost, stats, records = carry
     start_B = prompt_lengths + n * width
     end_B = start_B + width
-    canvas_BxW = jax.vmap(lambda key, s: jax.random.randint(
+    canvas_BxW = jax.vmap(lambda key: jax.random.randint(
         jax.random.fold_in(jax.random.fold_in(key, _CANVAS), n), (width,), 0,
-        vocab))(keys_B, start_B)
+        vocab))(keys_B)
     canvas = Canvas(
         window=canvas_BxW.astype(jnp.int32),
         argmax=canvas_BxW.astype(jnp.int32),
