@@ -315,6 +315,11 @@ def test_expected_forward_tokens_bound_the_measured_ones(measured):
     # over the 32 and the 16 positions from the block on.
     ("threshold", dict(block_length=16, kv_cache="prefix"), 1, 32,
      2 * 48 + 15 * 32 + 15 * 16),
+    # uniform_eb, 2 canvases of 16, 4 steps each: a full pass per canvas,
+    # then 3 steps over the canvas alone; without a cache 8 full passes.
+    ("uniform_eb", dict(block_length=16, steps=8, kv_cache="prefix"), 1, 32,
+     2 * 48 + 2 * 3 * 16),
+    ("uniform_eb", dict(steps=8), 2, 32, 8 * 2 * 48),
 ])
 def test_expected_forward_tokens_exactly(name, options, batch, t, tokens):
   decoder = base.make_decoder(name, output_length=t, eos_ids=(), **options)

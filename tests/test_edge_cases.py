@@ -63,10 +63,11 @@ def eos_first_stub() -> stubs.TableLogitsFn:
   row with prompt [5, 6, 7] is all but certain to start with EOS.
 
   AR decoders draw that token from the logits after (6, 7) at position 2; a
-  denoiser predicts it from MASK at position 3 after 7.
+  masked denoiser predicts it from MASK at position 3 after 7, a
+  uniform-noise one (uniform_eb) from any token there.
   """
   stub = stubs.TableLogitsFn.random(3, V, 8, masked_ids=(PAD_ID,))
-  for position, previous, token in ((2, 6, 7), (3, 7, MASK_ID)):
+  for position, previous, token in ((2, 6, 7), *((3, 7, t) for t in range(V))):
     stub.table[0, position, previous, token] = -20.0
     stub.table[0, position, previous, token, EOS_ID] = 20.0
     stub.table[0, position, previous, token, PAD_ID] = -np.inf

@@ -292,7 +292,8 @@ TINY = TransformerConfig(vocab_size=16, d_model=32, num_layers=1, num_heads=2,
 
 
 @pytest.mark.parametrize("name,attention", [("ar_loss", "causal"),
-                                            ("mdlm_loss", "bidirectional")])
+                                            ("mdlm_loss", "bidirectional"),
+                                            ("uniform_loss", "bidirectional")])
 def test_losses_jit_and_differentiate_with_the_transformer(name, attention):
   config = TINY.replace(attention=attention)
   rng = np.random.default_rng(0)  # random weights without compiling an init
@@ -304,7 +305,7 @@ def test_losses_jit_and_differentiate_with_the_transformer(name, attention):
       params, tokens, jax.random.key(2))
   assert np.isfinite(float(loss)) and float(loss) > 0
   assert all(np.all(np.isfinite(g)) for g in jax.tree.leaves(grads))
-  assert float(metrics["tokens"]) == (30 if name == "mdlm_loss" else 26)
+  assert float(metrics["tokens"]) == (26 if name == "ar_loss" else 30)
 
 
 def test_bad_inputs_raise():
@@ -327,3 +328,78 @@ def test_bad_inputs_raise():
     objectives.ar_eval(causal, None, tokens[0])
   with pytest.raises(ValueError, match="tokens"):
     objectives.mdlm_loss(bidirectional, None, tokens.astype(jnp.float32), key)
+
+
+# ----------------------------------------------------------------------------
+# Uniform-state diffusion (issue 27).
+
+
+def _udlm_closed_form(logits, x0, z, alpha, alpha_prime):
+  """UDLM's integrand, term by term in float64 (Schiff et al. 2024)."""
+  vocab = logits.shape[-1]
+  out = np.zeros(x0.shape)
+  for b, l in np.ndindex(*x0.shape):
+    p = np.exp(_log_softmax(logits[b, l]))
+    a = alpha[b]
+    x_bar = (1 - a) + vocab * a * (np.arange(vocab) == x0[b, l])
+    x_theta = (1 - a) + vocab * a * p
+    i = z[b, l]
+    total = vocab / x_theta[i] - vocab / x_bar[i]
+    for y in range(vocab):
+      if y != i:
+        r, s = x_bar[y] / x_bar[i], x_theta[y] / x_theta[i]
+        total += r * np.log(r / s)
+    out[b, l] = -alpha_prime[b] / (vocab * a) * total
+  return out
+
+
+def test_uniform_nelbo_terms_equal_the_closed_form():
+  rng = np.random.default_rng(0)
+  logits = rng.normal(size=(3, 4, VOCAB)) * 2
+  x0 = rng.integers(0, VOCAB, (3, 4))
+  z = np.where(rng.random((3, 4)) < 0.5, x0, rng.integers(0, VOCAB, (3, 4)))
+  alpha = np.array([0.9, 0.5, 0.02])
+  alpha_prime = np.array([-1.0, -0.7, -0.3])
+  scored = rng.random((3, 4)) < 0.8
+  terms = objectives.uniform_nelbo_terms(
+      jnp.asarray(logits, jnp.float32), jnp.asarray(x0), jnp.asarray(z),
+      jnp.asarray(alpha, jnp.float32), jnp.asarray(alpha_prime, jnp.float32),
+      jnp.asarray(scored))
+  expected = np.where(scored, _udlm_closed_form(logits, x0, z, alpha,
+                                                alpha_prime), 0.0)
+  np.testing.assert_allclose(terms, expected, rtol=2e-4, atol=1e-6)
+  assert np.all(np.asarray(terms) >= 0)
+
+
+def test_uniform_noise_rate_and_kept_tokens():
+  x0 = jnp.full((4, 4096), 5, jnp.int32)
+  keep = jnp.arange(4096)[None, :] < 4000
+  z = objectives.uniform_noise(jax.random.key(0), x0,
+                               jnp.array([1.0, 0.75, 0.25, 0.0]), keep,
+                               vocab=VOCAB)
+  changed = np.asarray(z != x0)
+  assert not changed[:, 4000:].any()
+  # replaced with probability 1 - alpha, by one of V tokens (itself 1/V)
+  rate = changed[:, :4000].mean(1)
+  np.testing.assert_allclose(rate, [0.0, 0.25 * 7 / 8, 0.75 * 7 / 8, 7 / 8],
+                             atol=0.02)
+  assert set(np.unique(np.asarray(z))) == set(range(VOCAB))
+
+
+def test_uniform_bound_bounds_the_entropy_and_ranks_denoisers():
+  # i.i.d. tokens from p: any denoiser's bound is >= H(p) per token; one that
+  # predicts p is far better than a uniform one.
+  p = np.array([0, 0, 0, 0, 0, 0.6, 0.3, 0.1])
+  rng = np.random.default_rng(0)
+  tokens = jnp.asarray(rng.choice(VOCAB, (512, LENGTH), p=p), jnp.int32)
+  entropy = -np.sum(p[5:] * np.log(p[5:]))
+  right = _stub(lambda z: jnp.broadcast_to(jnp.log(jnp.asarray(p + 1e-12,
+                                                               jnp.float32)),
+                                           (*z.shape, VOCAB)))
+  wrong = _stub(lambda z: jnp.zeros((*z.shape, VOCAB)))
+  bound_right, _ = objectives.uniform_bound(right, None, tokens,
+                                            jax.random.key(0), 64)
+  bound_wrong, _ = objectives.uniform_bound(wrong, None, tokens,
+                                            jax.random.key(0), 64)
+  assert float(bound_right) > entropy - 0.02
+  assert float(bound_wrong) > float(bound_right) + 0.5

@@ -16,6 +16,12 @@ the drawn token under the softmax over the whole vocabulary. Combine with
 - "factor": with the masked confidences sorted, c_1 >= c_2 >= ..., commit
   the n most confident for the largest n with (n + 1)(1 - c_n) < f (the
   paper's factor rule, from its bound on the error of parallel decoding).
+- "entropy_bound": the EB-sampler (Ben-Hamu et al. 2025, arXiv:2505.24857)
+  in its own masked-diffusion setting: with the masked positions sorted by
+  the entropy of their softmax (whole vocabulary, as the confidence),
+  commit the longest prefix whose summed entropy minus its largest is
+  <= the bound (`uniform_diffusion.entropy_bounded`, shared with the
+  uniform-noise sampler). Bound near 0 is one token per step.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from lm_decoding.checks import is_number
 from lm_decoding.decoding.base import register
 from lm_decoding.decoding.iterative import IterativeDecoder, Step
 from lm_decoding.decoding.sampling import SamplingConfig
+from lm_decoding.decoding.uniform_diffusion import entropy_bounded
 from lm_decoding.models.selection import top_n
 
 
@@ -88,6 +95,29 @@ class ThresholdDecoder(_SelfPacedDecoder):
 
   def _accept(self, confidence_W, masked_W):
     return masked_W & (confidence_W > self.threshold)
+
+
+@register("entropy_bound")
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EntropyBoundDecoder(_SelfPacedDecoder):
+  """Commit the EB-sampler's set of masked positions (see module doc).
+
+  Attributes (besides `IterativeDecoder`'s):
+    entropy_bound: > 0 nats.
+  """
+
+  entropy_bound: float = 0.1
+
+  def __post_init__(self):
+    super().__post_init__()
+    if not is_number(self.entropy_bound) or not self.entropy_bound > 0:
+      raise ValueError(f"entropy_bound={self.entropy_bound!r} must be a "
+                       "number > 0")
+
+  def select(self, step: Step):
+    commit = entropy_bounded(-step.confidence("entropy"), step.masked,
+                             self.entropy_bound)
+    return commit, jnp.zeros_like(commit)
 
 
 @register("factor")

@@ -39,7 +39,8 @@ from jax.sharding import Mesh
 from lm_decoding.checks import is_count
 from lm_decoding.data.tokenizer import Tokenizer
 from lm_decoding.decoding import (
-    autoregressive, base, bd3lm, hybrid, iterative, sharded, speculative)
+    autoregressive, base, bd3lm, hybrid, iterative, sharded, speculative,
+    uniform_diffusion)
 from lm_decoding.decoding.rows import eos_counts
 from lm_decoding.evaluation import cost, quality
 from lm_decoding.evaluation.entries import Planned
@@ -195,7 +196,9 @@ def expected_work(decoder, batch: int, prompt_len: int) -> Work:
     if decoder.kv_cache == "none":
       return Work(blocks * per_block * full, drawn)
     rest = (per_block - 1) * batch
-    if decoder.kv_cache == "dual":
+    if decoder.kv_cache == "dual" or isinstance(
+        decoder, uniform_diffusion.UniformEntropyBoundDecoder):
+      # a window per cached step (uniform_eb's prefix cache: the canvas)
       return Work(blocks * (full + rest * width), drawn)
     return Work(sum(full + rest * (t - n * width) for n in range(blocks)),
                 drawn)

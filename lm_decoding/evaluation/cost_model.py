@@ -264,6 +264,7 @@ def forward_flops(config: TransformerConfig, batch_size: int, length: int,
 # tokens[1:] from tokens[:-1]; MDLM denoises all L; BD3-LM runs [x_t ; x_0].
 _TRAINED_POSITIONS = {"ar": lambda length: length - 1,
                       "mdlm": lambda length: length,
+                      "uniform": lambda length: length,
                       "bd3lm": lambda length: 2 * length}
 TRAINED_OBJECTIVES = tuple(_TRAINED_POSITIONS)
 

@@ -1,6 +1,6 @@
 """Training loop shared by the AR, masked-diffusion and translation objectives.
 
-The LM objectives ('ar', 'mdlm', 'bd3lm') train on the packed text corpus
+The LM objectives ('ar', 'mdlm', 'bd3lm', 'uniform') train on the packed text corpus
 (`pipeline`); the translation objectives ('translation_ar', 'cmlm', 'ctc',
 `translation_objectives`) on the verse pairs (`parallel_text`, rows
 [source, BOS, target, EOS, PAD]); the loop, evaluation and checkpoints are
@@ -57,10 +57,11 @@ from lm_decoding.training.checkpoints import CheckpointError, Checkpoints
 
 _ATTENTION = {"ar": "causal", "mdlm": "bidirectional",
               "bd3lm": "bidirectional",  # bd3lm passes its block masks
+              "uniform": "bidirectional",
               "translation_ar": "causal",  # the objectives pass their masks
               "cmlm": "bidirectional", "ctc": "bidirectional"}
 _LOSSES = {"ar": objectives.ar_loss, "mdlm": objectives.mdlm_loss,
-           "bd3lm": objectives.bd3lm_loss,
+           "bd3lm": objectives.bd3lm_loss, "uniform": objectives.uniform_loss,
            "translation_ar": translation_objectives.translation_ar_loss,
            "cmlm": translation_objectives.cmlm_loss,
            "ctc": translation_objectives.ctc_loss}
@@ -485,7 +486,8 @@ def make_eval_fn(model_cfg: TransformerConfig, objective: str,
   Deterministic: AR teacher-forced NLL; MDLM the NELBO on a fixed grid of
   `num_timesteps` times with fixed masks (`objectives.mdlm_bound`); BD3-LM
   its NELBO with blocks of `block_length` from `num_timesteps` fixed draws
-  (`objectives.bd3lm_bound`); a translation objective its training loss's
+  (`objectives.bd3lm_bound`); uniform-state diffusion its NELBO on the same
+  grid (`objectives.uniform_bound`); a translation objective its training loss's
   target NLL (`options`: `objective_options`) with a fixed key (CMLM: the
   masked tokens' NLL under one fixed draw of masks).
   """
@@ -501,6 +503,9 @@ def make_eval_fn(model_cfg: TransformerConfig, objective: str,
       _, metrics = objectives.bd3lm_bound(logits_fn, params, tokens,
                                           jax.random.key(0), num_timesteps,
                                           block_length=block_length)
+    elif objective == "uniform":
+      _, metrics = objectives.uniform_bound(logits_fn, params, tokens,
+                                            jax.random.key(0), num_timesteps)
     else:
       _, metrics = objectives.mdlm_bound(logits_fn, params, tokens,
                                          jax.random.key(0), num_timesteps)

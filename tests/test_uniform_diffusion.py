@@ -1,0 +1,254 @@
+"""Uniform-noise diffusion decoding (issue 27): the entropy-bounded sampler,
+its parity with transformers' DiffusionGemma components, and the masked
+decoders' entropy-bound rule."""
+
+from __future__ import annotations
+
+import functools
+import types
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from transformers.models.diffusion_gemma import generation_diffusion_gemma as ref
+
+import stubs
+from lm_decoding.decoding import base, make_decoder
+from lm_decoding.decoding.uniform_diffusion import entropy, entropy_bounded
+from lm_decoding.models import TransformerConfig, make_logits_fn
+
+KEY = jax.random.key(0)
+V = 12
+PROMPTS = jnp.array([[5, 6, 7], [7, 0, 0], [9, 8, 0]], jnp.int32)
+LENGTHS = jnp.array([3, 1, 2], jnp.int32)
+
+
+MASK = 4
+
+
+def _stub(scale=2.0, seed=1):
+  """Random trigram logits; MASK's -inf (the decoder excludes it; the
+  reference, whose vocabulary has none, then agrees)."""
+  return stubs.TableLogitsFn.random(seed, V, 16, masked_ids=(MASK,),
+                                    scale=scale)
+
+
+def _run(stub, **options):
+  options.setdefault("eos_ids", ())
+  decoder = make_decoder("uniform_eb", **options)
+  return decoder, decoder.run(base.bind(stub, None), PROMPTS, LENGTHS, KEY,
+                              trace=True)
+
+
+def test_entropy_bounded_by_hand():
+  e = jnp.array([0.3, 0.1, 0.2, 0.9, 0.1])
+  allowed = jnp.array([True, True, True, True, False])
+  # sorted allowed: 0.1 (1), 0.2 (2), 0.3 (0), 0.9 (3); sums before: 0, .1,
+  # .3, .6
+  for bound, want in ((1e-9, [0, 1, 0, 0, 0]), (0.15, [0, 1, 1, 0, 0]),
+                      (0.35, [1, 1, 1, 0, 0]), (1e9, [1, 1, 1, 1, 0])):
+    np.testing.assert_array_equal(entropy_bounded(e, allowed, bound),
+                                  np.array(want, bool))
+  # a tie goes to the leftmost position
+  np.testing.assert_array_equal(
+      entropy_bounded(jnp.array([0.5, 0.5]), jnp.array([True, True]), 1e-9),
+      [True, False])
+
+
+@pytest.mark.parametrize("kv_cache", ["none", "prefix"])
+def test_bound_near_zero_accepts_one_position_per_step_huge_all(kv_cache):
+  for bound, count in ((1e-9, 1), (1e9, 4)):
+    _, (_, _, stats, trace) = _run(_stub(), output_length=8, steps=12,
+                                   block_length=4, entropy_bound=bound,
+                                   early_stop=False, kv_cache=kv_cache)
+    np.testing.assert_array_equal(trace["accepted"].sum(-1),
+                                  np.full((12, 3), count))
+    np.testing.assert_array_equal(stats["accepted"], np.full(3, 12 * count))
+    # accepted positions hold their draw, the others a fresh uniform token
+    np.testing.assert_array_equal(
+        trace["canvas_out"], np.where(trace["accepted"], trace["drawn"],
+                                      trace["noise"]))
+
+
+def test_self_correction_counts_changed_acceptances():
+  _, (_, _, stats, trace) = _run(_stub(), output_length=4, steps=10,
+                                 entropy_bound=0.5, early_stop=False)
+  accepted, drawn = np.asarray(trace["accepted"]), np.asarray(trace["drawn"])
+  last = np.full((3, 4), -1)
+  revised = np.zeros(3, int)
+  for k in range(10):
+    changed = accepted[k] & (last >= 0) & (last != drawn[k])
+    revised += changed.sum(-1)
+    last = np.where(accepted[k], drawn[k], last)
+  np.testing.assert_array_equal(stats["revised"], revised)
+  np.testing.assert_array_equal(stats["accepted"], accepted.sum((0, 2)))
+  assert revised.sum() > 0  # a uniform-noise canvas does revise
+
+
+def test_prefix_cache_is_exact_with_a_transformer():
+  """The committed prefix never sees the canvas, so caching it changes no
+  token (2-block decode, random-weight bidirectional Transformer)."""
+  config = TransformerConfig(vocab_size=V, d_model=32, num_layers=1,
+                             num_heads=2, num_kv_heads=2, head_dim=16,
+                             mlp_dim=64, max_len=16)
+  models = base.bind(make_logits_fn(config), stubs.random_params(config))
+  outs = [make_decoder("uniform_eb", output_length=8, steps=8, block_length=4,
+                       kv_cache=kv, entropy_bound=0.3, eos_ids=(),
+                       t_min=0.2, t_max=0.3, confidence_threshold=1.0).decode(
+                           models, PROMPTS, LENGTHS, KEY)
+          for kv in ("none", "prefix")]
+  np.testing.assert_array_equal(outs[0].tokens, outs[1].tokens)
+  np.testing.assert_array_equal(outs[0].stats["steps"], outs[1].stats["steps"])
+  assert int(outs[1].forward_tokens["model"]) < int(
+      outs[0].forward_tokens["model"])
+
+
+@pytest.mark.parametrize("options, match", [
+    (dict(entropy_bound=0.0), r"entropy_bound=0.0 must be a number > 0"),
+    (dict(entropy_bound=-1.0), r"entropy_bound=-1.0"),
+    (dict(t_min=0.9, t_max=0.5), r"t_min=0.9 and t_max=0.5 must satisfy"),
+    (dict(t_min=-0.1), r"t_min=-0.1"),
+    (dict(stability_threshold=-1), r"stability_threshold=-1 must be an "
+                                   r"integer >= 0"),
+    (dict(confidence_threshold=0.0), r"confidence_threshold=0.0"),
+    (dict(kv_cache="dual"), r"kv_cache='dual'"),
+    (dict(steps=3, block_length=2), r"steps=3 must be a multiple"),
+])
+def test_bad_options_raise_before_tracing(options, match):
+  options = {"output_length": 4, "steps": 4, **options}
+  with pytest.raises(ValueError, match=match):
+    make_decoder("uniform_eb", **options).decode(
+        base.bind(stubs.RaisingLogitsFn(), None), PROMPTS, LENGTHS, KEY)
+
+
+def test_masked_entropy_bound_commits_one_or_all():
+  stub = stubs.TableLogitsFn.random(2, V, 16, masked_ids=(0,))
+  for bound, nfe in ((1e-9, 8), (1e9, 1)):
+    out = make_decoder("entropy_bound", output_length=8, entropy_bound=bound,
+                       eos_ids=()).decode(base.bind(stub, None), PROMPTS,
+                                          LENGTHS, KEY)
+    assert int(out.nfe) == nfe
+    assert np.all(np.asarray(out.committed).sum(0) == 8)
+
+
+# --- Parity with transformers' DiffusionGemma sampler components. ---------
+
+SETTINGS = [
+    dict(steps=6, entropy_bound=0.1, t_min=0.4, t_max=0.8,
+         stability_threshold=1, confidence_threshold=0.005),  # the defaults
+    dict(steps=8, entropy_bound=0.5, t_min=0.1, t_max=1.5,
+         stability_threshold=2, confidence_threshold=0.8),
+    dict(steps=5, entropy_bound=2.0, t_min=0.0, t_max=1.0,
+         stability_threshold=0, confidence_threshold=0.6),
+    dict(steps=10, entropy_bound=0.02, t_min=0.3, t_max=0.6,
+         stability_threshold=1, confidence_threshold=0.4),
+    dict(steps=7, entropy_bound=1e6, t_min=0.5, t_max=0.7,
+         stability_threshold=3, confidence_threshold=1.0),
+]
+
+
+def _reference_replay(stub, decoder, trace):
+  """transformers' `_denoising_step` loop on the same stub, with its draws
+  (torch.multinomial, the renoising canvas) replaced by ours."""
+  width = decoder.output_length
+  steps = decoder.steps
+  layout = np.zeros((3, 3 + width), np.int32)
+  lengths = np.asarray(LENGTHS)
+
+  def forward(decoder_input_ids, **_):
+    rows = np.array(layout)
+    for b in range(3):
+      rows[b, :lengths[b]] = np.asarray(PROMPTS)[b, :lengths[b]]
+      rows[b, lengths[b]:lengths[b] + width] = decoder_input_ids[b].numpy()
+    logits = stub(None, jnp.asarray(rows),
+                  jnp.broadcast_to(jnp.arange(rows.shape[1]), rows.shape)).logits
+    window = np.stack([np.asarray(logits)[b, lengths[b]:lengths[b] + width]
+                       for b in range(3)])
+    return types.SimpleNamespace(logits=torch.tensor(window))
+
+  sampler = ref.EntropyBoundSampler(
+      ref.EntropyBoundSamplerConfig(entropy_bound=float(decoder.entropy_bound)),
+      width, V, steps)
+  processors = ref.LogitsProcessorList([ref.LinearTemperatureScheduleLogitsProcessor(
+      decoder.t_min, decoder.t_max, steps)])
+  stopping = ref.StableAndConfidentStoppingCriteria(
+      decoder.stability_threshold, decoder.confidence_threshold)
+  fake = types.SimpleNamespace(
+      config=types.SimpleNamespace(text_config=types.SimpleNamespace(
+          vocab_size=V)),
+      model=types.SimpleNamespace(decoder=types.SimpleNamespace(
+          embed_tokens=types.SimpleNamespace(weight=torch.zeros(1)))))
+  canvas = torch.tensor(np.asarray(trace["canvas_in"][0]), dtype=torch.long)
+  argmax, self_cond = canvas, None
+  finished = torch.zeros(3, dtype=torch.bool)
+  passes = torch.zeros(3, dtype=torch.int)
+  record = []
+  for k, cur_step in enumerate(reversed(range(1, steps + 1))):
+    passes += ~finished
+    drawn = torch.tensor(np.asarray(trace["drawn"][k]), dtype=torch.long)
+    noise = torch.tensor(np.asarray(trace["noise"][k]), dtype=torch.long)
+    sampler.initialize_canvas = lambda batch_size, device, n=noise: n
+    torch.multinomial = lambda probs, num_samples, d=drawn: d.reshape(-1, 1)
+    canvas, argmax, self_cond, finished = (
+        ref.DiffusionGemmaGenerationMixin._denoising_step(
+            fake, decoder_forward=forward, current_canvas=canvas,
+            argmax_canvas=argmax, input_ids=None, decoder_position_ids=None,
+            self_conditioning_logits=self_cond, mask_mapping=None, cache=None,
+            finished_denoising=finished.clone(), cur_step=cur_step,
+            sampler=sampler, logits_processor=processors,
+            diffusion_stopping_criteria=stopping))
+    record.append((sampler.accepted_token_mask.numpy(), canvas.numpy(),
+                   argmax.numpy()))
+    if torch.all(finished):
+      break
+  return record, argmax.numpy(), passes.numpy()
+
+
+PARITY_STUB = _stub(scale=4.0, seed=3)
+
+
+@functools.lru_cache(maxsize=None)
+def _parity_run(index):
+  return _run(PARITY_STUB, output_length=6, **SETTINGS[index])
+
+
+@pytest.mark.parametrize("index", range(len(SETTINGS)))
+def test_equals_the_transformers_sampler_step_for_step(index, monkeypatch):
+  monkeypatch.setattr(torch, "multinomial", torch.multinomial)  # restored
+  stub = PARITY_STUB
+  decoder, (tokens, cost, stats, trace) = _parity_run(index)
+  record, final, passes = _reference_replay(stub, decoder, trace)
+  live = np.asarray(trace["live"])
+  for k, (accepted, canvas, argmax) in enumerate(record):
+    rows = live[k]
+    np.testing.assert_array_equal(np.asarray(trace["accepted"][k])[rows],
+                                  accepted[rows], err_msg=f"step {k}")
+    np.testing.assert_array_equal(trace["canvas_out"][k], canvas,
+                                  err_msg=f"step {k}")
+    np.testing.assert_array_equal(np.asarray(trace["argmax"][k])[rows],
+                                  argmax[rows], err_msg=f"step {k}")
+  np.testing.assert_array_equal(tokens, final)
+  np.testing.assert_array_equal(stats["steps"], passes)  # each row's stop
+  assert int(cost.nfe) == len(record) == passes.max()
+
+
+def test_parity_settings_exercise_stops_and_acceptance():
+  """The parity settings are not vacuous: some rows stop early, some run
+  the whole budget, and acceptance sizes vary."""
+  stopped, full, sizes = False, False, set()
+  for index, setting in enumerate(SETTINGS):
+    _, (_, _, stats, trace) = _parity_run(index)
+    stopped |= bool(np.any(np.asarray(stats["steps"]) < setting["steps"]))
+    full |= bool(np.any(np.asarray(stats["steps"]) == setting["steps"]))
+    sizes |= set(np.asarray(trace["accepted"]).sum(-1).ravel().tolist())
+  assert stopped and full and len(sizes) >= 4
+
+
+def test_entropy_matches_torch():
+  logits = np.random.default_rng(0).normal(size=(5, V)).astype(np.float32) * 3
+  np.testing.assert_allclose(
+      entropy(jnp.asarray(logits)),
+      torch.distributions.Categorical(logits=torch.tensor(logits)).entropy(),
+      rtol=1e-6)
