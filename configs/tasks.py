@@ -49,7 +49,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.train.learning_rate = 1e-3
   config.train.warmup_steps = 100
   config.train.num_steps = 100000  # the cosine schedule's length; budget_s ends the run first
-  config.train.budget_s = 240.0    # seconds of training steps per model (the budget)
+  config.train.budget_s = 360.0    # seconds of training steps per model (the budget; 2 shared CPU cores)
   config.train.weight_decay = 0.01
   config.train.grad_clip_norm = 1.0
   config.train.eval_every = 100    # valid loss, checkpoint (resumable)
