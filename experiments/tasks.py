@@ -18,6 +18,7 @@ test split in one batch. Writes to {workdir}/results (or --results):
                                  the permutation task's closed form
   accuracy_vs_nfe_{task}.png     exact match against NFE per decoder
   accuracy_by_difficulty_{task}.png
+  curves/{task}_{kind}.jsonl     each model's training curve (metrics.jsonl)
 
 Bad options (unknown task or kind, sizes, a puzzle file in the wrong
 format) end the run in its first seconds with one line,
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
 
@@ -143,7 +145,8 @@ def closed_form_rows(task, rows) -> list[dict]:
   return out
 
 
-def run_task(config, task, puzzles, workdir: str) -> tuple[list, list]:
+def run_task(config, task, puzzles, workdir: str, out_dir: str
+             ) -> tuple[list, list]:
   splits = make_splits(config, task, puzzles)
   print(f"{task.name}: " + ", ".join(f"{s} {len(splits[s].problems)}"
                                      for s in tasks.SPLITS), flush=True)
@@ -154,6 +157,9 @@ def run_task(config, task, puzzles, workdir: str) -> tuple[list, list]:
         task, kind, splits, config.model.to_dict(), config.train,
         config.seed, os.path.join(workdir, task.name, kind))
     summaries.append(dict(summary, task=task.name))
+    os.makedirs(os.path.join(out_dir, "curves"), exist_ok=True)
+    shutil.copy(os.path.join(workdir, task.name, kind, "metrics.jsonl"),
+                os.path.join(out_dir, "curves", f"{task.name}_{kind}.jsonl"))
     models = bind(make_logits_fn(task_training.model_config(
         task, kind, config.model.to_dict())), params)
     for entry in task_scores.decoder_grid(
@@ -210,15 +216,15 @@ def main(argv):
     plan = check(config)
   except ValueError as e:
     sys.exit(f"tasks: error: {e}")
+  out_dir = _RESULTS.value or os.path.join(workdir, "results")
   all_rows, summaries, closed = [], [], []
   for task, puzzles in plan:
-    rows, summary = run_task(config, task, puzzles, workdir)
+    rows, summary = run_task(config, task, puzzles, workdir, out_dir)
     all_rows += rows
     summaries += summary
     if task.name == "permutation":
       closed = closed_form_rows(task, rows)
-  write_results(config, all_rows, summaries, closed,
-                _RESULTS.value or os.path.join(workdir, "results"),
+  write_results(config, all_rows, summaries, closed, out_dir,
                 time.time() - start)
 
 
