@@ -3,6 +3,7 @@ and the permutation task's closed-form failure of one-step parallel
 decoding checked against an exact denoiser driven by the real decoders."""
 
 import dataclasses
+import math
 
 import jax
 import jax.numpy as jnp
@@ -152,6 +153,18 @@ def test_bad_task_options(name, options, match):
     tasks.make_task(name, **options)
 
 
+def test_ancestral_closed_form_by_enumeration():
+  """Every assignment of 3 slots to 2 steps, each step equally likely."""
+  total = 0.0
+  for first in range(8):  # bit i: slot i unmasked at step 1
+    size = bin(first).count("1")
+    total += permutation.success_probability(3, [size, 3 - size]) / 8
+  assert permutation.ancestral_success_probability(3, 2) == pytest.approx(
+      total)
+  assert permutation.ancestral_success_probability(8, 1) == pytest.approx(
+      math.factorial(8) / 8 ** 8)
+
+
 def test_success_probability_closed_form():
   assert permutation.success_probability(3, [3]) == pytest.approx(6 / 27)
   assert permutation.success_probability(4, [2, 2]) == pytest.approx(
@@ -186,7 +199,8 @@ class ExactShuffleDenoiser:
 
 
 @pytest.mark.parametrize("decoder,steps", [("llada", 1), ("llada", 2),
-                                           ("mdlm", 1), ("llada", 4)])
+                                           ("llada", 4), ("mdlm", 2),
+                                           ("mdlm", 4)])
 def test_parallel_failure_matches_closed_form(decoder, steps):
   task = tasks.make_task("permutation", num_items=4, alphabet=6)
   rows = 4000
@@ -202,7 +216,10 @@ def test_parallel_failure_matches_closed_form(decoder, steps):
       jax.random.key(steps))
   valid = tasks.score_rows(task, split["test"].problems * rows,
                            np.asarray(out.tokens))["valid"]
-  sizes = [int(s) for s in transfer_schedule(jnp.int32(4), steps)]
-  p = permutation.success_probability(4, sizes)
+  if decoder == "llada":  # a fixed schedule of step sizes
+    sizes = [int(s) for s in transfer_schedule(jnp.int32(4), steps)]
+    p = permutation.success_probability(4, sizes)
+  else:  # binomial step sizes
+    p = permutation.ancestral_success_probability(4, steps)
   se = np.sqrt(p * (1 - p) / rows)
   assert abs(valid.mean() - p) <= 3 * se, (valid.mean(), p, se)

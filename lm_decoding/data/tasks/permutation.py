@@ -20,7 +20,16 @@ repaired. Committing the n slots in steps of s_1, ..., s_K:
 
 One step (K = 1): n! / n^n (n = 8: 0.0024). One slot per step (K = n): 1.
 This holds for any order of the slots (random or by confidence: every
-marginal is the same uniform).
+marginal is the same uniform), for draws at temperature 1; a greedy decoder
+commits the same argmax item at every slot of a step.
+
+MDLM's ancestral sampler (log-linear schedule) draws the step sizes too:
+with k steps left, each of the r masked slots is unmasked with probability
+1 / k, so s ~ Binomial(r, 1 / k), and
+
+    P(r, k) = sum_s Binom(s; r, 1/k) r! / ((r - s)! r^s) P(r - s, k - 1),
+
+P(0, k) = 1 (`ancestral_success_probability`).
 """
 
 from __future__ import annotations
@@ -49,6 +58,24 @@ def success_probability(n: int, step_sizes: Sequence[int]) -> float:
     p *= math.perm(left, s) / left ** s
     left -= s
   return p
+
+
+def ancestral_success_probability(n: int, steps: int) -> float:
+  """P(valid) of MDLM's ancestral sampler with `steps` steps on n slots
+  from the exact marginals (module docstring).
+
+  Raises:
+    ValueError: n or steps < 1.
+  """
+  if n < 1 or steps < 1:
+    raise ValueError(f"n={n} and steps={steps} must be >= 1")
+  table = {0: 1.0}  # P(r, k) for the k done so far, by r
+  for k in range(1, steps + 1):
+    table = {r: sum(math.comb(r, s) * (1 / k) ** s * (1 - 1 / k) ** (r - s)
+                    * math.perm(r, s) / r ** s * table[r - s]
+                    for s in range(r + 1) if r - s in table)
+             for r in range(n + 1)}
+  return table[n]
 
 
 @dataclasses.dataclass(frozen=True)
