@@ -10,9 +10,10 @@ drift from the files:
     block of comment lines right above that statement;
   - a section's comment (`config.compare = ml_collections.ConfigDict()`) is
     the comment block above it.
-`configs/tiny.py` and `configs/translation.py` stand alone and get a full
-table per section (key / default / comment). The others start from
-tiny.py's `get_config()` and get one table of the keys whose value differs
+`configs/tiny.py`, `configs/translation.py` and `configs/tasks.py` stand
+alone and get a full table per section (key / default / comment). The
+others start from tiny.py's `get_config()` and get one table of the keys
+whose value differs
 from tiny's, with tiny's value beside theirs. Values longer than
 MAX_INLINE characters (the decoder grid, the sharding rules) are listed
 under their table, one item a line.
@@ -35,7 +36,7 @@ from typing import Any, Iterator
 import ml_collections
 
 CONFIG_DIR = pathlib.Path(__file__).resolve().parent.parent / "configs"
-STANDALONE = ("tiny.py", "translation.py")  # the others start from tiny.py
+STANDALONE = ("tiny.py", "translation.py", "tasks.py")  # the others start from tiny.py
 BASE = "tiny.py"
 MAX_INLINE = 60  # characters of a value shown inside a table cell
 

@@ -24,7 +24,8 @@ import numpy as np
 
 from lm_decoding.decoding import base, make_decoder
 from lm_decoding.evaluation import cost
-from lm_decoding.models import TransformerConfig, init_params, make_logits_fn
+from lm_decoding.models import (
+    Model, TransformerConfig, init_params, make_logits_fn)
 
 PROMPT_LEN, OUTPUT_LEN = 16, 256
 BLOCKS = (32, 16)
@@ -44,7 +45,7 @@ def main(out_path):
                           num_heads=4, num_kv_heads=4, head_dim=32,
                           mlp_dim=512, max_len=PROMPT_LEN + OUTPUT_LEN,
                           attention="bidirectional")
-  model = base.Model(make_logits_fn(cfg), init_params(cfg, jax.random.key(0)))
+  model = Model(make_logits_fn(cfg), init_params(cfg, jax.random.key(0)))
   prompts = jax.random.randint(jax.random.key(1), (1, PROMPT_LEN), 5, 4096)
   lengths = jnp.full((1,), PROMPT_LEN, jnp.int32)
   key = jax.random.key(2)

@@ -36,7 +36,7 @@ def router_curves(models: dict, prompts_BxP: np.ndarray,
   noisy estimate of the same number.
 
   Args:
-    models: {member: base.Model} with 'ar', 'mdlm' and 'evaluator' and the
+    models: {member: Model} with 'ar', 'mdlm' and 'evaluator' and the
       members `spec_line` names.
     prompts_BxP: int[B, P] prompts, B >= quality_batch.
     lengths_T: output lengths T (tokens per row), increasing.

@@ -149,7 +149,7 @@ def component_systems(decoder, bound: dict, prompts_BxP: jax.Array,
 
   Args:
     decoder: a speculative-family decoder (`speculative.start` accepts it).
-    bound: {role: base.Model} as the decoder binds them.
+    bound: {role: Model} as the decoder binds them.
     prompts_BxP: int32[B, P] prompts, all of length P.
     key: a jax.random key.
     steps: calls per timed run, >= 1.
@@ -256,7 +256,7 @@ def measure_group(target: str, drafts: Sequence[str], gammas: Sequence[int],
     gammas: draft lengths, each >= 1.
     extras: add the jacobi, prompt_lookup and diffusion_draft rows (the
       latter needs `models['mdlm']`).
-    models: {member: base.Model}.
+    models: {member: Model}.
     prompts_BxP: int[B, P] prompts (B = the batch size measured).
     t: T, tokens generated per row (fixed length).
     temperature: sampling temperature (0 = greedy).

@@ -406,12 +406,15 @@ def state_shardings(model_cfg: TransformerConfig, optimizer, mesh,
                                      rules)
 
 
-def objective_loss(objective: str, block_length: int | None = None,
+def objective_loss(objective, block_length: int | None = None,
                    **options):
   """The objective's loss, (logits_fn, params, tokens int32[B, L], key) ->
   (loss, metrics) (see `objectives`), with BD3-LM's `block_length` or a
-  translation objective's `options` (`objective_options`) bound."""
-  loss_fn = functools.partial(_LOSSES[objective], **options)
+  translation objective's `options` (`objective_options`) bound.
+  `objective` is a name of OBJECTIVES or such a loss function itself (a
+  task objective, `task_objectives`, with its `options`)."""
+  loss_fn = functools.partial(
+      objective if callable(objective) else _LOSSES[objective], **options)
   if objective == "bd3lm":
     loss_fn = functools.partial(loss_fn, block_length=block_length)
   return loss_fn

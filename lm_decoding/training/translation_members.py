@@ -24,7 +24,7 @@ import ml_collections
 from lm_decoding.data import parallel_text
 from lm_decoding.decoding import base, sampling
 from lm_decoding.decoding.autoregressive import AutoregressiveDecoder
-from lm_decoding.models import make_logits_fn
+from lm_decoding.models import Model, make_logits_fn
 from lm_decoding.special_tokens import EOS_ID, PAD_ID
 from lm_decoding.training import distillation, pretrained, train
 
@@ -43,7 +43,7 @@ def teacher_decoder(config: ml_collections.ConfigDict
 
 
 def distil_once(config: ml_collections.ConfigDict,
-                data: parallel_text.TranslationData, teacher: base.Model,
+                data: parallel_text.TranslationData, teacher: Model,
                 data_dir: str) -> str:
   """Writes {data_dir}/distilled_pairs.tsv.gz unless it is there; returns a
   one-line note of what it did (printed too)."""
@@ -164,5 +164,5 @@ def load_members(config: ml_collections.ConfigDict, workdir: str,
     print(f"{name}: {metrics['steps']} steps, valid loss "
           f"{metrics['valid_loss']:.3f} ({source})", flush=True)
     logits_fn = make_logits_fn(train.model_config(cfg))
-    members[name] = (base.Model(logits_fn, params), metrics, source)
+    members[name] = (Model(logits_fn, params), metrics, source)
   return members

@@ -1,0 +1,123 @@
+"""Training the exact-answer task models: AR, MDLM and BD3-LM on one backbone.
+
+One model per (task, kind) on the rows of `data.tasks` splits, with the
+train step of `train.make_train_step` (AdamW, warmup + cosine, clipping) on
+the loss of `task_objectives`. Batches are drawn with replacement from the
+train split by a generator seeded with (seed, step), so a resumed run draws
+the batches the uninterrupted one would. The run stops at train.num_steps
+or once train.budget_s seconds of training steps have run (the budget, the
+same for every model); it checkpoints every train.eval_every steps under
+`workdir` (orbax, `checkpoints.Checkpoints`) and resumes from there; each
+evaluation appends {step, loss, valid_loss, train_s} to
+`{workdir}/metrics.jsonl` (the curve). valid_loss is the objective on the
+valid split with a fixed key (nats per answer token; an upper bound for the
+diffusion models).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import time
+
+import jax
+import ml_collections
+import numpy as np
+
+from lm_decoding.data.tasks import Split, Task
+from lm_decoding.models import TransformerConfig, count_params, make_logits_fn
+from lm_decoding.training import task_objectives
+from lm_decoding.training.checkpoints import Checkpoints
+from lm_decoding.training.train import (
+    init_state, make_optimizer, make_train_step, unbox)
+
+KINDS = tuple(task_objectives.TASK_LOSSES)
+
+
+def model_config(task: Task, kind: str, model: dict) -> TransformerConfig:
+  """The backbone of `kind` for `task`: `model`'s sizes, the task's
+  vocabulary, causal attention for 'ar', bidirectional otherwise.
+
+  Raises:
+    ValueError: unknown kind, max_len below P + T, or a bad model option.
+  """
+  if kind not in KINDS:
+    raise ValueError(f"kind={kind!r}; allowed: {KINDS}")
+  length = task.prompt_length + task.answer_length
+  if model.get("max_len", 0) < length:
+    raise ValueError(f"model.max_len={model.get('max_len')} must be >= "
+                     f"P + T = {length} for task {task.name}")
+  return TransformerConfig(vocab_size=task.vocab_size,
+                           attention="causal" if kind == "ar"
+                           else "bidirectional", **model)
+
+
+def loss_options(task: Task, kind: str, block_length: int) -> dict:
+  """The task objective's static options (BD3-LM: its block length)."""
+  options = {"prompt_length": task.prompt_length}
+  if kind == "bd3lm":
+    options["block_length"] = block_length
+  return options
+
+
+def train_task_model(task: Task, kind: str, splits: dict[str, Split],
+                     model: dict, train: ml_collections.ConfigDict,
+                     seed: int, workdir: str, log=print):
+  """Trains (or resumes) one task model; returns (params, summary).
+
+  Args:
+    task, kind: the task and one of KINDS.
+    splits: `make_splits` output (train and valid used).
+    model: `TransformerConfig` options (sizes).
+    train: batch_size, learning_rate, warmup_steps, num_steps, weight_decay,
+      grad_clip_norm, eval_every, budget_s (seconds of training steps),
+      block_length (BD3-LM's W).
+    seed: initialisation and batch seed.
+    workdir: checkpoints and metrics.jsonl.
+    log: called with one line per evaluation.
+  Returns:
+    params, {kind, num_params, steps, train_s, valid_loss}.
+  """
+  model_cfg = model_config(task, kind, model)
+  loss = functools.partial(task_objectives.TASK_LOSSES[kind],
+                           **loss_options(task, kind, train.block_length))
+  optimizer = make_optimizer(train)
+  step_fn = make_train_step(model_cfg, loss, optimizer)
+  logits_fn = make_logits_fn(model_cfg)
+  valid_rows = splits["valid"].rows
+  eval_fn = jax.jit(lambda p: loss(logits_fn, p, valid_rows,
+                                   jax.random.key(0))[0])
+  rows = splits["train"].rows
+  os.makedirs(workdir, exist_ok=True)
+  log_path = os.path.join(workdir, "metrics.jsonl")
+  state = init_state(model_cfg, optimizer, jax.random.key(seed))
+  train_s = 0.0
+  with Checkpoints(os.path.join(workdir, "checkpoints"), keep=1) as ckpt:
+    if ckpt.latest_step() is not None:
+      state, meta = ckpt.restore(state)
+      train_s = meta["train_s"]
+      log(f"{task.name}/{kind}: resuming at step {int(state.step)}")
+    step = int(state.step)
+    while step < train.num_steps and train_s < train.budget_s:
+      rng = np.random.default_rng((seed, step))
+      batch = rows[rng.integers(0, len(rows), train.batch_size)]
+      tick = time.time()
+      state, metrics = step_fn(state, batch,
+                               jax.random.fold_in(jax.random.key(seed), step))
+      train_loss = float(metrics["loss"])
+      train_s += time.time() - tick
+      step += 1
+      if step % train.eval_every == 0 or step == train.num_steps or (
+          train_s >= train.budget_s):
+        valid_loss = float(eval_fn(state.params))
+        record = {"step": step, "loss": train_loss, "valid_loss": valid_loss,
+                  "train_s": train_s}
+        with open(log_path, "a") as f:
+          f.write(json.dumps(record) + "\n")
+        ckpt.save(step, state, {"train_s": train_s})
+        log(f"{task.name}/{kind}: {json.dumps(record)}")
+  params = unbox(state.params)
+  return params, {"kind": kind, "num_params": count_params(params),
+                  "steps": step, "train_s": train_s,
+                  "valid_loss": float(eval_fn(state.params))}
