@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lm_decoding.decoding import base, make_decoder
+from lm_decoding.decoding import make_decoder
 from lm_decoding.evaluation import cost
 from lm_decoding.models import (
     Model, TransformerConfig, init_params, make_logits_fn)

@@ -22,7 +22,7 @@ import time
 import ml_collections
 
 from lm_decoding.data import parallel_text
-from lm_decoding.decoding import base, sampling
+from lm_decoding.decoding import sampling
 from lm_decoding.decoding.autoregressive import AutoregressiveDecoder
 from lm_decoding.models import Model, make_logits_fn
 from lm_decoding.special_tokens import EOS_ID, PAD_ID

@@ -8,7 +8,7 @@ GPT-2-shaped model of benchmark_ar.py, greedy, T = 128, median of 3 timed
 calls after a warm-up, ms per step and a checksum of the tokens) for A, B, A,
 B, ...; prints medians, the median per-pair ratio A/B and whether the tokens
 were the same."""
-import subprocess, sys, os, re, numpy as np, ast
+import subprocess, sys, os, numpy as np, ast
 paths = sys.argv[1].split(","); batches = sys.argv[2:]; pairs = int(os.environ.get("PAIRS", 3))
 res = {p: [] for p in paths}
 for i in range(pairs):
