@@ -67,7 +67,7 @@ import jax
 import jax.numpy as jnp
 
 from lm_decoding import debug
-from lm_decoding.checks import is_count
+from lm_decoding.checks import is_count, is_number
 from lm_decoding.decoding import base
 from lm_decoding.decoding.base import DecodeResult, register
 from lm_decoding.decoding.iterative import (
@@ -332,9 +332,9 @@ class UniformEntropyBoundDecoder(ScheduledDecoder):
     super().__post_init__()
     for name in ("entropy_bound", "confidence_threshold"):
       value = getattr(self, name)
-      if not base.is_number(value) or not value > 0:
+      if not is_number(value) or not value > 0:
         raise ValueError(f"{name}={value!r} must be a number > 0")
-    if not (base.is_number(self.t_min) and base.is_number(self.t_max)
+    if not (is_number(self.t_min) and is_number(self.t_max)
             and 0 <= self.t_min <= self.t_max and self.t_max > 0):
       raise ValueError(f"t_min={self.t_min!r} and t_max={self.t_max!r} must "
                        "satisfy 0 <= t_min <= t_max, t_max > 0")

@@ -515,21 +515,36 @@ def mdlm_bound(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array,
   Raises:
     ValueError: num_timesteps < 1, tokens not int[B, L], or a causal model.
   """
-  if not isinstance(num_timesteps, int) or num_timesteps < 1:
-    raise ValueError(f"num_timesteps={num_timesteps!r} must be an int >= 1")
-  _check_tokens(tokens_BxL, min_length=1)
-  check_attention(logits_fn, causal=False, user="mdlm_bound")
-  batch = tokens_BxL.shape[0]
-  keep_BxL = maskable(tokens_BxL, shifted(logits_fn))
-
-  def nelbo_at(step):
-    t_B = jnp.full((batch,), (step + 0.5) / num_timesteps, jnp.float32)
-    x_t_BxL = _noise(jax.random.fold_in(key, step), tokens_BxL, t_B,
-                     keep_BxL, mask_id, eps=0.0)
+  def nelbo_at(t_B, keep_BxL, key):
+    x_t_BxL = _noise(key, tokens_BxL, t_B, keep_BxL, mask_id, eps=0.0)
     return _mdlm_nelbo(logits_fn, params, tokens_BxL, x_t_BxL, t_B, mask_id,
                        eps=0.0)
 
-  nll_K = jax.lax.map(nelbo_at, jnp.arange(num_timesteps, dtype=jnp.int32))
+  return _binned_bound(nelbo_at, logits_fn, tokens_BxL, key, num_timesteps,
+                       "mdlm_bound")
+
+
+def _binned_bound(nelbo_at, logits_fn, tokens_BxL: jax.Array, key: jax.Array,
+                  num_timesteps: int, user: str):
+  """The midpoint rule over K = num_timesteps time bins shared by the bounds:
+  bin k at t = (k + 1/2) / K, its noise from fold_in(key, k); `nelbo_at(t_B,
+  keep_BxL, key)` gives the bin's summed NELBO. Returns (loss, metrics).
+
+  Raises:
+    ValueError: num_timesteps < 1, tokens not int[B, L], or a causal model.
+  """
+  if not isinstance(num_timesteps, int) or num_timesteps < 1:
+    raise ValueError(f"num_timesteps={num_timesteps!r} must be an int >= 1")
+  _check_tokens(tokens_BxL, min_length=1)
+  check_attention(logits_fn, causal=False, user=user)
+  batch = tokens_BxL.shape[0]
+  keep_BxL = maskable(tokens_BxL, shifted(logits_fn))
+
+  def bin_at(step):
+    t_B = jnp.full((batch,), (step + 0.5) / num_timesteps, jnp.float32)
+    return nelbo_at(t_B, keep_BxL, jax.random.fold_in(key, step))
+
+  nll_K = jax.lax.map(bin_at, jnp.arange(num_timesteps, dtype=jnp.int32))
   return _summarise(nll_K.mean(), keep_BxL.sum())
 
 
@@ -901,17 +916,9 @@ def uniform_bound(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array,
   Raises:
     ValueError: num_timesteps < 1, tokens not int[B, L], or a causal model.
   """
-  if not isinstance(num_timesteps, int) or num_timesteps < 1:
-    raise ValueError(f"num_timesteps={num_timesteps!r} must be an int >= 1")
-  _check_tokens(tokens_BxL, min_length=1)
-  check_attention(logits_fn, causal=False, user="uniform_bound")
-  batch = tokens_BxL.shape[0]
-  keep_BxL = maskable(tokens_BxL, shifted(logits_fn))
+  def nelbo_at(t_B, keep_BxL, key):
+    return _uniform_nelbo(logits_fn, params, tokens_BxL, t_B, keep_BxL, key,
+                          "linear", 0.0)
 
-  def nelbo_at(step):
-    t_B = jnp.full((batch,), (step + 0.5) / num_timesteps, jnp.float32)
-    return _uniform_nelbo(logits_fn, params, tokens_BxL, t_B, keep_BxL,
-                          jax.random.fold_in(key, step), "linear", 0.0)
-
-  nll_K = jax.lax.map(nelbo_at, jnp.arange(num_timesteps, dtype=jnp.int32))
-  return _summarise(nll_K.mean(), keep_BxL.sum())
+  return _binned_bound(nelbo_at, logits_fn, tokens_BxL, key, num_timesteps,
+                       "uniform_bound")
