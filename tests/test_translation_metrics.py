@@ -74,5 +74,5 @@ def test_length_error():
   assert err == pytest.approx({"mean_abs": 1.0, "mean_signed": 1 / 3,
                                "relative": (1 / 4 + 0 + 1) / 3,
                                "exact": 1 / 3})
-  with pytest.raises(ValueError, match="must be \\[N\\]"):
+  with pytest.raises(ValueError, match="must be \\[R\\]"):
     tm.length_error([1, 2], [1])

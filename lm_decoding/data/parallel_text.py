@@ -37,8 +37,8 @@ reserved ids) is trained on the train split's sources and targets together.
 
 Layout for a prefix LM (source bidirectional, target after it), one row:
 
-    [s_1 .. s_S, BOS, t_1 .. t_T, EOS, PAD ...]     (`layout`)
-     \\---- prefix: S + 1 ----/
+    [s_1 .. s_Src, BOS, t_1 .. t_T, EOS, PAD ...]     (`layout`)
+     \\---- prefix: Src + 1 ----/
 
 The source never holds BOS (encoding never produces it), so every objective
 recovers the prefix length as (index of the first BOS) + 1 and the target
@@ -261,11 +261,11 @@ class Encoded:
   """Encoded pairs, PAD-padded (numpy).
 
   Attributes:
-    source: int32[N, S] source ids, S = max_source_tokens.
-    source_lengths: int32[N] in [1, S].
-    target: int32[N, T] target ids, T = max_target_tokens.
-    target_lengths: int32[N] in [1, T].
-    pairs: the N pairs kept (their texts are the references).
+    source: int32[R, Src] source ids, Src = max_source_tokens.
+    source_lengths: int32[R] in [1, Src].
+    target: int32[R, T] target ids, T = max_target_tokens.
+    target_lengths: int32[R] in [1, T].
+    pairs: the R pairs kept (their texts are the references).
     dropped: pairs of the input left out for exceeding a limit.
   """
 
@@ -316,7 +316,7 @@ def encode_pairs(tokenizer: Tokenizer, pairs: Sequence[Pair],
 
 
 def layout(encoded: Encoded) -> np.ndarray:
-  """int32[N, S + T + 2] rows [source, BOS, target, EOS, PAD ...] (module
+  """int32[R, Src + T + 2] rows [source, BOS, target, EOS, PAD ...] (module
   docstring): the training sequences of every translation objective."""
   n, s = encoded.source.shape
   t = encoded.target.shape[1]
@@ -333,7 +333,7 @@ def prompts(encoded: Encoded) -> tuple[np.ndarray, np.ndarray]:
   """The AR / NAR decoders' prompts: [source, BOS] right-padded.
 
   Returns:
-    prompts int32[N, S + 1] and prompt_lengths int32[N] (source length + 1).
+    prompts int32[R, Src + 1] and prompt_lengths int32[R] (source length + 1).
   """
   n, s = encoded.source.shape
   out = np.full((n, s + 1), PAD_ID, np.int32)

@@ -52,7 +52,7 @@ class Corpus:
   Attributes:
     tokenizer: trained on the train split.
     splits: document texts per split ('train', 'valid', 'test').
-    tokens: per split, int32[N]: each document's ids, then EOS, in order.
+    tokens: per split, int32[n]: each document's ids, then EOS, in order.
     cache_dir: where tokenizer and streams are cached.
     reading: how the text was read (source, files, format).
   """
@@ -104,7 +104,7 @@ def cache_key(splits: Mapping[str, Sequence[str]], vocab_size: int) -> str:
 
 def encode_documents(tokenizer: Tokenizer,
                      texts: Sequence[str]) -> np.ndarray:
-  """int32[N]: the ids of each text followed by EOS, concatenated."""
+  """int32[n]: the ids of each text followed by EOS, concatenated."""
   ids = []
   for text in texts:
     ids.extend(tokenizer.encode(text))
@@ -283,17 +283,17 @@ def pack(stream: np.ndarray, seq_len: int) -> np.ndarray:
   """Cuts a token stream into consecutive sequences of seq_len tokens.
 
   Sequences cross document boundaries (marked by EOS); the ragged tail of
-  N % seq_len tokens is dropped.
+  n % seq_len tokens is dropped.
 
   Args:
-    stream: int[N] token ids.
+    stream: int[n] token ids.
     seq_len: tokens per sequence.
 
   Returns:
-    int32[N // seq_len, seq_len]; row m is stream[m * seq_len:(m + 1) * seq_len].
+    int32[n // seq_len, seq_len]; row m is stream[m * seq_len:(m + 1) * seq_len].
 
   Raises:
-    ValueError: `stream` is not 1-D, seq_len < 1, or N < seq_len.
+    ValueError: `stream` is not 1-D, seq_len < 1, or n < seq_len.
   """
   stream = np.asarray(stream)
   if stream.ndim != 1:
@@ -326,7 +326,7 @@ def _check_batching(packed: np.ndarray, batch_size: int, seed: int,
                     start_step: int) -> None:
   """Raises the ValueError of `batches` for bad arguments."""
   if packed.ndim != 2:
-    raise ValueError(f"packed must be 2-D [M, L]; got shape {packed.shape}")
+    raise ValueError(f"packed must be 2-D [R, L]; got shape {packed.shape}")
   num = packed.shape[0]
   if not 1 <= batch_size <= num:
     raise ValueError(
@@ -341,16 +341,16 @@ def batches(packed: np.ndarray, batch_size: int, seed: int,
             start_step: int = 0) -> Iterator[np.ndarray]:
   """Infinite iterator of training batches; batch k depends only on (seed, k).
 
-  An epoch is M // batch_size steps (M = number of sequences); epoch e visits
+  An epoch is R // batch_size steps (R = number of sequences); epoch e visits
   the sequences in the order of a permutation drawn from
   numpy.random.default_rng((seed, e)), batch_size at a time, and the last
-  M % batch_size sequences of that order sit the epoch out. So batch k is
-  rows order_e[j * B:(j + 1) * B] with e, j = divmod(k, M // B), and training
+  R % batch_size sequences of that order sit the epoch out. So batch k is
+  rows order_e[j * B:(j + 1) * B] with e, j = divmod(k, R // B), and training
   resumed at step k (`start_step=k`) sees exactly the batches it would have.
 
   Args:
-    packed: int32[M, L] sequences (see `pack`).
-    batch_size: B, sequences per batch, <= M.
+    packed: int32[R, L] sequences (see `pack`).
+    batch_size: B, sequences per batch, <= R.
     seed: non-negative int.
     start_step: index of the first batch yielded.
 
@@ -380,28 +380,28 @@ def process_batches(packed: np.ndarray, batch_size: int, seed: int,
   """This process's share of every batch of `batches`, read with grain.
 
   For multi-host training (`lm_decoding.parallel.multihost`): with
-  `shard.shard_count` = C shares, share c of batch k is rows
-  [c * B / C, (c + 1) * B / C) of `batches(packed, batch_size, seed)`'s
-  batch k, so the C shares of a step, concatenated in share order, are the
+  `shard.shard_count` = n_c shares, share c of batch k is rows
+  [c * B / n_c, (c + 1) * B / n_c) of `batches(packed, batch_size, seed)`'s
+  batch k, so the n_c shares of a step, concatenated in share order, are the
   one-process batch exactly, and a run on any number of processes sees the
   same global batches (and resumes at any step) as one process. Built as a
   lazy grain `MapDataset`: one record per row of the global order (row
-  k * B + i is row i of batch k), `batch`ed into shares of B / C rows, of
-  which this process keeps every C-th from `shard.shard_index` (grain
+  k * B + i is row i of batch k), `batch`ed into shares of B / n_c rows, of
+  which this process keeps every n_c-th from `shard.shard_index` (grain
   slicing), starting at `start_step`; only this process's rows are read.
 
   Args:
-    packed: int32[M, L] sequences (see `pack`).
-    batch_size: B, the global batch size, <= M and divisible by C.
+    packed: int32[R, L] sequences (see `pack`).
+    batch_size: B, the global batch size, <= R and divisible by n_c.
     seed: non-negative int.
-    shard: grain ShardOptions (shard_index, shard_count); C = 1 gives
+    shard: grain ShardOptions (shard_index, shard_count); n_c = 1 gives
       `batches` itself. `multihost.process_shard` derives it from the batch
       sharding; `grain.sharding.ShardByJaxProcess()` is the same when the
       processes' devices follow the batch axis in process order.
     start_step: index of the first batch.
 
   Returns:
-    An iterator of int32[B / C, L] arrays.
+    An iterator of int32[B / n_c, L] arrays.
 
   Raises:
     ValueError: as `batches`, or batch_size not divisible by

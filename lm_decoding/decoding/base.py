@@ -22,12 +22,10 @@ pass and a draft step by what they cost. Every decoder returns a
 `DecodeResult`. Decoders are configured by frozen dataclasses (hashable:
 static jit arguments) registered by name.
 
-Dimension letters, one meaning each, in names and docstrings:
-  B batch rows        L sequence (a call's inputs)   S cache slots
-  T new tokens (the output length, `output_length` / `output_length`)
-  P prompt width      V vocabulary    D model width  H heads, Hkv KV heads
-  K steps (denoising steps, NFE budget)              W beam width
-  N blocks            E end-of-sequence ids
+Dimension letters in names and docstrings (`tokens_BxL`, `int32[B, L]`) follow
+the package's one glossary, `docs/glossary.md` (B batch rows, L a call's
+positions, T new tokens, K steps, W block window, M beams, G draft length,
+...), one meaning each in every layer.
 """
 
 from __future__ import annotations

@@ -118,7 +118,7 @@ def block_causal_layout_mask(prompt_lengths_B: jax.Array, valid_BxL: jax.Array,
 
 
 def active_sub_block(masked_W: jax.Array, sub_block_length: int) -> jax.Array:
-  """bool[W]: the masked positions of the first sub-block of S =
+  """bool[W]: the masked positions of the first sub-block of n =
   `sub_block_length` positions that still holds one (all False if none)."""
   index_W = jnp.arange(masked_W.shape[0]) // sub_block_length
   first = jnp.min(jnp.where(masked_W, index_W, masked_W.shape[0]))

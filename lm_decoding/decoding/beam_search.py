@@ -14,8 +14,8 @@ hypothesis by score. There is no early stopping: every row runs all steps, and
 rows are independent (per-row EOS and prompt lengths).
 
 Cache: one prefill at batch B, then the cache is repeated per beam (row-major
-B x K rows) and its rows follow their beams (`cache.reorder`, as
-`KVCache.reorder`). NFE = output_length (1 prefill + one [B * K]-row step per further
+B x M rows) and its rows follow their beams (`cache.reorder`, as
+`KVCache.reorder`). NFE = output_length (1 prefill + one [B * M]-row step per further
 token).
 """
 
@@ -46,58 +46,58 @@ def gnmt_length_penalty(length: jax.Array, alpha: float) -> jax.Array:
 class _BeamState:
   """Per row b and beam k: alive and finished hypotheses."""
 
-  alive_tokens: jax.Array  # int32[B, K, T], PAD after the last token
-  alive_log_prob: jax.Array  # float32[B, K], -inf for an empty beam
-  finished_tokens: jax.Array  # int32[B, K, T], EOS kept, PAD after
-  finished_score: jax.Array  # float32[B, K], -inf for an empty slot
-  finished_length: jax.Array  # int32[B, K]
+  alive_tokens: jax.Array  # int32[B, M, T], PAD after the last token
+  alive_log_prob: jax.Array  # float32[B, M], -inf for an empty beam
+  finished_tokens: jax.Array  # int32[B, M, T], EOS kept, PAD after
+  finished_score: jax.Array  # float32[B, M], -inf for an empty slot
+  finished_length: jax.Array  # int32[B, M]
   cost: base.Cost
 
 
-def _top(k, scores_BxN, *values_BxN):
+def _top(k, scores_BxC, *values_BxC):
   """The k best entries of scores per row, and the same entries of values."""
-  best_BxK, ids_BxK = jax.lax.top_k(scores_BxN, k)
+  best, ids = jax.lax.top_k(scores_BxC, k)
   take = lambda v: jnp.take_along_axis(
-      v, ids_BxK.reshape(ids_BxK.shape + (1,) * (v.ndim - 2)), axis=1)
-  return (best_BxK,) + tuple(take(v) for v in values_BxN)
+      v, ids.reshape(ids.shape + (1,) * (v.ndim - 2)), axis=1)
+  return (best,) + tuple(take(v) for v in values_BxC)
 
 
-def _beam_step(config, state, cache, step, logits_BKxV):
+def _beam_step(config, state, cache, step, logits_BMxV):
   """Extends every alive beam by token `step`; returns (state, cache)."""
   batch, beams, steps = state.alive_tokens.shape
-  vocab = logits_BKxV.shape[-1]
+  vocab = logits_BMxV.shape[-1]
   eos_E = jnp.asarray(config.eos_ids, jnp.int32)
-  log_prob_BxKxV = (jax.nn.log_softmax(logits_BKxV.astype(jnp.float32), -1)
+  log_prob_BxMxV = (jax.nn.log_softmax(logits_BMxV.astype(jnp.float32), -1)
                     .reshape(batch, beams, vocab)
                     + state.alive_log_prob[:, :, None])
 
   # Hypotheses ending here with an EOS join the finished ones.
-  ended_BxKxExT = jnp.broadcast_to(
+  ended_BxMxExT = jnp.broadcast_to(
       state.alive_tokens[:, :, None],
       (batch, beams, len(config.eos_ids), steps)).at[..., step].set(eos_E)
-  ended_score_BxKxE = (log_prob_BxKxV[:, :, eos_E]
+  ended_score_BxMxE = (log_prob_BxMxV[:, :, eos_E]
                        / gnmt_length_penalty(step + 1, config.length_penalty))
   finished_score, finished_tokens, finished_length = _top(
       beams,
       jnp.concatenate([state.finished_score,
-                       ended_score_BxKxE.reshape(batch, -1)], axis=1),
+                       ended_score_BxMxE.reshape(batch, -1)], axis=1),
       jnp.concatenate([state.finished_tokens,
-                       ended_BxKxExT.reshape(batch, -1, steps)], axis=1),
+                       ended_BxMxExT.reshape(batch, -1, steps)], axis=1),
       jnp.concatenate([state.finished_length,
                        jnp.full((batch, beams * len(config.eos_ids)), step + 1,
                                 jnp.int32)], axis=1))
 
   # The best non-EOS continuations stay alive; their caches follow them.
   is_eos_V = rows.is_eos(jnp.arange(vocab), config.eos_ids)
-  continuing_BxKV = jnp.where(is_eos_V, -jnp.inf, log_prob_BxKxV).reshape(
+  continuing_BxMV = jnp.where(is_eos_V, -jnp.inf, log_prob_BxMxV).reshape(
       batch, beams * vocab)
-  alive_log_prob, flat_BxK = jax.lax.top_k(continuing_BxKV, beams)
-  parent_BxK, token_BxK = flat_BxK // vocab, flat_BxK % vocab
+  alive_log_prob, flat_BxM = jax.lax.top_k(continuing_BxMV, beams)
+  parent_BxM, token_BxM = flat_BxM // vocab, flat_BxM % vocab
   alive_tokens = jnp.take_along_axis(
-      state.alive_tokens, parent_BxK[:, :, None], axis=1).at[:, :, step].set(
-          token_BxK)
-  rows_BK = (jnp.arange(batch)[:, None] * beams + parent_BxK).reshape(-1)
-  cache = cache.reorder(rows_BK)
+      state.alive_tokens, parent_BxM[:, :, None], axis=1).at[:, :, step].set(
+          token_BxM)
+  rows_BM = (jnp.arange(batch)[:, None] * beams + parent_BxM).reshape(-1)
+  cache = cache.reorder(rows_BM)
   return state.replace(
       alive_tokens=alive_tokens, alive_log_prob=alive_log_prob,
       finished_tokens=finished_tokens, finished_score=finished_score,
@@ -117,7 +117,7 @@ def _beam_decode(config, cache_length, models, prompts_BxP, prompt_lengths_B):
                      f"must be < vocab size {vocab}")
   per_beam = lambda x: jnp.repeat(x, beams, axis=0)
   cache = cache.reorder(jnp.repeat(jnp.arange(batch), beams))
-  positions_BK = per_beam(prompt_lengths_B)
+  positions_BM = per_beam(prompt_lengths_B)
   empty = jnp.full((batch, beams, steps), config.pad_id, jnp.int32)
   state = _BeamState(
       alive_tokens=empty,
@@ -129,9 +129,9 @@ def _beam_decode(config, cache_length, models, prompts_BxP, prompt_lengths_B):
 
   def step(carry, i):
     state, cache = carry
-    tokens_BKx1 = state.alive_tokens[:, :, i - 1].reshape(batch * beams, 1)
-    out, cost = base.forward(models, "model", state.cost, tokens_BKx1,
-                             (positions_BK + i - 1)[:, None], cache=cache)
+    tokens_BMx1 = state.alive_tokens[:, :, i - 1].reshape(batch * beams, 1)
+    out, cost = base.forward(models, "model", state.cost, tokens_BMx1,
+                             (positions_BM + i - 1)[:, None], cache=cache)
     state = state.replace(cost=cost)
     return _beam_step(config, state, out.cache, i, out.logits[:, 0]), None
 
@@ -158,7 +158,7 @@ class BeamSearchDecoder(SequenceConfig):
   """Beam search with the GNMT length penalty (see module doc).
 
   Attributes (besides `SequenceConfig`'s):
-    num_beams: K >= 1 hypotheses kept alive (and finished) per row.
+    num_beams: M >= 1 hypotheses kept alive (and finished) per row.
     length_penalty: alpha >= 0 of lp(n) = ((5 + n) / 6) ** alpha.
 
   Raises:

@@ -127,14 +127,14 @@ class DiffusionDraftDecoder(DraftVerifyDecoder):
     sequence = state.sequence[:, :-1]  # the cache's S slots: all it needs
     batch, width = sequence.shape
     pos_B = state.pos
-    index_C = jnp.arange(width)
+    index_L = jnp.arange(width)
     slot_BxG = pos_B[:, None] + 1 + jnp.arange(gamma)[None, :]
     rows_Bx1 = jnp.arange(batch)[:, None]
-    tokens = jnp.where(index_C[None] <= pos_B[:, None], sequence, self.pad_id)
+    tokens = jnp.where(index_L[None] <= pos_B[:, None], sequence, self.pad_id)
     tokens = tokens.at[rows_Bx1, slot_BxG].set(self.mask_id)
     attention = masks.key_padding_mask(
-        index_C[None] <= (pos_B + gamma)[:, None], width)
-    positions = jnp.broadcast_to(index_C, (batch, width))
+        index_L[None] <= (pos_B + gamma)[:, None], width)
+    positions = jnp.broadcast_to(index_L, (batch, width))
 
     def step(carry, s):
       tokens, draft, q, masked, cost = carry

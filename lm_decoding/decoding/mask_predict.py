@@ -3,20 +3,20 @@
 Deliberately not in the LM decoder registry: a translation decoder's
 contract differs (see the `lm_decoding.decoding` package docstring).
 
-Rows are [source, BOS, t_1 .. t_N, PAD ...] under `masks.source_target_mask`
-(the layout of `translation_objectives.cmlm_loss`). Worked example, N = 4
+Rows are [source, BOS, t_1 .. t_{T_b}, PAD ...] under `masks.source_target_mask`
+(the layout of `translation_objectives.cmlm_loss`). Worked example, T_b = 4
 target slots, K = 2 iterations:
 
-  t = 0: all N masked; one pass predicts every slot (argmax) and records
+  t = 0: all T_b masked; one pass predicts every slot (argmax) and records
          its probability p.
-  t = 1: re-mask the n = N * (K - t) / K = 2 slots of lowest p; one pass
+  t = 1: re-mask the n = T_b * (K - t) / K = 2 slots of lowest p; one pass
          predicts them again (their p is updated, the others keep theirs).
 
-K = 1 is one-shot CMLM decoding. The target length N comes from the length
+K = 1 is one-shot CMLM decoding. The target length T_b comes from the length
 head (`lengths='head'`: one extra pass over the source alone): the l most
 likely lengths are decoded in parallel as l candidates and the one of
 highest average log-probability is returned (the length beam). With
-`lengths='fixed'` every row is decoded at N = output_length (the harness's
+`lengths='fixed'` every row is decoded at T_b = output_length (the harness's
 fixed-length mode; models without a length head).
 """
 
@@ -40,7 +40,7 @@ _NEVER = (PAD_ID, BOS_ID, EOS_ID, MASK_ID)  # never predicted in a target
 
 
 def remask_count(lengths_B: jax.Array, t: jax.Array, steps: int) -> jax.Array:
-  """int32[B]: n = floor(N * (K - t) / K), the slots re-masked at iteration
+  """int32[B]: n = floor(T_b * (K - t) / K), the slots re-masked at iteration
   t in 1..K-1 (Mask-Predict's linear schedule)."""
   return (lengths_B * (steps - t)) // steps
 
@@ -53,7 +53,7 @@ def lowest(probs_BxL: jax.Array, target_BxL: jax.Array,
 
 
 def _rows(prompts_BxP, prompt_lengths_B, lengths_B, width):
-  """[prompt, MASK * N, PAD] rows of `width`, their target and valid masks."""
+  """[prompt, MASK * T_b, PAD] rows of `width`, their target and valid masks."""
   position_BxL = jnp.broadcast_to(jnp.arange(width), (prompts_BxP.shape[0],
                                                       width))
   start_Bx1, end_Bx1 = prompt_lengths_B[:, None], (prompt_lengths_B
@@ -91,34 +91,34 @@ def _decode(decoder, models, prompts_BxP, prompt_lengths_B):
     length_logits = model.logits_fn.length_logits(
         model.params, out.hidden, source_BxP)
     length_logits = length_logits[:, :decoder.output_length]
-    lengths_BxW = jax.lax.top_k(length_logits, beam)[1] + 1
+    lengths_BxM = jax.lax.top_k(length_logits, beam)[1] + 1
   else:
-    lengths_BxW = jnp.full((batch, beam), decoder.output_length)
-  lengths_R = lengths_BxW.reshape(-1).astype(jnp.int32)
-  prompt_lengths_R = jnp.repeat(prompt_lengths_B, beam)
+    lengths_BxM = jnp.full((batch, beam), decoder.output_length)
+  lengths_BM = lengths_BxM.reshape(-1).astype(jnp.int32)
+  prompt_lengths_BM = jnp.repeat(prompt_lengths_B, beam)
   rows, target, valid = _rows(jnp.repeat(prompts_BxP, beam, 0),
-                              prompt_lengths_R, lengths_R, total)
-  tokens, log_p, cost = _predict(models, cost, rows, valid, prompt_lengths_R)
+                              prompt_lengths_BM, lengths_BM, total)
+  tokens, log_p, cost = _predict(models, cost, rows, valid, prompt_lengths_BM)
   rows = jnp.where(target, tokens, rows)
-  remasked_KxR = jnp.zeros((decoder.steps, rows.shape[0]), jnp.int32)
+  remasked_KxBM = jnp.zeros((decoder.steps, rows.shape[0]), jnp.int32)
 
   def iteration(t, carry):
     rows, log_p, remasked, cost = carry
-    n_R = remask_count(lengths_R, t, decoder.steps)
-    again = lowest(log_p, target, n_R)
+    n_BM = remask_count(lengths_BM, t, decoder.steps)
+    again = lowest(log_p, target, n_BM)
     tokens, new_log_p, cost = _predict(
         models, cost, jnp.where(again, MASK_ID, rows), valid,
-        prompt_lengths_R)
+        prompt_lengths_BM)
     return (jnp.where(again, tokens, rows), jnp.where(again, new_log_p,
                                                       log_p),
             remasked.at[t].set(again.sum(1)), cost)
 
-  rows, log_p, remasked_KxR, cost = jax.lax.fori_loop(
-      1, decoder.steps, iteration, (rows, log_p, remasked_KxR, cost))
-  score_R = jnp.where(target, log_p, 0.0).sum(1) / lengths_R
-  best_B = jnp.argmax(score_R.reshape(batch, beam), 1)
+  rows, log_p, remasked_KxBM, cost = jax.lax.fori_loop(
+      1, decoder.steps, iteration, (rows, log_p, remasked_KxBM, cost))
+  score_BM = jnp.where(target, log_p, 0.0).sum(1) / lengths_BM
+  best_B = jnp.argmax(score_BM.reshape(batch, beam), 1)
   chosen_B = jnp.arange(batch) * beam + best_B
-  length_B = lengths_R[chosen_B]
+  length_B = lengths_BM[chosen_B]
   index_BxT = prompt_lengths_B[:, None] + jnp.arange(decoder.output_length)
   out_BxT = jnp.take_along_axis(rows[chosen_B], index_BxT, axis=1)
   slot_T = jnp.arange(decoder.output_length)[None]
@@ -128,7 +128,7 @@ def _decode(decoder, models, prompts_BxP, prompt_lengths_B):
   committed = jnp.zeros((decoder.steps, batch), jnp.int32).at[0].set(
       length_B)
   return base.result(out_BxT, lengths, committed, cost,
-                     remasked=remasked_KxR.reshape(decoder.steps, batch,
+                     remasked=remasked_KxBM.reshape(decoder.steps, batch,
                                                    beam)[:, jnp.arange(batch),
                                                          best_B],
                      target_lengths=length_B)
@@ -146,7 +146,7 @@ class MaskPredictDecoder:
     steps: K >= 1 iterations (K forward passes; 1 = one-shot CMLM).
     length_beam: l >= 1 candidate lengths (only with lengths='head').
     lengths: 'head' (the model's length head, one extra pass) or 'fixed'
-      (N = T for every row).
+      (T_b = T for every row).
   """
 
   output_length: int
@@ -178,7 +178,7 @@ class MaskPredictDecoder:
       `DecodeResult`: tokens int32[B, T] (the target, then EOS if shorter
       than T); committed[0] the target length, 0 after; stats 'remasked'
       int32[K, B] (slots re-masked per iteration, 0 at t = 0) and
-      'target_lengths' int32[B] (the chosen length N).
+      'target_lengths' int32[B] (the chosen length T_b).
     Raises:
       ValueError: bad models or prompts; P + T above the model's max_len;
         lengths='head' with a model without `length_logits`.

@@ -163,7 +163,7 @@ def argmax(x: jax.Array) -> jax.Array:
   (`benchmarks/ar_decode/argmax/`).
 
   Args:
-    x: float[..., N].
+    x: float[..., n], any last axis (V for logits).
   """
   best = jnp.max(x, axis=-1, keepdims=True)
   hit = (x == best) | jnp.isnan(x)  # a NaN row: best is NaN, == never holds
@@ -218,9 +218,9 @@ def top_k_filter(logits_BxV: jax.Array, top_k: int) -> jax.Array:
   vocab = logits_BxV.shape[-1]
   if top_k == 0 or top_k >= vocab:
     return logits_BxV
-  _, ids_BxK = jax.lax.top_k(logits_BxV, top_k)
+  _, ids_BxC = jax.lax.top_k(logits_BxV, top_k)
   rows_Bx1 = jnp.arange(logits_BxV.shape[0])[:, None]
-  keep_BxV = jnp.zeros(logits_BxV.shape, bool).at[rows_Bx1, ids_BxK].set(True)
+  keep_BxV = jnp.zeros(logits_BxV.shape, bool).at[rows_Bx1, ids_BxC].set(True)
   return jnp.where(keep_BxV, logits_BxV, -jnp.inf)
 
 

@@ -73,7 +73,7 @@ class JacobiDecoder(DraftVerifyDecoder):
 LOOKUP_MATCHES = ("earliest", "latest")
 
 
-def lookup(sequence_C: jax.Array, pos: jax.Array, gamma: int, max_ngram: int,
+def lookup(sequence_L: jax.Array, pos: jax.Array, gamma: int, max_ngram: int,
            pad_id: int, match: str = "earliest") -> jax.Array:
   """int32[gamma]: the prompt-lookup draft of ONE row (module docstring).
 
@@ -82,7 +82,7 @@ def lookup(sequence_C: jax.Array, pos: jax.Array, gamma: int, max_ngram: int,
   'latest' [4, 1].
 
   Args:
-    sequence_C: int32[C] the row's tokens; positions <= pos are known.
+    sequence_L: int32[L] the row's tokens; positions <= pos are known.
     pos: int32[] position of the row's last token.
     gamma: draft length.
     max_ngram: longest n-gram tried.
@@ -90,20 +90,20 @@ def lookup(sequence_C: jax.Array, pos: jax.Array, gamma: int, max_ngram: int,
     match: which occurrence of the n-gram is copied from, one of
       `LOOKUP_MATCHES`.
   """
-  length = sequence_C.shape[0]
-  start_C = jnp.arange(length)
+  length = sequence_L.shape[0]
+  start_L = jnp.arange(length)
   draft = jnp.full((gamma,), pad_id, jnp.int32)
   found = jnp.bool_(False)
   for n in range(max_ngram, 0, -1):  # static: the longest n-gram wins
-    match_C = (start_C + n - 1 < pos) & (pos - n + 1 >= 0)
+    match_L = (start_L + n - 1 < pos) & (pos - n + 1 >= 0)
     for j in range(n):
-      shifted = jnp.roll(sequence_C, -j)  # shifted[s] = sequence[s + j]
-      match_C &= shifted == sequence_C[jnp.maximum(pos - n + 1 + j, 0)]
-    first = jnp.argmax(match_C[::-1] if match == "latest" else match_C)
-    start = jnp.where(match_C.any(),
+      shifted = jnp.roll(sequence_L, -j)  # shifted[s] = sequence[s + j]
+      match_L &= shifted == sequence_L[jnp.maximum(pos - n + 1 + j, 0)]
+    first = jnp.argmax(match_L[::-1] if match == "latest" else match_L)
+    start = jnp.where(match_L.any(),
                       length - 1 - first if match == "latest" else first, -1)
     source_G = start + n + jnp.arange(gamma)
-    copy = jnp.where(source_G <= pos, sequence_C[jnp.minimum(source_G,
+    copy = jnp.where(source_G <= pos, sequence_L[jnp.minimum(source_G,
                                                              length - 1)],
                      pad_id)
     use = ~found & (start >= 0)

@@ -25,7 +25,7 @@ d_i. Subclasses differ only in how they draft (`start`, `propose`,
 `advance`); the verification, the caches and the bookkeeping are here.
 
 Layout (per row b; positions are absolute, slot = position in both caches):
-  sequence  int32[B, C], C = S + 1 for caches of S = P + T + gamma - 1
+  sequence  int32[B, L], L = S + 1 for caches of S = P + T + gamma - 1
             slots (the most a round writes): the prompt at 0..P_b - 1,
             generated token i at P_b + i, PAD after.
   pos_b     position of the row's last token x (P_b - 1 + n_b after n_b
@@ -77,7 +77,7 @@ from lm_decoding.models.config import check_attention
 class Round:
   """The verification loop's carry (leading axis B on per-row arrays)."""
 
-  sequence: jax.Array  # int32[B, C] prompt + generated, PAD after
+  sequence: jax.Array  # int32[B, L] prompt + generated, PAD after
   prompt_lengths: jax.Array  # int32[B]
   generated: jax.Array  # int32[B] tokens committed so far (n_b)
   done: jax.Array  # bool[B]

@@ -125,8 +125,8 @@ class Canvas:
 
   window: jax.Array  # int32[B, W] current (noisy) canvas
   argmax: jax.Array  # int32[B, W] argmax canvas of the last step
-  history: jax.Array  # int32[B, S, W] last S argmax canvases (-1 at start;
-  #                    S = stability_threshold, 0: always stable)
+  history: jax.Array  # int32[B, n, W] last n argmax canvases (-1 at start;
+  #                    n = stability_threshold, 0: always stable)
   done: jax.Array  # bool[B] stopped rows
   last_accepted: jax.Array  # int32[B, W] token of the last acceptance, -1
   accepted: jax.Array  # int32[B] acceptances so far
@@ -136,14 +136,14 @@ class Canvas:
 
 
 def _attention(valid_BxL, start_B, end_B, num_queries, first_query_B):
-  """bool[B, Q, L]: prefix queries see the prefix, canvas queries the prefix
+  """bool[B, L, S]: prefix queries see the prefix, canvas queries the prefix
   and the canvas; nothing sees PAD or positions past the canvas."""
   length = valid_BxL.shape[1]
-  key_L = jnp.arange(length)
-  query_BxQ = first_query_B[:, None] + jnp.arange(num_queries)[None, :]
-  seen = jnp.where((query_BxQ >= start_B[:, None])[..., None],
-                   key_L[None, None, :] < end_B[:, None, None],
-                   key_L[None, None, :] < start_B[:, None, None])
+  key_S = jnp.arange(length)
+  query_BxL = first_query_B[:, None] + jnp.arange(num_queries)[None, :]
+  seen = jnp.where((query_BxL >= start_B[:, None])[..., None],
+                   key_S[None, None, :] < end_B[:, None, None],
+                   key_S[None, None, :] < start_B[:, None, None])
   return seen & valid_BxL[:, None, :]
 
 

@@ -246,7 +246,7 @@ def _quality(evaluator: Model, tokenizer: Tokenizer, tokens, lengths,
 def _human(evaluator, tokenizer, prompts, references, width: int) -> dict:
   """gen-PPL and entropy of the reference continuations (real text).
 
-  Their tokens (at most `width`, the longest T) are laid out [N, width] like
+  Their tokens (at most `width`, the longest T) are laid out [R, width] like
   the samples of that T, so scoring them reuses that compiled evaluator.
   """
   ids = [tokenizer.encode(text)[:width] for text in references]
@@ -398,9 +398,9 @@ def run(planned: Sequence[Planned], models: Mapping[str, Model],
     models: {member: Model} for every member the rows bind.
     evaluator: the causal model that scores samples (gen-PPL).
     tokenizer: decodes samples and prompts.
-    prompts: int32[N, P] held-out prompts, N >= max(batch_sizes); batch B
+    prompts: int32[R, P] held-out prompts, R >= max(batch_sizes); batch B
       decodes the first B (row b's key does not depend on B).
-    references: N human continuations (text) of the prompts.
+    references: R human continuations (text) of the prompts.
     batch_sizes: B values; quality is scored at the largest.
     runs: timed runs per measurement, >= 1.
     seed: the key of output length T is fold_in(key(seed), T).

@@ -330,7 +330,7 @@ def omission_rate(hypotheses: Sequence[str], references: Sequence[str],
     references: N reference texts, aligned with `hypotheses`.
     stopwords: lower-case words to ignore.
   Returns:
-    float64[N] in [0, 1]; NaN where a reference has no content word.
+    float64[R] in [0, 1]; NaN where a reference has no content word.
   Raises:
     ValueError: if the two sequences differ in length.
   """

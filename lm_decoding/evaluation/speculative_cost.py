@@ -36,11 +36,11 @@ EXTRA_GAMMA = 4  # gamma of the self-drafting and diffusion-draft rows
 PARTS = ("prefill", "draft", "verify", "settle")
 
 
-def alpha_per_position(counts_A: np.ndarray) -> np.ndarray:
+def alpha_per_position(counts_G1: np.ndarray) -> np.ndarray:
   """alpha_i = sum_{a > i} / sum_{a >= i}: float64[gamma], from a histogram
   int[gamma + 1] of rounds that accepted exactly a draft tokens (NaN where
   no round reached position i)."""
-  at_least = np.cumsum(np.asarray(counts_A)[::-1])[::-1].astype(np.float64)
+  at_least = np.cumsum(np.asarray(counts_G1)[::-1])[::-1].astype(np.float64)
   with np.errstate(invalid="ignore", divide="ignore"):
     return at_least[1:] / at_least[:-1]
 
@@ -75,16 +75,16 @@ def predicted_speedup(alpha: float, gamma: int, c: float,
   return expected_tokens(alpha, gamma) / (calls * c + 1)
 
 
-def predicted_rounds(counts_A: np.ndarray, t: int, batch: int,
+def predicted_rounds(counts_G1: np.ndarray, t: int, batch: int,
                      sims: int = 2000, seed: int = 0) -> float:
   """E[rounds of the decode loop]: the loop runs until its slowest row has
   `t` tokens; each round of each row accepts a draft tokens with frequency
-  counts_A[a] / sum(counts_A) (pooled over rows) and commits a + 1 (Monte
+  counts_G1[a] / sum(counts_G1) (pooled over rows) and commits a + 1 (Monte
   Carlo over `sims` batches of `batch` rows, numpy seed `seed`)."""
-  counts_A = np.asarray(counts_A, np.float64)
+  counts_G1 = np.asarray(counts_G1, np.float64)
   rng = np.random.default_rng(seed)
-  commits = rng.choice(len(counts_A), size=(sims, batch, t),
-                       p=counts_A / counts_A.sum()) + 1
+  commits = rng.choice(len(counts_G1), size=(sims, batch, t),
+                       p=counts_G1 / counts_G1.sum()) + 1
   rounds = (np.cumsum(commits, -1) < t).sum(-1) + 1
   return float(rounds.max(-1).mean())
 

@@ -87,7 +87,7 @@ def consecutive_repetition_rate(texts: Sequence[str]) -> np.ndarray:
   (conditionally independent positions predicting the same token).
 
   Returns:
-    float64[N] in [0, 1]; NaN for a text of fewer than 2 words.
+    float64[R] in [0, 1]; NaN for a text of fewer than 2 words.
   """
   out = np.full(len(texts), np.nan)
   for i, text in enumerate(texts):
@@ -115,8 +115,8 @@ def length_error(hypothesis_lengths: Any,
   """Output length against reference length, in tokens.
 
   Args:
-    hypothesis_lengths: int[N] output tokens per sentence (EOS excluded).
-    reference_lengths: int[N] reference tokens per sentence.
+    hypothesis_lengths: int[R] output tokens per sentence (EOS excluded).
+    reference_lengths: int[R] reference tokens per sentence.
   Returns:
     mean_abs: mean |hyp - ref| tokens; mean_signed: mean hyp - ref (< 0:
     too short); relative: mean |hyp - ref| / ref; exact: fraction with
@@ -128,7 +128,7 @@ def length_error(hypothesis_lengths: Any,
   ref = np.asarray(reference_lengths, np.float64)
   if hyp.shape != ref.shape or hyp.ndim != 1 or not hyp.size:
     raise ValueError(f"hypothesis_lengths {hyp.shape} and reference_lengths "
-                     f"{ref.shape} must be [N], N >= 1")
+                     f"{ref.shape} must be [R], R >= 1")
   if ref.min() < 1:
     raise ValueError("reference_lengths must be >= 1")
   diff = hyp - ref

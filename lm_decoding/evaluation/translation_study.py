@@ -87,26 +87,26 @@ def latency_decoders(config: ml_collections.ConfigDict) -> list[tuple]:
       (_ctc(config)[0], "ctc", _ctc(config)[1])]
 
 
-def bucketed(lengths_N: Sequence[int], limit: int | None = None
+def bucketed(lengths_R: Sequence[int], limit: int | None = None
              ) -> dict[tuple[int, int], list[int]]:
   """{bucket: row indices whose length falls in it} for each non-empty
   `BUCKETS` bucket, at most `limit` rows each (None: all)."""
-  lengths_N = np.asarray(lengths_N)
+  lengths_R = np.asarray(lengths_R)
   out = {}
   for low, high in BUCKETS:
-    rows = np.flatnonzero((lengths_N >= low) & (lengths_N <= high))
+    rows = np.flatnonzero((lengths_R >= low) & (lengths_R <= high))
     if len(rows):
       out[low, high] = rows[:limit].tolist()
   return out
 
 
 def score(label: str, member: str, hypotheses: Sequence[str],
-          counts_N: np.ndarray, references: Sequence[str],
-          reference_lengths_N: np.ndarray) -> tuple[dict, str]:
+          counts_R: np.ndarray, references: Sequence[str],
+          reference_lengths_R: np.ndarray) -> tuple[dict, str]:
   """(row, sacreBLEU signature) of one decoder: BLEU, chrF, consecutive
   repetition, omission, length error (tokens); rounded for the tables."""
   bleu = tm.corpus_bleu(hypotheses, references)
-  error = tm.length_error(counts_N, reference_lengths_N)
+  error = tm.length_error(counts_R, reference_lengths_R)
   return {
       "decoder": label, "model": member, "bleu": round(bleu.score, 2),
       "chrf": round(tm.corpus_chrf(hypotheses, references).score, 2),
@@ -121,13 +121,13 @@ def score(label: str, member: str, hypotheses: Sequence[str],
 
 def bucket_rows(label: str, hypotheses: Sequence[str],
                 references: Sequence[str],
-                reference_lengths_N: np.ndarray) -> list[dict]:
+                reference_lengths_R: np.ndarray) -> list[dict]:
   """BLEU of `label` per reference-length bucket (non-empty ones)."""
   return [{"decoder": label, "bucket": f"{low}-{high}",
            "sentences": len(rows), "bleu": round(tm.corpus_bleu(
                [hypotheses[i] for i in rows],
                [references[i] for i in rows]).score, 2)}
-          for (low, high), rows in bucketed(reference_lengths_N).items()]
+          for (low, high), rows in bucketed(reference_lengths_R).items()]
 
 
 def add_speedups(rows: list[dict]) -> None:

@@ -172,32 +172,32 @@ class KVCache:
                for a in jax.tree.leaves((self.k, self.v)))
 
 
-def _write(buffer_BxHxSx: jax.Array, new_BxHxLx: jax.Array,
+def _write(buffer_BxHkvxS: jax.Array, new_BxHkvxL: jax.Array,
            index_B: jax.Array) -> jax.Array:
   """Row b of `new` written into row b of `buffer` at slot index[b] (axis 2)."""
   def one(buf, new, i):
     return jax.lax.dynamic_update_slice(
         buf, new, (0, i) + (0,) * (buf.ndim - 2))
-  return jax.vmap(one)(buffer_BxHxSx, new_BxHxLx.astype(buffer_BxHxSx.dtype),
+  return jax.vmap(one)(buffer_BxHkvxS, new_BxHkvxL.astype(buffer_BxHkvxS.dtype),
                        index_B)
 
 
 def as_cached(buffer: jax.Array | Int8KV,
-              new_BxHxLxD: jax.Array | Int8KV) -> jax.Array | Int8KV:
+              new_BxHkvxLxDh: jax.Array | Int8KV) -> jax.Array | Int8KV:
   """`new` as `buffer` stores it: in its dtype, or int8-quantised per head
   vector (`int8.quantize` over Dh) with its scales when it is an `Int8KV`.
   Idempotent: a `new` already in that form is returned as it is.
 
   Args:
     buffer: one layer's keys or values [B, Hkv, S, Dh] (or an `Int8KV`).
-    new_BxHxLxD: float [B, Hkv, L, Dh] (or already as cached).
+    new_BxHkvxLxDh: float [B, Hkv, L, Dh] (or already as cached).
   """
-  if isinstance(new_BxHxLxD, Int8KV):
-    return new_BxHxLxD
+  if isinstance(new_BxHkvxLxDh, Int8KV):
+    return new_BxHkvxLxDh
   if isinstance(buffer, Int8KV):
-    values, scale = int8.quantize(new_BxHxLxD, -1)
+    values, scale = int8.quantize(new_BxHkvxLxDh, -1)
     return Int8KV(values=values, scale=scale)
-  return new_BxHxLxD.astype(buffer.dtype)
+  return new_BxHkvxLxDh.astype(buffer.dtype)
 
 
 def write_start(buffer: jax.Array | Int8KV, length: int,
@@ -207,15 +207,15 @@ def write_start(buffer: jax.Array | Int8KV, length: int,
   return jnp.clip(index_B, 0, buffer.shape[2] - length)
 
 
-def write_rows(buffer_BxHxSxD: jax.Array | Int8KV,
-               new_BxHxLxD: jax.Array | Int8KV, index_B: jax.Array) -> jax.Array | Int8KV:
+def write_rows(buffer_BxHkvxSxDh: jax.Array | Int8KV,
+               new_BxHkvxLxDh: jax.Array | Int8KV, index_B: jax.Array) -> jax.Array | Int8KV:
   """Writes `new[b]` into `buffer[b]` at slots index[b]..index[b] + L - 1,
   per row.
 
   Args:
-    buffer_BxHxSxD: one layer's keys or values [B, Hkv, S, Dh] (or an
+    buffer_BxHkvxSxDh: one layer's keys or values [B, Hkv, S, Dh] (or an
       `Int8KV`).
-    new_BxHxLxD: the L new keys or values [B, Hkv, L, Dh], heads-major like
+    new_BxHkvxLxDh: the L new keys or values [B, Hkv, L, Dh], heads-major like
       the buffer (float, or already `as_cached`).
     index_B: int32[B] first slot written in each row (clamped as
       `write_start` says).
@@ -225,15 +225,15 @@ def write_rows(buffer_BxHxSxD: jax.Array | Int8KV,
     AssertionError (chex) when the shapes disagree: an internal invariant
     (the attention builds all three), not a user input.
   """
-  new = as_cached(buffer_BxHxSxD, new_BxHxLxD)
-  b, h, s, d = buffer_BxHxSxD.shape
-  values_BxHxLxD = new.values if isinstance(new, Int8KV) else new
-  chex.assert_shape(values_BxHxLxD, (b, h, None, d))
-  chex.assert_axis_dimension_lteq(values_BxHxLxD, 2, s)
+  new = as_cached(buffer_BxHkvxSxDh, new_BxHkvxLxDh)
+  b, h, s, d = buffer_BxHkvxSxDh.shape
+  values_BxHkvxLxDh = new.values if isinstance(new, Int8KV) else new
+  chex.assert_shape(values_BxHkvxLxDh, (b, h, None, d))
+  chex.assert_axis_dimension_lteq(values_BxHkvxLxDh, 2, s)
   chex.assert_shape(index_B, (b,))
   if isinstance(new, Int8KV):
-    chex.assert_shape(new.scale, values_BxHxLxD.shape[:3])
-  if isinstance(buffer_BxHxSxD, Int8KV):
-    return Int8KV(values=_write(buffer_BxHxSxD.values, new.values, index_B),
-                  scale=_write(buffer_BxHxSxD.scale, new.scale, index_B))
-  return _write(buffer_BxHxSxD, new, index_B)
+    chex.assert_shape(new.scale, values_BxHkvxLxDh.shape[:3])
+  if isinstance(buffer_BxHkvxSxDh, Int8KV):
+    return Int8KV(values=_write(buffer_BxHkvxSxDh.values, new.values, index_B),
+                  scale=_write(buffer_BxHkvxSxDh.scale, new.scale, index_B))
+  return _write(buffer_BxHkvxSxDh, new, index_B)

@@ -136,24 +136,24 @@ def inverse_frequencies(head_dim: int, base: float,
   return freq / factor * (1 - keep) + freq * keep
 
 
-def rotary(x_BxLxHxD: jax.Array, positions_BxL: jax.Array, base: float,
+def rotary(x_BxLxHxDh: jax.Array, positions_BxL: jax.Array, base: float,
            scaling: RopeScaling | None = None) -> jax.Array:
   """x rotated by RoPE at `positions` (half-split pairs), in x's dtype.
 
   Args:
-    x_BxLxHxD: queries or keys [B, L, H, Dh], Dh even.
+    x_BxLxHxDh: queries or keys [B, L, H, Dh], Dh even.
     positions_BxL: int32[B, L] positions.
     base: the frequency base (rope_theta).
     scaling: an optional `RopeScaling`.
   """
-  freq_F = inverse_frequencies(x_BxLxHxD.shape[-1], base, scaling)
-  half = freq_F.shape[0]
-  angle_BxLx1xF = (positions_BxL[..., None].astype(jnp.float32)
-                   * freq_F)[:, :, None]
+  freq_Fr = inverse_frequencies(x_BxLxHxDh.shape[-1], base, scaling)
+  half = freq_Fr.shape[0]
+  angle_BxLx1xFr = (positions_BxL[..., None].astype(jnp.float32)
+                    * freq_Fr)[:, :, None]
   magnitude = 1.0 if scaling is None else scaling.magnitude
-  sin = jnp.sin(angle_BxLx1xF) * magnitude
-  cos = jnp.cos(angle_BxLx1xF) * magnitude
-  x = x_BxLxHxD.astype(jnp.float32)
+  sin = jnp.sin(angle_BxLx1xFr) * magnitude
+  cos = jnp.cos(angle_BxLx1xFr) * magnitude
+  x = x_BxLxHxDh.astype(jnp.float32)
   x1, x2 = x[..., :half], x[..., half:]
   out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
-  return out.astype(x_BxLxHxD.dtype)
+  return out.astype(x_BxLxHxDh.dtype)

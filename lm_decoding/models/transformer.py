@@ -62,9 +62,10 @@ def _flat_positions(x_BxLxD: jax.Array) -> jax.Array:
   return x_BxLxD.reshape(-1, x_BxLxD.shape[-1])
 
 
-def _per_key(scale_BxHxS: jax.Array) -> jax.Array:
-  """int8 cache scales [B, Hkv, S] broadcast against scores [B, Hkv, G, L, S]."""
-  return scale_BxHxS[:, :, None, None, :]
+def _per_key(scale_BxHkvxS: jax.Array) -> jax.Array:
+  """int8 cache scales [B, Hkv, S] broadcast against the attention scores
+  [B, Hkv, Hg, L, S]."""
+  return scale_BxHkvxS[:, :, None, None, :]
 
 
 class Norm(nn.Module):
@@ -91,24 +92,24 @@ class Norm(nn.Module):
     return (x * scale + bias).astype(cfg.compute_dtype)
 
 
-def _attend(cfg: TransformerConfig, q_BxLxKxGxD: jax.Array,
+def _attend(cfg: TransformerConfig, q_BxLxHkvxHgxDh: jax.Array,
             parts) -> jax.Array:
   """Softmax attention over the keys of every part at once.
 
   Args:
     cfg: the model config (compute dtype, head dim).
-    q_BxLxKxGxD: queries, KV head k's G = H / Hkv query heads grouped.
+    q_BxLxHkvxHgxDh: queries, KV head k's Hg = H / Hkv query heads grouped.
     parts: (keys, values, mask bool[B, L, S_i]) triples, keys and values
       [B, Hkv, S_i, Dh] or `Int8KV`s; masked keys get weight 0.
   Returns:
-    [B, Hkv, G, L, Dh] in the compute dtype.
+    [B, Hkv, Hg, L, Dh] in the compute dtype.
   """
   scores = []
   for keys, _, mask in parts:
     key_scale = None
     if isinstance(keys, Int8KV):
       keys, key_scale = keys.values, keys.scale
-    s = jnp.einsum("blkgd,bksd->bkgls", q_BxLxKxGxD,
+    s = jnp.einsum("blkgd,bksd->bkgls", q_BxLxHkvxHgxDh,
                    keys.astype(cfg.compute_dtype),
                    preferred_element_type=jnp.float32)
     if key_scale is not None:
@@ -124,14 +125,14 @@ def _attend(cfg: TransformerConfig, q_BxLxKxGxD: jax.Array,
     if isinstance(values, Int8KV):
       p = p * _per_key(values.scale)
       values = values.values
-    # Output [B, Hkv, G, L, Dh]: with L last in the result XLA CPU copies
+    # Output [B, Hkv, Hg, L, Dh]: with L last in the result XLA CPU copies
     # the values into a transposed layout for the dot at batch 1.
     out = out + jnp.einsum("bkgls,bksd->bkgld", p.astype(cfg.compute_dtype),
                            values.astype(cfg.compute_dtype))
   return out
 
 
-def _after(new, out_BxKxGxLxD: jax.Array):
+def _after(new, out_BxHkvxHgxLxDh: jax.Array):
   """`new` (the L new keys or values as cached: [B, Hkv, L, Dh] or an
   `Int8KV`) plus 0 * (row b's sum of the attention output) in every leaf:
   the same values (for a finite output), written to the cache only after the
@@ -139,8 +140,8 @@ def _after(new, out_BxKxGxLxD: jax.Array):
   cannot order the in-place write after the read and copies every layer's
   cache every step at batch 1 (2.0 ms of a 110M model's 16.0 ms step;
   benchmarks/ar_decode/profile/)."""
-  zero_B = 0 * out_BxKxGxLxD.astype(jnp.float32).sum(
-      axis=tuple(range(1, out_BxKxGxLxD.ndim)))
+  zero_B = 0 * out_BxHkvxHgxLxDh.astype(jnp.float32).sum(
+      axis=tuple(range(1, out_BxHkvxHgxLxDh.ndim)))
   return jax.tree.map(
       lambda a: a + zero_B.reshape((-1,) + (1,) * (a.ndim - 1)).astype(a.dtype),
       new)
@@ -171,11 +172,11 @@ class Attention(nn.Module):
                index_B):
     cfg = self.config
     b, l = positions_BxL.shape
-    x_TxD = _flat_positions(x_BxLxD)
+    x_BLxD = _flat_positions(x_BxLxD)
 
     def project(heads, axes, name):  # [T, D] -> [B, L, heads, Dh]
       return _dense(cfg, (heads, cfg.head_dim), axes, name,
-                    use_bias=cfg.use_bias or cfg.qkv_bias)(x_TxD).reshape(
+                    use_bias=cfg.use_bias or cfg.qkv_bias)(x_BLxD).reshape(
                         b, l, heads, cfg.head_dim)
 
     q = project(cfg.num_heads, ("embed", "heads", "kv"), "query")
@@ -187,9 +188,9 @@ class Attention(nn.Module):
     k = jnp.swapaxes(k, 1, 2)  # [B, Hkv, L, Dh]
     v = jnp.swapaxes(v, 1, 2)
     groups = cfg.num_heads // cfg.num_kv_heads
-    q_BxLxKxGxD = q.reshape(b, l, cfg.num_kv_heads, groups, cfg.head_dim)
+    q_BxLxHkvxHgxDh = q.reshape(b, l, cfg.num_kv_heads, groups, cfg.head_dim)
     if k_cache is None:
-      out = _attend(cfg, q_BxLxKxGxD, [(k, v, mask_BxLxS)])
+      out = _attend(cfg, q_BxLxHkvxHgxDh, [(k, v, mask_BxLxS)])
     else:
       # The old cache without the slots this call writes, plus the L new
       # keys and values as the cache will hold them: the same keys as the
@@ -201,16 +202,16 @@ class Attention(nn.Module):
       new_mask = jnp.take_along_axis(
           mask_BxLxS, (start_B[:, None] + jnp.arange(l))[:, None, :], axis=2)
       k_new, v_new = as_cached(k_cache, k), as_cached(v_cache, v)
-      out = _attend(cfg, q_BxLxKxGxD, [
+      out = _attend(cfg, q_BxLxHkvxHgxDh, [
           (k_cache, v_cache, mask_BxLxS & ~written_BxS[:, None]),
           (k_new, v_new, new_mask)])
       k_cache = write_rows(k_cache, _after(k_new, out), index_B)
       v_cache = write_rows(v_cache, _after(v_new, out), index_B)
-    out_TxHxD = jnp.moveaxis(out, 3, 1).reshape(b * l, cfg.num_heads,
+    out_BLxHxDh = jnp.moveaxis(out, 3, 1).reshape(b * l, cfg.num_heads,
                                                 cfg.head_dim)
-    y_TxD = _dense(cfg, cfg.d_model, ("heads", "kv", "embed"), "out",
-                   axis=(-2, -1))(out_TxHxD)
-    return y_TxD.reshape(b, l, cfg.d_model), k_cache, v_cache
+    y_BLxD = _dense(cfg, cfg.d_model, ("heads", "kv", "embed"), "out",
+                    axis=(-2, -1))(out_BLxHxDh)
+    return y_BLxD.reshape(b, l, cfg.d_model), k_cache, v_cache
 
 
 class Mlp(nn.Module):
@@ -226,10 +227,10 @@ class Mlp(nn.Module):
   def __call__(self, x_BxLxD):
     cfg = self.config
     dense = lambda feats, axes, name: _dense(cfg, feats, axes, name)
-    x_TxD = _flat_positions(x_BxLxD)
-    h = dense(cfg.mlp_dim, ("embed", "mlp"), "wi")(x_TxD)
+    x_BLxD = _flat_positions(x_BxLxD)
+    h = dense(cfg.mlp_dim, ("embed", "mlp"), "wi")(x_BLxD)
     if cfg.mlp_activation == "swiglu":
-      h = nn.silu(dense(cfg.mlp_dim, ("embed", "mlp"), "wi_gate")(x_TxD)) * h
+      h = nn.silu(dense(cfg.mlp_dim, ("embed", "mlp"), "wi_gate")(x_BLxD)) * h
     else:
       h = nn.gelu(h, approximate=True)
     return dense(cfg.d_model, ("mlp", "embed"), "wo")(h).reshape(

@@ -122,11 +122,11 @@ def process_shard(batch_sharding: NamedSharding,
       batch_sharding`).
     global_shape: (B, L) of the global batch.
   Returns:
-    ShardOptions(shard_index=c, shard_count=C): rows [c * B / C,
-    (c + 1) * B / C) are this process's.
+    ShardOptions(shard_index=c, shard_count=n_c): rows [c * B / n_c,
+    (c + 1) * B / n_c) are this process's.
   Raises:
     ValueError: this process's devices hold rows that are not one contiguous
-      block of B / C rows for an integer C (a device order that interleaves
+      block of B / n_c rows for an integer n_c (a device order that interleaves
       processes along the batch axis).
   """
   size = global_shape[0]
@@ -159,7 +159,7 @@ def global_batches(packed: np.ndarray, batch_size: int, seed: int,
   `pipeline.batches` placed on the sharding.
 
   Args:
-    packed: int32[M, L] sequences (`pipeline.pack`).
+    packed: int32[R, L] sequences (`pipeline.pack`).
     batch_size: B, the global batch size.
     seed: the data order's seed.
     batch_sharding: NamedSharding of an int32[B, L] batch.

@@ -30,42 +30,42 @@ from lm_decoding.models import Model
 from lm_decoding.special_tokens import EOS_ID, PAD_ID
 
 
-def translate_all(decoder, model: Model, prompts_NxP: np.ndarray,
-                  prompt_lengths_N: np.ndarray, batch_size: int
+def translate_all(decoder, model: Model, prompts_RxP: np.ndarray,
+                  prompt_lengths_R: np.ndarray, batch_size: int
                   ) -> tuple[np.ndarray, float]:
   """Decodes every row, `batch_size` rows per decode call.
 
   Args:
     decoder: a translation decoder (`decode(models, prompts, lengths, key)`).
     model: bound to the decoder's 'model' role.
-    prompts_NxP: int32[N, P] right-padded [source, BOS] (`parallel_text.
+    prompts_RxP: int32[R, P] right-padded [source, BOS] (`parallel_text.
       prompts`).
-    prompt_lengths_N: int32[N].
+    prompt_lengths_R: int32[R].
     batch_size: rows per call; the last call may hold fewer (one more
       compile).
   Returns:
-    tokens int32[N, T] and the mean NFE per call.
+    tokens int32[R, T] and the mean NFE per call.
   Raises:
     ValueError: batch_size < 1, or no rows.
   """
-  if batch_size < 1 or len(prompts_NxP) == 0:
+  if batch_size < 1 or len(prompts_RxP) == 0:
     raise ValueError(f"batch_size={batch_size} must be >= 1 and prompts "
-                     f"non-empty (got {len(prompts_NxP)} rows)")
+                     f"non-empty (got {len(prompts_RxP)} rows)")
   tokens, nfe = [], []
-  for start in range(0, len(prompts_NxP), batch_size):
+  for start in range(0, len(prompts_RxP), batch_size):
     result = decoder.decode({"model": model},
-                            prompts_NxP[start:start + batch_size],
-                            prompt_lengths_N[start:start + batch_size], None)
+                            prompts_RxP[start:start + batch_size],
+                            prompt_lengths_R[start:start + batch_size], None)
     tokens.append(np.asarray(result.tokens))
     nfe.append(int(result.nfe))
   return np.concatenate(tokens), float(np.mean(nfe))
 
 
-def texts(tokenizer: Tokenizer, tokens_NxT: np.ndarray
+def texts(tokenizer: Tokenizer, tokens_RxT: np.ndarray
           ) -> tuple[list[str], np.ndarray]:
-  """(strings, token counts int64[N]): each row up to its first EOS or PAD."""
+  """(strings, token counts int64[R]): each row up to its first EOS or PAD."""
   out, counts = [], []
-  for row in np.asarray(tokens_NxT).tolist():
+  for row in np.asarray(tokens_RxT).tolist():
     ids = []
     for token in row:
       if token in (EOS_ID, PAD_ID):
@@ -107,10 +107,10 @@ def distil(decoder, teacher: Model, tokenizer: Tokenizer,
     encoded: the train split (`parallel_text.prepare(...).splits['train']`).
     batch_size: sentences per decode call.
   """
-  prompts_NxP, lengths_N = parallel_text.prompts(encoded)
-  tokens_NxT, _ = translate_all(decoder, teacher, prompts_NxP, lengths_N,
+  prompts_RxP, lengths_R = parallel_text.prompts(encoded)
+  tokens_RxT, _ = translate_all(decoder, teacher, prompts_RxP, lengths_R,
                                 batch_size)
-  outputs, counts = texts(tokenizer, tokens_NxT)
+  outputs, counts = texts(tokenizer, tokens_RxT)
   limit = encoded.target.shape[1]
   pairs, kept = [], 0
   for pair, output, count in zip(encoded.pairs, outputs, counts):

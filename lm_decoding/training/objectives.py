@@ -752,8 +752,9 @@ def bd3lm_bound(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array,
     weight_BxL = jnp.repeat(size_BxN / count_BxN, block_length, axis=1)
     return jnp.sum(jnp.where(masked_BxL, weight_BxL * nll_BxL, 0.0))
 
-  nll_K = jax.lax.map(nelbo_of_stratum, jnp.arange(strata, dtype=jnp.int32))
-  return _summarise(nll_K.sum(), keep_BxL.sum())
+  nll_per_stratum = jax.lax.map(nelbo_of_stratum,
+                                jnp.arange(strata, dtype=jnp.int32))
+  return _summarise(nll_per_stratum.sum(), keep_BxL.sum())
 
 
 # ----------------------------------------------------------------------------

@@ -102,7 +102,7 @@ def sequence_length(config: ml_collections.ConfigDict) -> int:
 
 
 def training_data(config: ml_collections.ConfigDict, data_dir: str):
-  """(data, train int32[M, L], valid int32[M', L]) of the objective.
+  """(data, train int32[R, L], valid int32[R', L]) of the objective.
 
   `data` has `.tokenizer` and `.describe()`: the packed corpus
   (`pipeline.prepare`, cached in `data_dir`) for an LM objective, the
@@ -518,7 +518,7 @@ def make_eval_fn(model_cfg: TransformerConfig, objective: str,
 
 
 def evaluate(eval_fn, params, batches: np.ndarray) -> float:
-  """Per-token validation loss (nats) over fixed batches [N, B, L]."""
+  """Per-token validation loss (nats) over fixed batches [n, B, L]."""
   total, count = 0.0, 0.0
   for tokens in batches:
     nll, n = eval_fn(params, tokens)
@@ -785,8 +785,8 @@ def _mesh_for(config: ml_collections.ConfigDict, model_cfg: TransformerConfig
 def _checked_data(config: ml_collections.ConfigDict,
                   model_cfg: TransformerConfig, data_dir: str,
                   progress: bool) -> tuple[np.ndarray, np.ndarray]:
-  """(train sequences int32[N, L], validation batches int32[E, B, L]):
-  `training_data` checked against the model and the batch size (E =
+  """(train sequences int32[R, L], validation batches int32[n, B, L]):
+  `training_data` checked against the model and the batch size (n =
   min(train.eval_batches, what the split holds)).
 
   Raises:

@@ -172,7 +172,7 @@ def ctc_loss(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array, *,
     params: its parameters.
     tokens_BxL: int32[B, L] `parallel_text.layout` rows.
     key: unused (no noise).
-    source_width: S, static: the longest source (max_source_tokens).
+    source_width: Src, static: the longest source (max_source_tokens).
     upsample: frames per source token (Libovicky & Helcl use 3).
   Returns:
     (loss, metrics) as in `objectives`: 'nll' the summed -log p(target),

@@ -79,9 +79,9 @@ class Split:
 
   Attributes:
     problems: the problems, in generation order.
-    prompts: int32[N, P].
-    answers: int32[N, T] reference answers.
-    difficulty: int32[N].
+    prompts: int32[R, P].
+    answers: int32[R, T] reference answers.
+    difficulty: int32[R].
   """
 
   problems: tuple
@@ -91,7 +91,7 @@ class Split:
 
   @property
   def rows(self) -> np.ndarray:
-    """int32[N, P + T] training rows [prompt | answer]."""
+    """int32[R, P + T] training rows [prompt | answer]."""
     return np.concatenate([self.prompts, self.answers], axis=1)
 
 
@@ -153,10 +153,10 @@ def make_splits(task: Task, sizes: dict[str, int], seed: int,
 
 def score_rows(task: Task, problems: Sequence[Any], answers: np.ndarray
                ) -> dict[str, np.ndarray]:
-  """Per-problem metrics of decoded answers int[N, T].
+  """Per-problem metrics of decoded answers int[R, T].
 
   Returns:
-    {'exact': bool[N], 'valid': bool[N], 'token_accuracy': float64[N]}.
+    {'exact': bool[R], 'valid': bool[R], 'token_accuracy': float64[R]}.
   Raises:
     ValueError: answers not of shape [len(problems), T].
   """
