@@ -236,12 +236,18 @@ def _entropy(p):
   return -float(np.sum(p * np.log(p)))
 
 
-def test_mdlm_training_bound_approaches_the_exact_entropy():
+@pytest.mark.parametrize("objective, within", [
+    # measured, 600 steps: MDLM 2.575 untrained, 1.0957 trained against the
+    # exact 1.0647 (+2.9%; still falling by 0.2% per 100 steps); uniform-state
+    # diffusion (issue 27) 2.891 -> 1.1453 (+7.6%), its bound looser than
+    # MDLM's at equal training (Schiff et al. 2024).
+    ("mdlm", 0.03), ("uniform", 0.10)])
+def test_training_bound_approaches_the_exact_entropy(objective, within):
   length, steps, batch = 8, 600, 64
   pi = _stationary(_CHAIN)
   exact = (_entropy(pi) + (length - 1) * sum(
       p * _entropy(row) for p, row in zip(pi, _CHAIN))) / length
-  config = tiny_config("mdlm", num_steps=steps)
+  config = tiny_config(objective, num_steps=steps)
   config.data.vocab_size = 16  # ids 0-4 reserved, 5-8 used
   config.data.seq_len = length
   config.model.update(dict(max_len=length, d_model=64, mlp_dim=256))
@@ -250,8 +256,8 @@ def test_mdlm_training_bound_approaches_the_exact_entropy():
   model_cfg = train_lib.model_config(config)
   optimizer = train_lib.make_optimizer(config.train)
   state = train_lib.init_state(model_cfg, optimizer, jax.random.key(0))
-  step = train_lib.make_train_step(model_cfg, "mdlm", optimizer)
-  eval_fn = train_lib.make_eval_fn(model_cfg, "mdlm", num_timesteps=64)
+  step = train_lib.make_train_step(model_cfg, objective, optimizer)
+  eval_fn = train_lib.make_eval_fn(model_cfg, objective, num_timesteps=64)
   rng = np.random.default_rng(0)
   held_out = np.stack([_markov_samples(rng, 256, length) for _ in range(4)])
   before = train_lib.evaluate(eval_fn, state.params, held_out)
@@ -261,41 +267,7 @@ def test_mdlm_training_bound_approaches_the_exact_entropy():
   after = train_lib.evaluate(eval_fn, state.params, held_out)
   assert before > exact + 0.5  # untrained: far above (nats per token)
   # A bound: never below the entropy beyond the estimate's noise (1024
-  # sequences x 64 mask draws: the standard deviation of the mean over the
-  # four held-out batches measured 0.007), and trained to within 4% of it
-  # (measured: 2.575 untrained, 1.0957 after 600 steps, exact 1.0647,
-  # +2.9%; still falling, by 0.2% per 100 steps).
+  # sequences x 64 draws: the standard deviation of the mean over the four
+  # held-out batches measured 0.007), and trained to near it.
   assert after > exact - 0.02, (after, exact)
-  assert after < exact * 1.03, (after, exact)
-
-
-def test_uniform_training_bound_approaches_the_exact_entropy():
-  # Issue 27: the same check for uniform-state diffusion, whose bound is
-  # looser than MDLM's at equal training (Schiff et al. 2024).
-  length, steps, batch = 8, 600, 64
-  pi = _stationary(_CHAIN)
-  exact = (_entropy(pi) + (length - 1) * sum(
-      p * _entropy(row) for p, row in zip(pi, _CHAIN))) / length
-  config = tiny_config("uniform", num_steps=steps)
-  config.data.vocab_size = 16
-  config.data.seq_len = length
-  config.model.update(dict(max_len=length, d_model=64, mlp_dim=256))
-  config.train.update(dict(batch_size=batch, learning_rate=3e-3,
-                           warmup_steps=20, weight_decay=0.0))
-  model_cfg = train_lib.model_config(config)
-  optimizer = train_lib.make_optimizer(config.train)
-  state = train_lib.init_state(model_cfg, optimizer, jax.random.key(0))
-  step = train_lib.make_train_step(model_cfg, "uniform", optimizer)
-  eval_fn = train_lib.make_eval_fn(model_cfg, "uniform", num_timesteps=64)
-  rng = np.random.default_rng(0)
-  held_out = np.stack([_markov_samples(rng, 256, length) for _ in range(4)])
-  before = train_lib.evaluate(eval_fn, state.params, held_out)
-  for i in range(steps):
-    state, _ = step(state, _markov_samples(rng, batch, length),
-                    jax.random.key(i + 1))
-  after = train_lib.evaluate(eval_fn, state.params, held_out)
-  # measured: 2.891 untrained, 1.1453 after 600 steps, exact 1.0647 (+7.6%;
-  # MDLM's test reaches +2.9% with the same steps)
-  assert before > exact + 0.5
-  assert after > exact - 0.02, (after, exact)
-  assert after < exact * 1.10, (after, exact)
+  assert after < exact * (1 + within), (after, exact)
