@@ -49,13 +49,7 @@ def plot_accuracy_vs_nfe(rows: Sequence[dict], title: str, path: str) -> None:
     ax.plot([p["nfe"] for p in points], [p["exact"] for p in points],
             marker="o", label=label)
   ax.set_xscale("log", base=2)
-  ax.set_xlabel("NFE (forward passes)")
-  ax.set_ylabel("exact match")
-  ax.set_ylim(-0.02, 1.02)
-  ax.set_title(title)
-  ax.legend(fontsize=7, ncols=2)
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+  _save(fig, ax, "NFE (forward passes)", title, path)
 
 
 def plot_by_difficulty(rows: Sequence[dict], title: str, path: str,
@@ -68,7 +62,12 @@ def plot_by_difficulty(rows: Sequence[dict], title: str, path: str,
     levels = sorted(int(k.split("@")[1]) for k in row if k.startswith("exact@"))
     ax.plot(levels, [row[f"exact@{d}"] for d in levels], marker="o",
             label=f"{label} (NFE {row['nfe']})")
-  ax.set_xlabel(difficulty)
+  _save(fig, ax, difficulty, title, path)
+
+
+def _save(fig, ax, xlabel: str, title: str, path: str) -> None:
+  """Labels an exact-match plot, writes it to `path` and closes it."""
+  ax.set_xlabel(xlabel)
   ax.set_ylabel("exact match")
   ax.set_ylim(-0.02, 1.02)
   ax.set_title(title)
