@@ -43,7 +43,7 @@ from lm_decoding.evaluation import cost, records  # noqa: E402
 from lm_decoding.models import TransformerConfig  # noqa: E402
 from lm_decoding.training import train  # noqa: E402
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
+REPO = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = REPO / "experiments" / "results" / "reproduce"
 VERDICTS = ("supported", "contradicted", "mixed")
 
