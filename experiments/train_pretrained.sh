@@ -5,7 +5,9 @@
 # (config.drafts), all on the bundled corpus with one tokenizer and one
 # training budget (configs/tiny.py; pretrained.member_configs, which
 # train.py --member applies); then the diffusion members adapted from the
-# new AR member (pretrained.ADAPTED_MEMBERS, a tenth of its steps each). Each run resumes if interrupted; each manifest
+# new AR member (pretrained.ADAPTED_MEMBERS, a tenth of its steps each) and
+# their from-scratch controls at equal compute (pretrained.CONTROL_MEMBERS).
+# Each run resumes if interrupted; each manifest
 # records its exact command.
 #
 #   bash experiments/train_pretrained.sh [WORKDIR [MEMBER ...]]
@@ -22,7 +24,8 @@
 # WORKDIR defaults to /tmp/pretrain. Without members the whole set is removed
 # first, tokenizer included (the retrained tokenizer differs from the shipped
 # one), and retrained. With members (ar mdlm bd3lm evaluator draft_small
-# draft_medium bd3lm4_from_ar bd3lm16_from_ar mdlm_from_ar) only those are
+# draft_medium bd3lm4_from_ar bd3lm16_from_ar mdlm_from_ar bd3lm4_scratch
+# bd3lm16_scratch mdlm_scratch) only those are
 # retrained, on the set's own tokenizer
 # (train.py --pretrained_tokenizer); each shipped member stays until its
 # retrained one replaces it (the export swaps the folder in atomically), so a
@@ -36,7 +39,7 @@ config="${CONFIG:-configs/tiny.py}"
 set_dir="${SET_DIR:-lm_decoding/pretrained}"
 # The adapted members come after 'ar', their parent (train.init_from).
 all=(ar mdlm bd3lm evaluator draft_small draft_medium bd3lm4_from_ar
-     bd3lm16_from_ar mdlm_from_ar)
+     bd3lm16_from_ar mdlm_from_ar bd3lm4_scratch bd3lm16_scratch mdlm_scratch)
 stored="${STORED_DTYPE-bfloat16}"
 if [[ " bfloat16 int8 " != *" $stored "* && -n "$stored" ]]; then
   echo "STORED_DTYPE='$stored'; allowed: bfloat16, int8 or empty (as trained)" >&2

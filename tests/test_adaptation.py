@@ -8,6 +8,7 @@ the decoders on token-shifted models.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import types
 
@@ -250,6 +251,37 @@ def test_adapted_members_keep_the_parent_backbone_and_a_tenth_of_its_steps():
   assert members["bd3lm4_from_ar"].train.block_length == 4
   assert members["bd3lm16_from_ar"].train.complementary_masks
   assert members["mdlm_from_ar"].train.anneal_steps > 0
+
+
+@pytest.mark.parametrize("config_name", ("tiny", "base"))
+def test_controls_spend_the_whole_compute_of_their_adapted_member(
+    config_name):
+  """Each from-scratch control trains the adapted member's objective and
+  block length, from no parent, for the AR-row tokens its parent and its
+  adaptation spent together (the lineage table's compute_ar_tokens)."""
+  members = pretrained.member_configs(
+      importlib.import_module(f"configs.{config_name}").get_config())
+
+  def compute(name):
+    member = members[name]
+    return (member.train.num_steps * member.train.batch_size
+            * member.data.seq_len
+            * pretrained._forward_copies(member.to_dict()))
+
+  for control, adapted in pretrained.CONTROL_MEMBERS.items():
+    member, target = members[control], members[adapted]
+    assert not member.train.get("init_from")
+    assert not member.model.get("token_shift")
+    assert member.train.objective == target.train.objective
+    if target.train.objective == "bd3lm":
+      assert member.train.block_length == target.train.block_length
+    row = (member.train.batch_size * member.data.seq_len
+           * pretrained._forward_copies(member.to_dict()))
+    assert abs(compute(control) - compute("ar") - compute(adapted)) < row
+    train_lib.check_config(member)
+  tiny_steps = {"bd3lm4_scratch": 210, "mdlm_scratch": 330}
+  if config_name == "tiny":  # 300 + 30 x 4 AR rows over 2; 300 + 30 over 1
+    assert {n: members[n].train.num_steps for n in tiny_steps} == tiny_steps
 
 
 @pytest.mark.parametrize("change, named", [

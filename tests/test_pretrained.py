@@ -27,6 +27,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "experiments" / "train_pretrained.sh"
 SHIPPED = ("ar", "mdlm", "bd3lm", "evaluator", "draft_small", "draft_medium")
 ADAPTED = tuple(pretrained.ADAPTED_MEMBERS)  # adapted from 'ar' (issue 25)
+CONTROLS = tuple(pretrained.CONTROL_MEMBERS)  # their from-scratch controls
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +116,7 @@ def tiny_config() -> ml_collections.ConfigDict:
 def test_member_configs_include_the_ar_drafts():
   config = tiny_config()
   members = pretrained.member_configs(config)
-  assert sorted(members) == sorted(SHIPPED + ADAPTED)
+  assert sorted(members) == sorted(SHIPPED + ADAPTED + CONTROLS)
   shape = ("d_model", "num_layers", "num_heads", "num_kv_heads", "head_dim",
            "mlp_dim")
   shapes = {name: tuple(members[name].model[k] for k in shape)
@@ -169,7 +170,7 @@ def test_drafts_section_changes_no_other_member():
   assert after == before
   del config["drafts"]
   assert sorted(pretrained.member_configs(config)) == sorted(
-      ("ar", "bd3lm", "evaluator", "mdlm") + ADAPTED)
+      ("ar", "bd3lm", "evaluator", "mdlm") + ADAPTED + CONTROLS)
 
 
 @pytest.fixture(scope="module")

@@ -549,6 +549,8 @@ def member_configs(config: ml_collections.ConfigDict
     members[name] = member
   for name, (objective, block_length) in ADAPTED_MEMBERS.items():
     members[name] = adapted_config(members["ar"], objective, block_length)
+  for name, adapted in CONTROL_MEMBERS.items():
+    members[name] = control_config(members, adapted)
   return members
 
 
@@ -558,6 +560,11 @@ ADAPTED_MEMBERS = {"bd3lm4_from_ar": ("bd3lm", 4),
                    "mdlm_from_ar": ("mdlm", None)}
 # The adaptation's share of the parent's training tokens.
 ADAPTATION_FRACTION = 0.1
+# From-scratch controls: name -> the adapted member whose whole compute (its
+# parent's training and its own) the control spends.
+CONTROL_MEMBERS = {"bd3lm4_scratch": "bd3lm4_from_ar",
+                   "bd3lm16_scratch": "bd3lm16_from_ar",
+                   "mdlm_scratch": "mdlm_from_ar"}
 
 
 def adapted_config(parent: ml_collections.ConfigDict, objective: str,
@@ -589,6 +596,40 @@ def adapted_config(parent: ml_collections.ConfigDict, objective: str,
   else:
     train.anneal_steps = steps // 3
   return member
+
+
+def control_config(members: dict[str, ml_collections.ConfigDict],
+                   adapted: str) -> ml_collections.ConfigDict:
+  """The from-scratch control of the adapted member `adapted`.
+
+  The set's own from-scratch recipe for the adapted member's objective (and
+  block length), trained for the steps that spend the adapted member's whole
+  compute: its parent's training plus its own, in AR-row equivalents
+  (`_forward_copies`), so that the saving of adapting is measured at equal
+  compute, not assumed (issue 25).
+
+  Args:
+    members: the set's member configs so far (`member_configs`), holding
+      `adapted`, its parent and the from-scratch member of its objective.
+    adapted: an `ADAPTED_MEMBERS` name.
+  """
+  target = members[adapted]
+  member = ml_collections.ConfigDict(
+      members[target.train.objective].to_dict())
+  if target.train.objective == "bd3lm":
+    member.train.block_length = target.train.block_length
+  compute = sum(_compute_ar_tokens(members[name])
+                for name in (target.train.init_from, adapted))
+  per_step = _compute_ar_tokens(member) // member.train.num_steps
+  member.train.num_steps = max(1, round(compute / per_step))
+  return member
+
+
+def _compute_ar_tokens(config: ml_collections.ConfigDict) -> int:
+  """A member config's training compute in AR-row token equivalents."""
+  train = config.train
+  return (train.num_steps * train.batch_size * config.data.seq_len
+          * _forward_copies(config.to_dict()))
 
 
 TRANSLATION_DIR = DEFAULT_DIR / "translation"
