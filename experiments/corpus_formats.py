@@ -1,11 +1,11 @@
 r"""A short real run of the data pipeline and training on a corpus in each format.
 
-  python experiments/corpus_formats.py \
+  python experiments/corpus_formats.py --workdir=/tmp/corpus_formats \
       --out=experiments/results/corpus_formats
 
-Builds four corpora under --corpus_dir from the real texts of --source_dir
-(see its PROVENANCE.md), one for each kind of `data.path` and `data.format`
-that docs/corpus.md ("Your own corpus") documents:
+Builds four corpora under {workdir}/corpora from the real texts of
+--source_dir (see its PROVENANCE.md), one for each kind of `data.path` and
+`data.format` that docs/corpus.md ("Your own corpus") documents:
 
   paragraphs  austen.txt          Austen's novels as a plain-text file of
                                   blank-line separated paragraphs (auto)
@@ -16,12 +16,12 @@ that docs/corpus.md ("Your own corpus") documents:
   gz          austen_lines.txt.gz Austen, one paragraph a line, gzipped (auto)
 
 then runs `experiments/train.py --config=configs/tiny.py` on each for
---num_steps steps in a fresh workdir under --work_root, and writes that run's
+--num_steps steps in a fresh workdir {workdir}/{name}, and writes that run's
 console output (the detected format, the split sizes, the training bar, the
 final validation perplexity) to `{out}/{name}.log` (the progress bar's
 carriage returns written as new lines) and a table of all four to
-`{out_dir}/summary.md`. The corpora and workdirs stay in /tmp; nothing of them
-is committed.
+`{out}/summary.md`. The corpora and training workdirs stay in --workdir;
+nothing of them is committed.
 """
 
 import gzip
@@ -44,17 +44,16 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 _SOURCE_DIR = flags.DEFINE_string(
     "source_dir", "/work/shared/data",
     "Folder holding austen.txt.gz and kjv_rv1909_pairs.tsv.gz.")
-_CORPUS_DIR = flags.DEFINE_string(
-    "corpus_dir", "/tmp/lm_decoding_corpora", "Where the corpora are written.")
-_WORK_ROOT = flags.DEFINE_string(
-    "work_root", "/tmp/lm_decoding_corpus_formats",
-    "Parent of the training workdirs (one per corpus, emptied first).")
-_OUT_DIR = flags.DEFINE_string(
+_WORKDIR = flags.DEFINE_string(
+    "workdir", "/tmp/lm_decoding_corpus_formats", "The run's folder: the "
+    "corpora ({workdir}/corpora) and one training workdir per corpus "
+    "({workdir}/{name}, emptied first).")
+_OUT = flags.DEFINE_string(
     "out", str(REPO / "experiments" / "results" / "corpus_formats"),
-    "Where the logs and summary.md go.")
+    "The record's folder: the logs and summary.md.")
 _NUM_STEPS = flags.DEFINE_integer("num_steps", 30, "Training steps per run.")
 
-# name -> (data.path relative to --corpus_dir, data.format, path kind)
+# name -> (data.path relative to {workdir}/corpora, data.format, path kind)
 RUNS = {
     "paragraphs": ("austen.txt", "auto", "text file"),
     "lines": ("kjv_en.txt", "auto", "text file"),
@@ -193,10 +192,11 @@ def summary_markdown(rows: list[dict], num_steps: int) -> str:
 
 def main(argv):
   del argv
-  corpus_dir, out_dir = pathlib.Path(_CORPUS_DIR.value), pathlib.Path(_OUT_DIR.value)
+  workdir, out_dir = pathlib.Path(_WORKDIR.value), pathlib.Path(_OUT.value)
+  corpus_dir = workdir / "corpora"
   out_dir.mkdir(parents=True, exist_ok=True)
   build_corpora(pathlib.Path(_SOURCE_DIR.value), corpus_dir)
-  rows = [run_one(name, corpus_dir, pathlib.Path(_WORK_ROOT.value), out_dir,
+  rows = [run_one(name, corpus_dir, workdir, out_dir,
                   _NUM_STEPS.value) for name in RUNS]
   summary = summary_markdown(rows, _NUM_STEPS.value)
   (out_dir / "summary.md").write_text(summary, encoding="utf-8")

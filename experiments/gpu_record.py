@@ -20,7 +20,7 @@ own process (their flags collide), with its wall time:
   compare     experiments/compare_decoding.py --config=configs/gpu_record.py
               --retrain (every member trained here, on the device), with
               the published profile's predicted ms -> compare/ (the report
-              files; data and checkpoints stay in --scratch).
+              files; data and checkpoints stay in --workdir).
 
 All under --out (default experiments/results/gpu_<device slug>/), with a
 README.md naming the device, the exact commands and the wall times,
@@ -58,9 +58,9 @@ FOUR_GIB = 4 << 30
 
 _OUT = flags.DEFINE_string(
     "out", "", "Output folder; '' = experiments/results/gpu_<device slug>.")
-_SCRATCH = flags.DEFINE_string(
-    "scratch", "", "Folder for the main job's data cache and checkpoints; "
-    "'' = a temporary folder, removed at the end.")
+_WORKDIR = flags.DEFINE_string(
+    "workdir", "", "The run's folder: the main job's data cache and "
+    "checkpoints; '' = a temporary folder, removed at the end.")
 _PUBLISHED = flags.DEFINE_enum(
     "published", "", ("",) + tuple(cost_model.PROFILES),
     "The published profile to validate against; '' = the one matching the "
@@ -108,7 +108,7 @@ class Stage:
   returncode: int | None = None  # None: not run yet
 
 
-def stage_args(out: str, scratch: str, published: str | None,
+def stage_args(out: str, workdir: str, published: str | None,
                smoke: bool) -> dict[str, tuple[str, ...]]:
   """{stage name: script and flags} for the three stages, `out` absolute or
   relative to the repository root."""
@@ -132,7 +132,7 @@ def stage_args(out: str, scratch: str, published: str | None,
       "compare": (
           "experiments/compare_decoding.py",
           "--config=configs/gpu_record.py" + (":smoke" if smoke else ""),
-          f"--workdir={os.path.join(scratch, 'compare')}", "--retrain",
+          f"--workdir={os.path.join(workdir, 'compare')}", "--retrain",
           *([f"--profile={published}"] if published else [])),
   }
 
@@ -237,7 +237,7 @@ def main(argv):
   os.makedirs(out, exist_ok=True)
   published = (_PUBLISHED.value
                or cost_model.published_profile(info["device_kind"]))
-  scratch = _SCRATCH.value or tempfile.mkdtemp(prefix="gpu_record_")
+  workdir = _WORKDIR.value or tempfile.mkdtemp(prefix="gpu_record_")
   command = records.command()
   outputs = {"profile": "profile.json", "cost_model": "cost_model/",
              "compare": "compare/"}
@@ -247,17 +247,17 @@ def main(argv):
   shown = os.path.relpath(out, ROOT)
   shown = out if shown.startswith("..") else shown
   stages = [Stage(name, args, outputs[name]) for name, args in stage_args(
-      shown, scratch, published, _SMOKE.value).items()]
+      shown, workdir, published, _SMOKE.value).items()]
   print(json.dumps(info), flush=True)
   write_readme(out, info, command, published, stages, _SMOKE.value)
   for i, stage in enumerate(stages):
     stages[i] = run_stage(stage, out)
     if stage.name == "compare" and stages[i].returncode == 0:
-      copy_reports(os.path.join(scratch, "compare"),
+      copy_reports(os.path.join(workdir, "compare"),
                    os.path.join(out, "compare"))
     write_readme(out, info, command, published, stages, _SMOKE.value)
-  if not _SCRATCH.value:
-    shutil.rmtree(scratch, ignore_errors=True)
+  if not _WORKDIR.value:
+    shutil.rmtree(workdir, ignore_errors=True)
   failed = [s.name for s in stages if s.returncode]
   print(f"wrote {out}" + (f"; failed: {', '.join(failed)}" if failed else ""))
   if failed:

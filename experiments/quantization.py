@@ -32,8 +32,9 @@ weights exceed the 32 MiB last-level cache. Measured:
    against float32 on a stack of kernels larger than the cache.
 
 Writes results.json, timing.csv, quality.csv, drift.csv, report.md and
-drift.png under --out. `--smoke` runs every step on tiny random models
-and random text, without the large model (tests/test_quantization_experiment.py;
+drift.png under --out (default --workdir). `--smoke` runs every step on tiny
+random models and random text, without the large model
+(tests/test_quantization_experiment.py;
 about 1.5 min of CPU, most of it compiling ~20 small programs).
 """
 
@@ -65,11 +66,10 @@ _CONFIG = config_flags.DEFINE_config_file(
                            "tiny.py"),
     "Experiment configuration file (the shipped models' recipe).")
 _WORKDIR = flags.DEFINE_string("workdir", "/tmp/lm_decoding_quantization",
-                               "Corpus cache (and training, if no shipped "
-                               "model matches).")
-_OUT_DIR = flags.DEFINE_string(
-    "out", os.path.join(os.path.dirname(__file__), "results",
-                            "quantization"), "Where results are written.")
+                               "The run's folder: outputs, the corpus cache "
+                               "and any model trained here.")
+_OUT = flags.DEFINE_string("out", "", "The record's folder (e.g. experiments"
+                           "/results/quantization); '' = --workdir.")
 _SMOKE = flags.DEFINE_bool("smoke", False,
                            "Tiny random models and text: seconds.")
 _RUNS = flags.DEFINE_integer("runs", 5, "Timed runs per variant and batch.")
@@ -210,7 +210,7 @@ def main(argv):
       1 if smoke else 21)
   result["wall_s"] = time.time() - start
   result["load_average"] = {"start": load_start, "end": os.getloadavg()}
-  write(result, _OUT_DIR.value, records.command())
+  write(result, _OUT.value or _WORKDIR.value, records.command())
 
 
 def write(result: dict, out_dir: str, command: str) -> None:

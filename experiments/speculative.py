@@ -1,7 +1,7 @@
 r"""Speculative decoding measured against its prediction, and the router.
 
   python experiments/speculative.py --config=configs/tiny.py \
-      --out=experiments/results/speculative
+      --workdir=/tmp/speculative --out=experiments/results/speculative
 
 The measurement is `lm_decoding.evaluation.speculative_cost` (part 1) and
 `lm_decoding.evaluation.router_workload` (part 2); the tables and figures
@@ -62,8 +62,9 @@ short and long, each under a tight and a loose budget; policies "AR alone",
 compiling; the router's time includes its difficulty pass).
 
 Writes speculative.csv, speculative.md, speedup.png, alpha.png,
-router.csv (and the router's table in speculative.md) under --out;
---norouter skips part 2 and shows --out's router.csv as it is.
+router.csv (and the router's table in speculative.md) under --out (default
+--workdir, the run's folder, which also holds the corpus cache and any member
+trained here); --norouter skips part 2 and shows that router.csv as it is.
 """
 
 from __future__ import annotations
@@ -90,10 +91,11 @@ _LOAD_AT_START = os.getloadavg()[0]  # 1-minute load average at import
 _CONFIG = config_flags.DEFINE_config_file(
     "config", os.path.join(os.path.dirname(__file__), "..", "configs",
                            "tiny.py"), "Experiment configuration file.")
-_OUT = flags.DEFINE_string("out", "experiments/results/speculative",
-                           "Output folder.")
-_WORKDIR = flags.DEFINE_string("workdir", "/tmp/lm_decoding_speculative",
-                               "Data cache folder (pipeline.prepare).")
+_WORKDIR = flags.DEFINE_string(
+    "workdir", "/tmp/lm_decoding_speculative", "The run's folder: outputs, "
+    "the corpus cache ({workdir}/data/) and models trained here.")
+_OUT = flags.DEFINE_string("out", "", "The record's folder (e.g. "
+                           "experiments/results/speculative); '' = --workdir.")
 _SMOKE = flags.DEFINE_bool("smoke", False, "Smoke run: T=8, gamma 2, B=1, "
                            "temperature 1, 1 run, target 'ar' only (with "
                            "the self-drafting and diffusion rows unless "
@@ -114,7 +116,7 @@ _EXTRAS = flags.DEFINE_bool("extras", True, "The jacobi, prompt_lookup and "
                             "diffusion_draft rows (target 'ar', first batch "
                             "size).")
 _ROUTER = flags.DEFINE_bool("router", True, "Run part 2 (the router); "
-                            "without it the markdown shows --out's "
+                            "without it the markdown shows the output "
                             "router.csv from an earlier run, marked so.")
 _LOOP_STEPS = flags.DEFINE_integer("loop_steps", 16, "Calls of each round "
                                    "part per timed component run.")
@@ -188,7 +190,7 @@ def setting_lines(loaded: dict) -> list[str]:
 
 
 def earlier_router(out: str) -> list[str]:
-  """The router section before part 2 runs: --out's router.csv as an
+  """The router section before part 2 runs: the output router.csv as an
   earlier run left it (--norouter), or a note."""
   path = os.path.join(out, "router.csv")
   title = spec_report.ROUTER_TITLE
@@ -219,7 +221,8 @@ def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
   start = time.time()
-  config, out, run = _CONFIG.value, _OUT.value, settings()
+  config, out, run = (_CONFIG.value, _OUT.value or _WORKDIR.value,
+                     settings())
   cmp, batches, temps = config.compare, run["batches"], run["temps"]
   try:
     set_dir = pretrained.set_dir(cmp.pretrained_set)

@@ -1,6 +1,7 @@
 r"""Tasks with exact answers: AR, MDLM and BD3-LM, every decoder, exact match.
 
-  python experiments/tasks.py --config=configs/tasks.py --workdir=/tmp/tasks
+  python experiments/tasks.py --config=configs/tasks.py --workdir=/tmp/tasks \
+      [--out=experiments/results/tasks]
 
 For each task of `config.tasks` (`lm_decoding.data.tasks`): disjoint seeded
 splits (or, with data.puzzle_file, a Sudoku test split read from a file and
@@ -9,7 +10,8 @@ backbone (`config.model`) and one budget (`config.train.budget_s` seconds of
 training steps), trained or resumed under {workdir}/{task}/{kind}
 (`training.task_training`, curves in its metrics.jsonl); then every
 applicable decoder (`evaluation.task_scores.decoder_grid`) decodes the whole
-test split in one batch. Writes to {workdir}/results (or --results):
+test split in one batch. Writes to --out (default --workdir, the run's
+folder):
 
   results.csv                    every row: task, model, decoder, K, exact,
                                  valid, token accuracy, NFE, ms/problem,
@@ -46,10 +48,11 @@ from lm_decoding.training import task_training
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/tasks.py",
                                           "the task config file")
-_WORKDIR = flags.DEFINE_string("workdir", None, "models and results",
-                               required=True)
-_RESULTS = flags.DEFINE_string("results", None,
-                               "results folder (default {workdir}/results)")
+_WORKDIR = flags.DEFINE_string(
+    "workdir", None, "The run's folder: outputs and the models trained here "
+    "({workdir}/{task}/{kind}).", required=True)
+_OUT = flags.DEFINE_string("out", "", "The record's folder (e.g. "
+                           "experiments/results/tasks); '' = --workdir.")
 
 
 def _names(value: str, allowed, what: str) -> list[str]:
@@ -215,7 +218,7 @@ def main(argv):
     plan = check(config)
   except ValueError as e:
     sys.exit(f"tasks: error: {e}")
-  out_dir = _RESULTS.value or os.path.join(workdir, "results")
+  out_dir = _OUT.value or workdir
   all_rows, summaries, closed = [], [], []
   for task, puzzles in plan:
     rows, summary = run_task(config, task, puzzles, workdir, out_dir)

@@ -1,7 +1,7 @@
 r"""NAR translation: AR greedy / beam, one-shot CMLM, Mask-Predict, CTC, KD.
 
   python experiments/translate.py --config=configs/translation.py \
-      --workdir=/tmp/nat
+      --workdir=/tmp/nat [--out=experiments/results/translation]
 
 The pairs are the bundled KJV -> RV1909 verses, or your own file
 (`--config.data.path`, `reference<TAB>source<TAB>target` or
@@ -32,7 +32,7 @@ sources and budget of the reference ones (`data.targets='distilled'`).
 
 Then decodes the first `translate.test_pairs` test pairs under the length
 limits (file order; bundled pairs: Jonah, Micah, Mark, 1 Peter) with every
-decoder and writes to {workdir}/results (or --results):
+decoder and writes to --out (default --workdir, the run's folder):
 
   results.csv / report.md  per decoder: BLEU (sacreBLEU, signature in the
                            report), chrF, consecutive repetition, omission,
@@ -81,10 +81,12 @@ from lm_decoding.training import translation_members
 _CONFIG = config_flags.DEFINE_config_file(
     "config", os.path.join(os.path.dirname(__file__), "..", "configs",
                            "translation.py"), "Translation config file.")
-_WORKDIR = flags.DEFINE_string("workdir", None, "Models and data cache.",
-                               required=True)
-_RESULTS = flags.DEFINE_string("results", None,
-                               "Output folder; default {workdir}/results.")
+_WORKDIR = flags.DEFINE_string(
+    "workdir", None, "The run's folder: outputs, the data cache "
+    "({workdir}/data) and the models trained here ({workdir}/{name}).",
+    required=True)
+_OUT = flags.DEFINE_string("out", "", "The record's folder (e.g. "
+                           "experiments/results/translation); '' = --workdir.")
 _RETRAIN = flags.DEFINE_bool(
     "retrain", False, "Train every model from scratch (and distil again) "
     "instead of loading the shipped ones; deletes {workdir}/{name} first.")
@@ -151,7 +153,7 @@ def main(argv):
   del argv
   logging.set_verbosity(logging.FATAL)  # orbax logs every restore
   config, workdir = _CONFIG.value, _WORKDIR.value
-  out_dir = _RESULTS.value or os.path.join(workdir, "results")
+  out_dir = _OUT.value or workdir
   start = time.time()
   data, members = load(config, workdir)
   os.makedirs(out_dir, exist_ok=True)

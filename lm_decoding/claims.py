@@ -1,9 +1,12 @@
-"""What every reproduction script shares: its two flags, the config loader,
+"""What every reproduction script shares: its flags, the config loader,
 interleaved timing, and the one record it writes.
 
 Each script in experiments/reproduce/ checks one claim of the source articles
-(issue 10, item 3) and writes, under `--workdir` (default
-experiments/results/reproduce/<claim>/):
+(issue 10, item 3) and writes its record under `--out` (default
+experiments/results/reproduce/<claim>/); what a script trains or caches
+(models, the corpus) goes under `--workdir`, the run's folder (default
+/tmp/lm_decoding_reproduce/<claim>/; the scripts that train and cache nothing
+do not use it):
 
   claim.md      claim, source, our number, hardware, exact command, verdict,
                 method
@@ -50,26 +53,34 @@ VERDICTS = ("supported", "contradicted", "mixed")
 
 # allow_override: the tests load several scripts into one process, some of
 # which (experiments/compare_decoding.py) define --workdir too.
+OUT = flags.DEFINE_string(
+    "out", "", "The record's folder; '' = experiments/results/reproduce/"
+    "<claim>.", allow_override=True)
 WORKDIR = flags.DEFINE_string(
-    "workdir", "", "Output folder; '' = experiments/results/reproduce/<claim>.",
-    allow_override=True)
+    "workdir", "", "The run's folder: the models it trains and the corpus "
+    "cache; '' = /tmp/lm_decoding_reproduce/<claim>.", allow_override=True)
 SMOKE = flags.DEFINE_boolean(
     "smoke", False, "Tiny sizes that run in seconds (the tests' mode); not a "
     "measurement.", allow_override=True)
 
 
+def out(claim: str) -> str:
+  """--out, or the claim's folder under experiments/results/reproduce."""
+  return OUT.value or str(RESULTS / claim)
+
+
 def workdir(claim: str) -> str:
-  """--workdir, or the claim's folder under experiments/results/reproduce."""
-  return WORKDIR.value or str(RESULTS / claim)
+  """--workdir, or the claim's folder under /tmp/lm_decoding_reproduce."""
+  return WORKDIR.value or os.path.join("/tmp", "lm_decoding_reproduce", claim)
 
 
 def main(claim: str, run: Callable[[str, bool, str], Any]) -> None:
-  """Runs `run(workdir, smoke, command)` from the command line (absl app):
+  """Runs `run(out, smoke, command)` from the command line (absl app):
   the whole main of a script that takes no flags of its own."""
 
   def app_main(argv):
     del argv
-    run(workdir(claim), SMOKE.value, records.command())
+    run(out(claim), SMOKE.value, records.command())
 
   app.run(app_main)
 

@@ -475,7 +475,7 @@ def test_the_table_is_large():
 
 # --- What a user sees: one line, non-zero exit, nothing left behind. --------
 
-_OUT = "--out={tmp}/out"  # speculative.py's results: must stay absent
+_OUT = "--out={tmp}/out"  # speculative.py's record folder: must stay absent
 
 @pytest.mark.parametrize("script, flags, message", [
     ("compare_decoding.py", ["--config.compare.decoders=('X | ar | "

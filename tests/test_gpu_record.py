@@ -83,7 +83,7 @@ def test_refuses_without_an_accelerator(tmp_path):
 def test_smoke_writes_the_record(tmp_path):
   out = tmp_path / "record"
   proc = _run("--smoke", "--published=h200", f"--out={out}",
-              f"--scratch={tmp_path / 'scratch'}")
+              f"--workdir={tmp_path / 'work'}")
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
   readme = (out / "README.md").read_text()
   assert readme.startswith("# GPU record: cpu\n")
@@ -104,7 +104,7 @@ def test_smoke_writes_the_record(tmp_path):
   assert [r["decoder"] for r in rows] == ["AR cached", "MDLM K=8"]
   assert all(float(r["predicted_ms"]) > 0 for r in rows)
   assert "- device: cpu x1" in (out / "compare" / "report.md").read_text()
-  # Only the report files come back: data and checkpoints stay in scratch.
+  # Only the report files come back: data and checkpoints stay in --workdir.
   assert sorted(p.name for p in (out / "compare").iterdir()) == [
       "frontier.png", "frontier_h100_sxm.png", "frontier_tpu_v5e.png",
       "latency.png", "quality.png", "report.md", "results.csv", "run.json"]

@@ -16,7 +16,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 def test_smoke_run_writes_every_result(tmp_path):
   subprocess.run(
       [sys.executable, str(ROOT / "experiments" / "quantization.py"),
-       "--smoke", f"--out={tmp_path}"],
+       "--smoke", f"--workdir={tmp_path}"],  # --out: the workdir
       check=True, cwd=ROOT, capture_output=True, text=True,
       env={**os.environ, "PYTHONPATH": str(ROOT)})
   for name in ("results.json", "timing.csv", "quality.csv", "drift.csv",

@@ -154,16 +154,16 @@ def _run_script(name, *args):
 
 
 def test_speculative_agreement_smoke(tmp_path):
-  _run_script("speculative_agreement", f"--workdir={tmp_path / 'out'}",
-              f"--data_dir={tmp_path / 'data'}")
+  _run_script("speculative_agreement", f"--out={tmp_path / 'out'}",
+              f"--workdir={tmp_path / 'work'}")
   live = _record(tmp_path / "out", "speculative_agreement")["summary"]["live"]
   assert len(live) == 1 and live[0]["draft"] == "random_draft"
   assert 0.0 <= live[0]["alpha"] <= 1.0
 
 
 def test_length_error_smoke(tmp_path):
-  _run_script("length_error", f"--workdir={tmp_path / 'out'}",
-              f"--model_workdir={tmp_path / 'models'}")
+  _run_script("length_error", f"--out={tmp_path / 'out'}",
+              f"--workdir={tmp_path / 'work'}")
   record = _record(tmp_path / "out", "length_error")
   rows = record["rows"]
   decoders = {r["decoder"] for r in rows}

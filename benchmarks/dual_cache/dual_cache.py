@@ -31,7 +31,8 @@ from lm_decoding.training import pretrained
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/base.py",
                                           "The base set's config.")
 _WORKDIR = flags.DEFINE_string("workdir", "/tmp/dual_cache",
-                               "Data cache folder.")
+                               "The run's folder: the data cache and the "
+                               "mdlm member, if none shipped matches.")
 
 
 def main(_):

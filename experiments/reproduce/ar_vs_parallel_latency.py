@@ -1,6 +1,6 @@
 r"""Claim 1: AR latency is linear in T; parallel decoding takes K steps.
 
-  python experiments/reproduce/ar_vs_parallel_latency.py [--smoke] [--workdir=DIR]
+  python experiments/reproduce/ar_vs_parallel_latency.py [--smoke] [--out=DIR]
 
 Cached AR decoding makes T dependent steps; MDLM makes a fixed K (here with
 `reuse_logits=False`, so exactly K full-sequence forward passes), each over

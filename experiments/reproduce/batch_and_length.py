@@ -1,6 +1,6 @@
 r"""Claim 11: the parallel decoders' advantage against batch size and length.
 
-  python experiments/reproduce/batch_and_length.py [--smoke] [--workdir=DIR]
+  python experiments/reproduce/batch_and_length.py [--smoke] [--out=DIR]
 
 Li et al. 2025 ("How Efficient Are Diffusion Language Models? A Critical
 Examination of Efficiency Evaluation Practices") report that the speed-ups

@@ -23,7 +23,7 @@ relative BLEU drop (1 - BLEU / BLEU of the base) is set beside the share of
 words the corruption touched. BLEU "hides" an error when its relative drop is
 smaller than that share.
 
-Writes claim.md, numbers.json, results.csv and figure.png under --workdir.
+Writes claim.md, numbers.json, results.csv and figure.png under --out.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def score(hypotheses: list[str], references: list[str]) -> dict:
       omission=float(np.nanmean(tm.omission_rate(hypotheses, references))))
 
 
-def run(workdir: str, smoke: bool, rates: list[float], noise: float,
+def run(out_dir: str, smoke: bool, rates: list[float], noise: float,
         pairs: int, run_command: str) -> dict:
   start = time.time()
   test = parallel_text.split_pairs(parallel_text.read_pairs())["test"]
@@ -194,7 +194,7 @@ def run(workdir: str, smoke: bool, rates: list[float], noise: float,
   ]
   data = dict(rows=rows, hidden_share=summary)
   claims.write(
-      workdir, claim=CLAIM, title="Claim 7: BLEU hides structural errors",
+      out_dir, claim=CLAIM, title="Claim 7: BLEU hides structural errors",
       statement="BLEU can stay high while outputs repeat or omit content; "
       "report repetition and omission rates beside it",
       source="the first source article (NAT quality section); Gu et al. "
@@ -218,7 +218,7 @@ def main(argv):
   if any(not 0 <= r <= 1 for r in rates) or not 0 <= _NOISE.value <= 1:
     sys.exit("bleu_hides_errors: error: --rates and --noise must be in "
              "[0, 1]")
-  run(claims.workdir(CLAIM),
+  run(claims.out(CLAIM),
       smoke, rates, _NOISE.value,
       20 if smoke else _PAIRS.value, records.command())
 

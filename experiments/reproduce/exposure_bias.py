@@ -6,7 +6,7 @@ Two causal LMs of the tiny config at one training budget: --member (by
 default 'draft_small', teacher forcing; the shipped member when its recipe
 matches, else trained) and '{member}_scheduled_sampling' (the same recipe
 plus `train.scheduled_sampling`, Bengio et al. 2015 in the two-pass form of
-Mihaylova & Martins 2019, trained here under --models_dir). Each continues
+Mihaylova & Martins 2019, trained here under --workdir). Each continues
 the same --rows prompts (P = 16 tokens of held-out text) for T =
 --output_length tokens (P + T within the training length, so no position is
 an untrained one), greedy and at
@@ -16,7 +16,7 @@ token_nll), and the NLL is averaged per position bucket. The control is the
 held-out text itself: the same windows' true continuations scored the same
 way (its curve falls with position as context grows).
 
-Writes claim.md, numbers.json, results.csv and figure.png under --workdir.
+Writes claim.md, numbers.json, results.csv and figure.png under --out.
 """
 
 from __future__ import annotations
@@ -42,9 +42,6 @@ from lm_decoding.evaluation import records  # noqa: E402
 from lm_decoding.training import pretrained  # noqa: E402
 
 CLAIM = "exposure_bias"
-_MODELS = flags.DEFINE_string(
-    "models_dir", "/tmp/lm_decoding_reproduce/exposure_bias",
-    "Where models are trained and the corpus cached.", allow_override=True)
 _MEMBER = flags.DEFINE_string("member", "draft_small", "The teacher-forced "
                                "arm: a causal member of configs/tiny.py "
                                "('ar', 'draft_small', 'draft_medium').",
@@ -100,7 +97,7 @@ def bucket_means(token_nll_BxT: np.ndarray, buckets: int):
   return edges, np.array(means), np.array(errors)
 
 
-def run(workdir: str, smoke: bool, models_dir: str, member: str, steps: int,
+def run(out_dir: str, smoke: bool, workdir: str, member: str, steps: int,
         p_max: float, ramp_steps: int, output_length: int, rows: int,
         buckets: int, run_command: str, batch_size: int = 16) -> dict:
   """Trains or loads both arms, generates, scores; writes the record."""
@@ -118,12 +115,12 @@ def run(workdir: str, smoke: bool, models_dir: str, member: str, steps: int,
   scheduled = ml_collections.ConfigDict(members[member].to_dict())
   scheduled.train.scheduled_sampling = ml_collections.ConfigDict(
       dict(p_max=p_max, ramp_steps=min(ramp_steps, config.train.num_steps)))
-  pretrained.seed_data_cache(config, models_dir)
+  pretrained.seed_data_cache(config, workdir)
   corpus = pipeline.prepare(config.data.path, config.data.vocab_size,
-                            models_dir, data_format=config.data.format)
+                            workdir, data_format=config.data.format)
   loaded = pretrained.load_models(
       {plain_name: members[member], ss_name: scheduled,
-       "evaluator": members["evaluator"]}, models_dir, corpus.tokenizer,
+       "evaluator": members["evaluator"]}, workdir, corpus.tokenizer,
       progress=not smoke)
   t = min(output_length, config.model.max_len - PROMPT_LEN)
   length = PROMPT_LEN + t
@@ -222,7 +219,7 @@ def run(workdir: str, smoke: bool, models_dir: str, member: str, steps: int,
               steps=config.train.num_steps, p_max=p_max, prompts=rows,
               output_length=t)
   claims.write(
-      workdir, claim=CLAIM,
+      out_dir, claim=CLAIM,
       title="Claim 4: exposure bias along long AR generations",
       statement="an AR model trained with teacher forcing drifts off the "
       "data distribution as its own samples feed back: per-token quality "
@@ -244,8 +241,8 @@ def main(argv):
   del argv
   smoke = claims.SMOKE.value
   logging.set_verbosity(logging.WARNING)  # orbax logs every restore
-  run(claims.workdir(CLAIM),
-      smoke, _MODELS.value, _MEMBER.value,
+  run(claims.out(CLAIM),
+      smoke, claims.workdir(CLAIM), _MEMBER.value,
       _STEPS.value, _P_MAX.value, _RAMP.value, _T.value,
       _ROWS.value if not smoke else 4,
       _BUCKETS.value if not smoke else 2, records.command(),

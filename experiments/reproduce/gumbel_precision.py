@@ -1,6 +1,6 @@
 r"""Claim 9: float32 Gumbel noise in masked-diffusion sampling lowers entropy.
 
-  python experiments/reproduce/gumbel_precision.py [--smoke] [--workdir=DIR]
+  python experiments/reproduce/gumbel_precision.py [--smoke] [--out=DIR]
 
 Zheng et al. 2024 ("Masked Diffusion Models are Secretly Time-Agnostic
 Masked Models and Exploit Inaccurate Categorical Sampling") found that MDLM

@@ -1,12 +1,12 @@
 r"""Claim 6: NAR length-prediction errors hurt long outputs most.
 
-  python experiments/reproduce/length_error.py --model_workdir=/tmp/nat \
+  python experiments/reproduce/length_error.py --workdir=/tmp/nat \
       --config.train.num_steps=120 --config.train.eval_every=120 \
       --config.train.checkpoint_every=120
 
 The translation task of experiments/translate.py (its config, its models
 and decoders: `translation_members.load_members` reuses the models trained
-under --model_workdir with the same config, or trains them there; pass the
+under --workdir with the same config, or trains them there; pass the
 config overrides they were trained with). Decodes the first
 `translate.test_pairs` test pairs with AR greedy (length from EOS), CMLM
 with the length head (one-shot and Mask-Predict K=10, length beams 1 and 5)
@@ -15,7 +15,7 @@ bucket (`translation_study.BUCKETS`, target tokens): BLEU, the mean absolute
 and signed length error (tokens) and the fraction of exact lengths
 (`translation_metrics.length_error`).
 
-Writes claim.md, numbers.json, results.csv and figure.png under --workdir.
+Writes claim.md, numbers.json, results.csv and figure.png under --out.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import time
 from lm_decoding import claims  # noqa: E402
 
 from absl import app  # noqa: E402
-from absl import flags  # noqa: E402
 from absl import logging  # noqa: E402
 import matplotlib  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
@@ -45,9 +44,6 @@ CLAIM = "length_error"
 _CONFIG = config_flags.DEFINE_config_file(
     "config", str(claims.REPO / "configs" / "translation.py"),
     "Translation config file (experiments/translate.py's).")
-_MODELS = flags.DEFINE_string("model_workdir", "/tmp/lm_decoding_reproduce/"
-                              "translation", "Translation models (and data "
-                              "cache) of experiments/translate.py.")
 DECODERS = ("AR greedy", "CMLM one-shot l=1", "Mask-Predict K=10 l=1",
             "Mask-Predict K=10 l=5", "CTC")
 
@@ -70,12 +66,12 @@ def bucket_rows(label, hypotheses, counts, references, reference_lengths):
   return rows
 
 
-def run(workdir: str, smoke: bool, config, model_workdir: str,
+def run(out_dir: str, smoke: bool, config, workdir: str,
         run_command: str) -> dict:
   start = time.time()
-  data = translation_members.prepare_data(config, model_workdir,
+  data = translation_members.prepare_data(config, workdir,
                                          retrain=False)
-  members = translation_members.load_members(config, model_workdir, data)
+  members = translation_members.load_members(config, workdir, data)
   summaries = {name: metrics for name, (_, metrics, _) in members.items()}
   sources = {name: source for name, (_, _, source) in members.items()}
   test = data.splits["test"]
@@ -158,7 +154,7 @@ def run(workdir: str, smoke: bool, config, model_workdir: str,
         f"{r['length_relative']} | {r['length_exact']} |" for r in rows],
   ]
   claims.write(
-      workdir, claim=CLAIM, title="Claim 6: length errors and long outputs",
+      out_dir, claim=CLAIM, title="Claim 6: length errors and long outputs",
       statement="a non-autoregressive model must predict the output length "
       "first; its errors truncate or pad the output and hurt long outputs "
       "most (length beam and CTC are the remedies)",
@@ -192,8 +188,8 @@ def main(argv):
   config = _CONFIG.value
   if smoke:
     config = smoke_config(config)
-  run(claims.workdir(CLAIM),
-      smoke, config, _MODELS.value,
+  run(claims.out(CLAIM),
+      smoke, config, claims.workdir(CLAIM),
       records.command())
 
 

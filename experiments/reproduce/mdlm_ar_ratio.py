@@ -10,7 +10,7 @@ data, tokenizer, seed and optimiser; causal vs bidirectional attention) for
 --num_steps steps each with `train.train`, validating every --eval_every steps
 (AR: teacher-forced perplexity; MDLM: its NELBO bound on a fixed grid of
 `train.mdlm_eval_timesteps` times), and reads the learning curves that
-`train` logs to {models_dir}/{objective}/metrics.jsonl (a finished run is
+`train` logs to {workdir}/{objective}/metrics.jsonl (a finished run is
 reused, a killed one resumed). The ratio exp(MDLM bound) / exp(AR NLL) at
 each validation step is plotted against the tokens seen (step x batch x
 seq_len) beside the MDLM paper's ratios.
@@ -20,7 +20,7 @@ learning-rate schedule (warmup, cosine decay to --num_steps), so an early point
 is not the model a separate run of that budget would give (its rate has not
 decayed); the last point is.
 
-Writes claim.md, numbers.json, results.csv and figure.png under --workdir.
+Writes claim.md, numbers.json, results.csv and figure.png under --out.
 """
 
 from __future__ import annotations
@@ -45,10 +45,6 @@ from lm_decoding.training import pretrained  # noqa: E402
 from lm_decoding.training import train as train_lib  # noqa: E402
 
 CLAIM = "mdlm_ar_ratio"
-_MODELS = flags.DEFINE_string(
-    "models_dir", "/tmp/lm_decoding_reproduce/mdlm_ar_ratio",
-    "Where the two models are trained and the corpus cached.",
-    allow_override=True)
 _CONFIG_NAME = flags.DEFINE_enum(
     "config", "tiny", ["tiny", "base"], "configs/{name}.py: the backbone, "
     "data and optimiser of both models.", allow_override=True)
@@ -64,7 +60,7 @@ _CURVES = flags.DEFINE_string(
     "ar/metrics.jsonl and mdlm/metrics.jsonl that `train` wrote with "
     "configs/{--config}.py at --num_steps steps (e.g. the workdirs the shipped 'ar' and "
     "'mdlm' were trained in, their manifests' commands); they are copied to "
-    "{workdir}/curves/.", allow_override=True)
+    "{out}/curves/.", allow_override=True)
 # Sahoo et al. 2024 (MDLM), as quoted by issue 10: test perplexity bound of
 # MDLM over the AR Transformer's perplexity at equal training tokens.
 PAPER = {"LM1B": 1.14, "OpenWebText": 1.31}
@@ -97,7 +93,7 @@ def curve(member_dir: str) -> dict[int, float]:
   return {r["step"]: r["valid_loss"] for r in records if "valid_loss" in r}
 
 
-def run(workdir: str, smoke: bool, models_dir: str, steps: int,
+def run(out_dir: str, smoke: bool, workdir: str, steps: int,
         eval_every: int, eval_batches: int, run_command: str,
         curves_dir: str | None = None, config_name: str = "tiny") -> dict:
   """Trains (or reuses) both models, or reads their curves from
@@ -107,20 +103,20 @@ def run(workdir: str, smoke: bool, models_dir: str, steps: int,
                          config_name) for o in ("ar", "mdlm")}
   curves, origin = {}, {}
   if curves_dir is None:
-    pretrained.seed_data_cache(configs["ar"], models_dir)
+    pretrained.seed_data_cache(configs["ar"], workdir)
   for objective, config in configs.items():
     if curves_dir is None:
-      member_dir = os.path.join(models_dir, objective)
+      member_dir = os.path.join(workdir, objective)
       summary = train_lib.train(config, member_dir, progress=not smoke,
-                                data_dir=models_dir)
+                                data_dir=workdir)
       origin[objective] = (f"trained here in {member_dir}: "
                            f"{summary['num_params']:,} parameters, "
                            f"{summary['train_tokens_per_s']:.0f} tokens/s")
     else:
       member_dir = os.path.join(curves_dir, objective)
-      os.makedirs(os.path.join(workdir, "curves"), exist_ok=True)
+      os.makedirs(os.path.join(out_dir, "curves"), exist_ok=True)
       shutil.copyfile(os.path.join(member_dir, "metrics.jsonl"),
-                      os.path.join(workdir, "curves",
+                      os.path.join(out_dir, "curves",
                                    f"{objective}.metrics.jsonl"))
       origin[objective] = f"read from {member_dir}/metrics.jsonl"
     curves[objective] = curve(member_dir)
@@ -194,7 +190,7 @@ def run(workdir: str, smoke: bool, models_dir: str, steps: int,
   ]
   data = dict(rows=rows, paper=PAPER, origin=origin)
   claims.write(
-      workdir, claim=CLAIM,
+      out_dir, claim=CLAIM,
       title="Claim 10: MDLM bound / AR perplexity against "
       "training budget",
       statement="masked diffusion's likelihood bound approaches AR "
@@ -214,8 +210,8 @@ def main(argv):
   del argv
   smoke = claims.SMOKE.value
   logging.set_verbosity(logging.WARNING)  # orbax logs every save
-  run(claims.workdir(CLAIM),
-      smoke, _MODELS.value, _STEPS.value,
+  run(claims.out(CLAIM),
+      smoke, claims.workdir(CLAIM), _STEPS.value,
       _EVERY.value, _EVAL_BATCHES.value, records.command(),
       _CURVES.value, _CONFIG_NAME.value)
 

@@ -1,6 +1,6 @@
 r"""Claim 3: one-step parallel decoding of a two-mode target mixes the modes.
 
-  python experiments/reproduce/multimodality.py [--smoke] [--workdir=DIR]
+  python experiments/reproduce/multimodality.py [--smoke] [--out=DIR]
 
 The target puts weight w on one sequence of L tokens ("A B": "thank you") and
 1 - w on another ("C D": "vielen dank"), every position's token differing

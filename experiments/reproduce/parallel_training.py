@@ -1,6 +1,6 @@
 r"""Claim 2: training is parallel over positions for both objectives.
 
-  python experiments/reproduce/parallel_training.py [--smoke] [--workdir=DIR]
+  python experiments/reproduce/parallel_training.py [--smoke] [--out=DIR]
 
 Teacher forcing with a causal mask (AR) and masked denoising (MDLM) both
 compute the loss of every position of a sequence in ONE forward and backward

@@ -11,7 +11,7 @@ pass; quality is the evaluator's gen-PPL of the workload's samples) and
 compares mean and p95 latency at equal quality: the router against the
 best single policy of each budget.
 
-Writes claim.md, numbers.json, results.csv and figure.png under --workdir.
+Writes claim.md, numbers.json, results.csv and figure.png under --out.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def compare(rows: list[dict]) -> list[dict]:
   return out
 
 
-def run(workdir: str, smoke: bool, from_results: str,
+def run(out_dir: str, smoke: bool, from_results: str,
         run_command: str) -> dict:
   start = time.time()
   rows = read_rows(from_results)
@@ -149,7 +149,7 @@ def run(workdir: str, smoke: bool, from_results: str,
       f"{o['single_mean_ms']:.1f}/{o['single_p95_ms']:.1f} ms (mean/p95), "
       f"{o['outcome']}" for o in outcomes)
   claims.write(
-      workdir, claim=CLAIM,
+      out_dir, claim=CLAIM,
       title="Claim 8: the hybrid router on a mixed workload",
       statement="routing each request to AR, parallel or speculative "
       "decoding by its length, latency budget and difficulty beats any one "
@@ -166,7 +166,7 @@ def run(workdir: str, smoke: bool, from_results: str,
 def main(argv):
   del argv
   smoke = claims.SMOKE.value
-  run(claims.workdir(CLAIM),
+  run(claims.out(CLAIM),
       smoke, _FROM.value, records.command())
 
 

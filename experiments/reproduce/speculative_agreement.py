@@ -13,8 +13,10 @@ so its proposals are nearly uniform and almost never accepted) for target
 the acceptance rate alpha, beside the prediction of Leviathan et al. 2023
 (`speculative_cost.predicted_speedup`: the paper's cost model, verification
 = one target step) at gamma 4.
+The random draft's corpus cache (and 'ar', if no shipped one matches) is
+kept under --workdir.
 
-Writes claim.md, numbers.json, results.csv and figure.png under --workdir.
+Writes claim.md, numbers.json, results.csv and figure.png under --out.
 """
 
 from __future__ import annotations
@@ -46,8 +48,6 @@ _FROM = flags.DEFINE_string(
     "from_results", str(claims.REPO / "experiments" / "results" /
                         "speculative" / "speculative.csv"),
     "speculative.csv written by experiments/speculative.py.")
-_DATA = flags.DEFINE_string("data_dir", "/tmp/lm_decoding_reproduce/data",
-                            "Corpus cache (pipeline.prepare).")
 _BAD_GAMMAS = flags.DEFINE_list("bad_gammas", ["1", "4"],
                                 "gammas of the random-weight draft.")
 _BAD_T = flags.DEFINE_integer("bad_output_length", 64,
@@ -66,16 +66,16 @@ def read_rows(path: str) -> list[dict]:
             for row in csv.DictReader(f)]
 
 
-def random_draft_rows(data_dir: str, gammas: list[int], t: int, runs: int,
+def random_draft_rows(workdir: str, gammas: list[int], t: int, runs: int,
                       loop_steps: int, seed: int = 0) -> list[dict]:
   """`speculative_cost.measure_group` rows for target 'ar' and a random-weight
   draft of the draft_small architecture (B = 1, temperature 1)."""
   config = claims.load_config("tiny")
-  pretrained.seed_data_cache(config, data_dir)
+  pretrained.seed_data_cache(config, workdir)
   corpus = pipeline.prepare(config.data.path, config.data.vocab_size,
-                            data_dir, data_format=config.data.format)
+                            workdir, data_format=config.data.format)
   members = pretrained.member_configs(config)
-  loaded = pretrained.load_models({"ar": members["ar"]}, data_dir,
+  loaded = pretrained.load_models({"ar": members["ar"]}, workdir,
                                   corpus.tokenizer, progress=False)
   draft_cfg = train_lib.model_config(members["draft_small"])
   models = {"ar": loaded["ar"].model,
@@ -99,14 +99,14 @@ def _columns(row: dict) -> dict:
   return {k: row.get(k, "") for k in COLUMNS}
 
 
-def run(workdir: str, smoke: bool, from_results: str, data_dir: str,
+def run(out_dir: str, smoke: bool, from_results: str, workdir: str,
         bad_gammas: list[int], bad_t: int, runs: int,
         run_command: str, loop_steps: int = 16) -> dict:
   start = time.time()
   rows = [r for r in read_rows(from_results) if r["temperature"] == 1.0]
   for row in rows:
     row["source"] = "speculative.csv"
-  live = random_draft_rows(data_dir, bad_gammas, bad_t, runs, loop_steps)
+  live = random_draft_rows(workdir, bad_gammas, bad_t, runs, loop_steps)
   for row in live:
     row["source"] = "measured here"
   rows += live
@@ -185,7 +185,7 @@ def run(workdir: str, smoke: bool, from_results: str, data_dir: str,
   data = dict(low_alpha_max_speedup=low_max, high_alpha_max_speedup=high_max,
               correlation=corr, live=[_columns(r) for r in live])
   claims.write(
-      workdir, claim=CLAIM,
+      out_dir, claim=CLAIM,
       title="Claim 5: speculative speed-up needs agreement",
       statement="speculative decoding is lossless and gives 2-3x when the "
       "draft matches the target; with low acceptance it is slower than AR",
@@ -205,8 +205,8 @@ def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
   smoke = claims.SMOKE.value
-  run(claims.workdir(CLAIM),
-      smoke, _FROM.value, _DATA.value,
+  run(claims.out(CLAIM),
+      smoke, _FROM.value, claims.workdir(CLAIM),
       [1] if smoke else [int(g) for g in _BAD_GAMMAS.value],
       4 if smoke else _BAD_T.value, 1 if smoke else _RUNS.value,
       records.command(), 2 if smoke else _LOOP_STEPS.value)

@@ -33,7 +33,9 @@ _OUT = flags.DEFINE_string("out", None, "JSON record.", required=True)
 _EVAL_ROWS = flags.DEFINE_integer(
     "eval_rows", 256, "Validation sequences, the same for every shape of "
     "one length (eval_batches = eval_rows / B).")
-_DATA = flags.DEFINE_string("data_dir", "/tmp/sweep_data", "Data cache.")
+_WORKDIR = flags.DEFINE_string(
+    "workdir", "/tmp/sweep", "The run's folder: the data cache ({workdir}/"
+    "data/); each shape trains in a temporary folder.")
 
 
 def _base_config():
@@ -50,7 +52,7 @@ def main(argv):
   record = {"command": "PYTHONPATH=$PWD " + records.command(),
             "minutes": _MINUTES.value, "load_start": os.getloadavg(),
             "shapes": []}
-  os.makedirs(_DATA.value, exist_ok=True)
+  os.makedirs(_WORKDIR.value, exist_ok=True)
   for text in _SHAPES.value:
     batch, length = map(int, text.split("x"))
     config = _base_config()
@@ -66,7 +68,7 @@ def main(argv):
                                   / shipped.num_steps))))
     with tempfile.TemporaryDirectory() as workdir:
       summary = train.train(config, workdir, progress=False,
-                            data_dir=_DATA.value)
+                            data_dir=_WORKDIR.value)
     entry = {"batch": batch, "length": length, "measured_tokens_per_s": rate,
              "steps": steps, "tokens": steps * batch * length,
              "train_s": summary["train_s"], "wall_s": summary["wall_s"],
