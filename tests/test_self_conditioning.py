@@ -203,3 +203,22 @@ def test_prefix_cache_is_exact_with_a_self_conditioned_transformer():
                        confidence_threshold=1.0).decode(
                            plain, prompts, lengths, jax.random.key(9))
   assert not np.array_equal(other.tokens, outs[0].tokens)
+
+
+@pytest.mark.parametrize("objective, value, match", [
+    ("uniform", "yes", "must be True or False"),
+    ("ar", True, "applies to train.objective"),
+    ("bd3lm", True, "applies to train.objective")])
+def test_model_key_is_checked(objective, value, match):
+  from configs import tiny  # pylint: disable=import-outside-toplevel
+  from lm_decoding.training import train  # pylint: disable=import-outside-toplevel
+  config = tiny.get_config()
+  config.train.objective = objective
+  config.model.self_conditioning = value
+  with pytest.raises(ValueError, match=f"model.self_conditioning.*{match}"):
+    train.check_config(config)
+  config = tiny.get_config()
+  config.train.objective = "uniform"
+  assert not train.check_config(config).self_conditioning  # absent: off
+  config.model.self_conditioning = True
+  assert train.check_config(config).self_conditioning
