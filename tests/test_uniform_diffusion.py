@@ -223,11 +223,11 @@ def _parity_run(index):
   return _run(PARITY_STUB, output_length=6, **SETTINGS[index])
 
 
-@pytest.mark.parametrize("index", range(len(SETTINGS)))
-def test_equals_the_transformers_sampler_step_for_step(index, monkeypatch):
-  monkeypatch.setattr(torch, "multinomial", torch.multinomial)  # restored
-  stub = PARITY_STUB
-  decoder, (tokens, cost, stats, trace) = _parity_run(index)
+def _assert_equals_the_reference(stub, run):
+  """Our traced run of `stub` against `_reference_replay` of the same draws:
+  accepted masks, canvases and argmax canvases at every step, the output,
+  each row's stop step and the NFE."""
+  decoder, (tokens, cost, stats, trace) = run
   record, final, passes = _reference_replay(stub, decoder, trace)
   live = np.asarray(trace["live"])
   for k, (accepted, canvas, argmax) in enumerate(record):
@@ -243,6 +243,12 @@ def test_equals_the_transformers_sampler_step_for_step(index, monkeypatch):
   assert int(cost.nfe) == len(record) == passes.max()
 
 
+@pytest.mark.parametrize("index", range(len(SETTINGS)))
+def test_equals_the_transformers_sampler_step_for_step(index, monkeypatch):
+  monkeypatch.setattr(torch, "multinomial", torch.multinomial)  # restored
+  _assert_equals_the_reference(PARITY_STUB, _parity_run(index))
+
+
 SELF_CONDITIONED_STUB = stubs.SelfConditionedLogitsFn(_stub(scale=4.0, seed=5),
                                                       weight=6.0)
 
@@ -254,24 +260,13 @@ def test_self_conditioning_equals_the_transformers_sampler(index, monkeypatch):
   feeds softmax(processed). Equal step for step, and the input matters
   (the same settings without it give other canvases)."""
   monkeypatch.setattr(torch, "multinomial", torch.multinomial)  # restored
-  stub = SELF_CONDITIONED_STUB
-  decoder, (tokens, cost, stats, trace) = _run(stub, output_length=6,
-                                               **SETTINGS[index])
-  record, final, passes = _reference_replay(stub, decoder, trace)
-  live = np.asarray(trace["live"])
-  for k, (accepted, canvas, argmax) in enumerate(record):
-    rows = live[k]
-    np.testing.assert_array_equal(np.asarray(trace["accepted"][k])[rows],
-                                  accepted[rows], err_msg=f"step {k}")
-    np.testing.assert_array_equal(trace["canvas_out"][k], canvas,
-                                  err_msg=f"step {k}")
-  np.testing.assert_array_equal(tokens, final)
-  np.testing.assert_array_equal(stats["steps"], passes)
-  assert int(cost.nfe) == len(record)
-  plain = stubs.SelfConditionedLogitsFn(stub.inner, weight=0.0)
+  run = _run(SELF_CONDITIONED_STUB, output_length=6, **SETTINGS[index])
+  _assert_equals_the_reference(SELF_CONDITIONED_STUB, run)
+  plain = stubs.SelfConditionedLogitsFn(SELF_CONDITIONED_STUB.inner,
+                                        weight=0.0)
   _, (_, _, _, unconditioned) = _run(plain, output_length=6,
                                      **SETTINGS[index])
-  assert not np.array_equal(unconditioned["argmax"], trace["argmax"])
+  assert not np.array_equal(unconditioned["argmax"], run[1][3]["argmax"])
 
 
 def test_parity_settings_exercise_stops_and_acceptance():
