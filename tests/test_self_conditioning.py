@@ -222,3 +222,22 @@ def test_model_key_is_checked(objective, value, match):
   assert not train.check_config(config).self_conditioning  # absent: off
   config.model.self_conditioning = True
   assert train.check_config(config).self_conditioning
+
+
+@pytest.mark.parametrize("options", [
+    {}, {"norm": "layernorm", "mlp_activation": "gelu", "use_bias": True}])
+def test_cost_model_counts_the_block_and_int8_keeps_it(options):
+  from lm_decoding.evaluation.cost_model import param_count  # pylint: disable=import-outside-toplevel
+  from lm_decoding.models.quantization import quantize_params  # pylint: disable=import-outside-toplevel
+  from lm_decoding.models.transformer import count_params  # pylint: disable=import-outside-toplevel
+  config = CONFIG.replace(**options)
+  params = stubs.random_params(config)
+  assert param_count(config) == count_params(params)
+  assert param_count(config) > param_count(
+      config.replace(self_conditioning=False))
+  int8 = config.replace(quantization="int8_weights")
+  got = make_logits_fn(int8)(quantize_params(params, config), TOKENS,
+                             POSITIONS, self_conditioning=PROBS).logits
+  want = make_logits_fn(config)(params, TOKENS, POSITIONS,
+                                self_conditioning=PROBS).logits
+  np.testing.assert_allclose(got, want, atol=0.1 * float(jnp.abs(want).max()))

@@ -176,10 +176,11 @@ def param_count(config: TransformerConfig) -> int:
 
   V D (embedding) + [max_len D (learned positions)] + L (D (H + 2 Hkv) Dh
   + H Dh D + m D F + n D) + n D (final norm) + [D V (untied head)]
-  + [D C + C (length head)], m = 3 (SwiGLU) or 2, n = 1 (RMSNorm scale)
-  or 2 (LayerNorm scale and bias) per norm, two norms per layer; biases
-  per layer: (H + 2 Hkv) Dh with use_bias or qkv_bias, plus D + (m - 1) F
-  + D with use_bias.
+  + [D C + C (length head)] + [m D F + n D (self-conditioning block)],
+  m = 3 (SwiGLU) or 2, n = 1 (RMSNorm scale) or 2 (LayerNorm scale and
+  bias) per norm, two norms per layer; biases per layer: (H + 2 Hkv) Dh
+  with use_bias or qkv_bias, plus D + (m - 1) F + D with use_bias (the
+  self-conditioning MLP's too).
   """
   c = config
   d, per_norm = c.d_model, 2 if c.norm == "layernorm" else 1
@@ -198,6 +199,10 @@ def param_count(config: TransformerConfig) -> int:
     total += d * c.vocab_size
   if c.length_classes:
     total += d * c.length_classes + c.length_classes
+  if c.self_conditioning:
+    total += mlp_matrices * d * c.mlp_dim + per_norm * d
+    if c.use_bias:
+      total += d + (mlp_matrices - 1) * c.mlp_dim
   return total
 
 
