@@ -241,3 +241,15 @@ def test_cost_model_counts_the_block_and_int8_keeps_it(options):
   want = make_logits_fn(config)(params, TOKENS, POSITIONS,
                                 self_conditioning=PROBS).logits
   np.testing.assert_allclose(got, want, atol=0.1 * float(jnp.abs(want).max()))
+
+
+def test_cost_model_counts_the_first_pass_of_a_training_step():
+  from lm_decoding.evaluation import cost_model  # pylint: disable=import-outside-toplevel
+  off = CONFIG.replace(self_conditioning=False)
+  step = lambda c, backward=True: cost_model.objective_flops(
+      c, "uniform", 4, 8, backward=backward)
+  forward = step(CONFIG, backward=False)
+  assert step(CONFIG) == 4 * forward
+  assert step(off) == 3 * step(off, backward=False)
+  assert forward - step(off, backward=False) == 2 * 4 * 8 * (
+      V * CONFIG.d_model + 3 * CONFIG.d_model * CONFIG.mlp_dim)
