@@ -78,6 +78,7 @@ valid static jit arguments even though they hold numpy arrays.
 from __future__ import annotations
 
 import dataclasses
+import types
 from typing import Any, Callable, Sequence
 
 import flax.struct
@@ -299,6 +300,44 @@ class VisibleHashLogitsFn:
   def init_cache(self, batch_size, length):
     return StubCache(tokens=jnp.zeros((batch_size, length), jnp.int32),
                      index=jnp.zeros((batch_size,), jnp.int32))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class SelfConditionedLogitsFn:
+  """`inner`'s logits plus `weight` times the self-conditioning input (a
+  model pulled towards its previous prediction), declared self-conditioned
+  (`config.self_conditioning`, so objectives and `uniform_eb` pass it).
+  Every executed call appends numpy copies of (self_conditioning input,
+  zeros when none was passed; its logits) to `seen` (`jax.debug.callback`,
+  ordered: jitted or not, one entry per pass actually run)."""
+
+  inner: Any
+  weight: float = 4.0
+  seen: list = dataclasses.field(default_factory=list)
+  config = types.SimpleNamespace(self_conditioning=True)
+
+  @property
+  def max_len(self) -> int:
+    return self.inner.max_len
+
+  @property
+  def vocab_size(self) -> int:
+    return self.inner.vocab_size
+
+  def __call__(self, params, tokens, positions, cache=None,
+               attention_mask=None, self_conditioning=None):
+    out = self.inner(params, tokens, positions, cache=cache,
+                     attention_mask=attention_mask)
+    if self_conditioning is None:
+      self_conditioning = jnp.zeros_like(out.logits)
+    logits = out.logits + self.weight * self_conditioning
+    jax.debug.callback(
+        lambda a, b: self.seen.append((np.asarray(a), np.asarray(b))),
+        self_conditioning, logits, ordered=True)
+    return out._replace(logits=logits)
+
+  def init_cache(self, batch_size: int, length: int):
+    return self.inner.init_cache(batch_size, length)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

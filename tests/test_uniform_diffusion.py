@@ -157,13 +157,22 @@ def _reference_replay(stub, decoder, trace):
   layout = np.zeros((3, 3 + width), np.int32)
   lengths = np.asarray(LENGTHS)
 
-  def forward(decoder_input_ids, **_):
+  def forward(decoder_input_ids, self_conditioning_logits=None, **_):
     rows = np.array(layout)
+    extra = {}
+    if getattr(getattr(stub, "config", None), "self_conditioning", False):
+      # the reference decoder's input: softmax of the logits fed back (zeros
+      # at the first step and over the prompt)
+      extra["self_conditioning"] = np.zeros(rows.shape + (V,), np.float32)
     for b in range(3):
       rows[b, :lengths[b]] = np.asarray(PROMPTS)[b, :lengths[b]]
       rows[b, lengths[b]:lengths[b] + width] = decoder_input_ids[b].numpy()
+      if extra and self_conditioning_logits is not None:
+        extra["self_conditioning"][b, lengths[b]:lengths[b] + width] = (
+            torch.softmax(self_conditioning_logits[b], -1).numpy())
     logits = stub(None, jnp.asarray(rows),
-                  jnp.broadcast_to(jnp.arange(rows.shape[1]), rows.shape)).logits
+                  jnp.broadcast_to(jnp.arange(rows.shape[1]), rows.shape),
+                  **{k: jnp.asarray(v) for k, v in extra.items()}).logits
     window = np.stack([np.asarray(logits)[b, lengths[b]:lengths[b] + width]
                        for b in range(3)])
     return types.SimpleNamespace(logits=torch.tensor(window))
@@ -214,11 +223,11 @@ def _parity_run(index):
   return _run(PARITY_STUB, output_length=6, **SETTINGS[index])
 
 
-@pytest.mark.parametrize("index", range(len(SETTINGS)))
-def test_equals_the_transformers_sampler_step_for_step(index, monkeypatch):
-  monkeypatch.setattr(torch, "multinomial", torch.multinomial)  # restored
-  stub = PARITY_STUB
-  decoder, (tokens, cost, stats, trace) = _parity_run(index)
+def _assert_equals_the_reference(stub, run):
+  """Our traced run of `stub` against `_reference_replay` of the same draws:
+  accepted masks, canvases and argmax canvases at every step, the output,
+  each row's stop step and the NFE."""
+  decoder, (tokens, cost, stats, trace) = run
   record, final, passes = _reference_replay(stub, decoder, trace)
   live = np.asarray(trace["live"])
   for k, (accepted, canvas, argmax) in enumerate(record):
@@ -232,6 +241,32 @@ def test_equals_the_transformers_sampler_step_for_step(index, monkeypatch):
   np.testing.assert_array_equal(tokens, final)
   np.testing.assert_array_equal(stats["steps"], passes)  # each row's stop
   assert int(cost.nfe) == len(record) == passes.max()
+
+
+@pytest.mark.parametrize("index", range(len(SETTINGS)))
+def test_equals_the_transformers_sampler_step_for_step(index, monkeypatch):
+  monkeypatch.setattr(torch, "multinomial", torch.multinomial)  # restored
+  _assert_equals_the_reference(PARITY_STUB, _parity_run(index))
+
+
+SELF_CONDITIONED_STUB = stubs.SelfConditionedLogitsFn(_stub(scale=4.0, seed=5),
+                                                      weight=6.0)
+
+
+@pytest.mark.parametrize("index", [0, 1, 3])
+def test_self_conditioning_equals_the_transformers_sampler(index, monkeypatch):
+  """A model that reads its self-conditioning input: the reference feeds
+  its processed logits back and its decoder takes their softmax; ours
+  feeds softmax(processed). Equal step for step, and the input matters
+  (the same settings without it give other canvases)."""
+  monkeypatch.setattr(torch, "multinomial", torch.multinomial)  # restored
+  run = _run(SELF_CONDITIONED_STUB, output_length=6, **SETTINGS[index])
+  _assert_equals_the_reference(SELF_CONDITIONED_STUB, run)
+  plain = stubs.SelfConditionedLogitsFn(SELF_CONDITIONED_STUB.inner,
+                                        weight=0.0)
+  _, (_, _, _, unconditioned) = _run(plain, output_length=6,
+                                     **SETTINGS[index])
+  assert not np.array_equal(unconditioned["argmax"], run[1][3]["argmax"])
 
 
 def test_parity_settings_exercise_stops_and_acceptance():

@@ -83,12 +83,17 @@ class Cost:
 
 def forward(models: Mapping[str, Model], role: str, cost: Cost,
             tokens: jax.Array, positions: jax.Array, cache: Any = None,
-            attention_mask: jax.Array | None = None
+            attention_mask: jax.Array | None = None,
+            self_conditioning: jax.Array | None = None
             ) -> tuple[ModelOutput, Cost]:
-  """Calls the model of `role` and counts the call in `cost`."""
+  """Calls the model of `role` and counts the call in `cost`;
+  `self_conditioning` (float32[B, L, V], `models.config.self_conditioned`
+  models only) is passed on when given."""
   model = models[role]
+  extra = ({} if self_conditioning is None
+           else dict(self_conditioning=self_conditioning))
   out = model.logits_fn(model.params, tokens, positions, cache=cache,
-                        attention_mask=attention_mask)
+                        attention_mask=attention_mask, **extra)
   debug.check_logits(role, out.logits, tokens)  # nothing unless debugging
   return out, cost.add(role, tokens)
 

@@ -19,7 +19,13 @@ block (counted down, as the reference does: c = K_b - k, from K_b to 1):
   6. the stable-and-confident stop: a row stops when the argmax canvas of
      processed equals each of its last `stability_threshold` argmax canvases
      and the mean entropy over the canvas is < `confidence_threshold`; a
-     stopped row's canvas is frozen and costs no more steps of its own.
+     stopped row's canvas is frozen and costs no more steps of its own;
+  7. self-conditioning, for a model with that input
+     (`TransformerConfig.self_conditioning`): softmax(processed) of the
+     canvas is the model's `self_conditioning` input at the next step
+     (zeros at a block's first step and at every prefix position), as the
+     reference feeds its processed logits back and its decoder takes their
+     softmax.
 The block's output is the last argmax canvas. Accepted tokens are not final:
 a position accepted at one step is re-predicted at the next and may be
 renoised or accepted with another token (self-correction); `stats` counts
@@ -36,8 +42,9 @@ the first step, as Fast-dLLM) and every other step runs the W canvas
 positions only; kv_cache="none" runs the full [B, L] pass every step.
 
 Deliberate differences from the reference (transformers 5.24):
-  - no self-conditioning input (our backbone has none; the reference feeds
-    the previous step's processed logits back into its decoder);
+  - the self-conditioning input is the probabilities, softmax(processed)
+    with MASK at 0, where the reference passes the processed logits and
+    its decoder takes their softmax: the same input (tested step for step);
   - the canvas starts from per-row, per-position keys (`base.row_keys`),
     so a row decodes the same alone or in a batch; the reference draws
     one torch tensor per call;
@@ -75,7 +82,7 @@ from lm_decoding.decoding.iterative import (
 from lm_decoding.decoding.rows import finish_at_eos
 from lm_decoding.models import Model
 from lm_decoding.decoding.sampling import SamplingConfig, sample
-from lm_decoding.models.config import token_shift
+from lm_decoding.models.config import self_conditioned, token_shift
 
 
 _CANVAS = 2**31 - 1  # the key of the starting canvases (never a step number)
@@ -133,6 +140,8 @@ class Canvas:
   revised: jax.Array  # int32[B] acceptances that changed the last one
   steps: jax.Array  # int32[B] steps run by each row
   trace: dict | None  # per-step records when traced
+  previous: jax.Array | None = None  # float32[B, W, V] softmax(processed)
+  #   of the last step (zeros at the start; None: no self-conditioning)
 
 
 def _attention(valid_BxL, start_B, end_B, num_queries, first_query_B):
@@ -189,7 +198,10 @@ def _canvas_step(decoder, k, global_step, logits_BxWxV, canvas, start_B,
       accepted=canvas.accepted + jnp.where(live_B, accept.sum(-1), 0),
       revised=canvas.revised + jnp.where(live_B, revised.sum(-1), 0),
       steps=canvas.steps + live_B,
-      trace=None)
+      trace=None,
+      previous=None if canvas.previous is None else jnp.where(
+          live_B[:, None, None], jax.nn.softmax(processed_BxWxV, -1),
+          canvas.previous))
   if canvas.trace is not None:
     record = dict(canvas_in=canvas.window, drawn=drawn, noise=noise,
                   accepted=accept, canvas_out=new.window, argmax=argmax,
@@ -211,6 +223,7 @@ def _generate(decoder, models, prompts, prompt_lengths, keys_B, trace):
   num_blocks = t // width
   total = num_blocks * steps
   vocab = base.vocab_size(model)
+  conditioned = self_conditioned(model.logits_fn)
   positions_BxL = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32),
                                    (batch, length))
 
@@ -229,28 +242,38 @@ def _generate(decoder, models, prompts, prompt_lengths, keys_B, trace):
         done=jnp.zeros((batch,), bool),
         last_accepted=jnp.full((batch, width), -1, jnp.int32),
         accepted=stats["accepted"], revised=stats["revised"],
-        steps=jnp.zeros((batch,), jnp.int32), trace=records)
-    put = lambda window: jax.vmap(lambda x, w, s: jax.lax.dynamic_update_slice(
-        x, w, (s,)))(tokens_BxL, window, start_B)
+        steps=jnp.zeros((batch,), jnp.int32), trace=records,
+        previous=jnp.zeros((batch, width, vocab), jnp.float32)
+        if conditioned else None)
+    put = lambda x_BxL, window, start_B: jax.vmap(
+        lambda x, w, s: jax.lax.dynamic_update_slice(
+            x, w, (s,) + (0,) * (w.ndim - 1)))(x_BxL, window, start_B)
 
-    def full(cost, window, cache=None):
+    def full(cost, canvas, cache=None):
       mask = _attention(valid_BxL, start_B, end_B, length,
                         jnp.zeros((batch,), jnp.int32))
-      out, cost = base.forward(models, "model", cost, put(window),
+      previous = None  # the canvas's, zeros over the prefix
+      if canvas.previous is not None:
+        previous = put(jnp.zeros((batch, length, vocab), jnp.float32),
+                       canvas.previous, start_B)
+      out, cost = base.forward(models, "model", cost,
+                               put(tokens_BxL, canvas.window, start_B),
                                positions_BxL, cache=cache,
-                               attention_mask=mask)
+                               attention_mask=mask,
+                               self_conditioning=previous)
       return windows(out.logits, start_B, width), out.cache, cost
 
-    def cached(cost, window, cache):
+    def cached(cost, canvas, cache):
       mask = _attention(valid_BxL, start_B, end_B, width, start_B)
       out, cost = base.forward(
-          models, "model", cost, window,
+          models, "model", cost, canvas.window,
           start_B[:, None] + jnp.arange(width, dtype=jnp.int32),
-          cache=cache.at(start_B), attention_mask=mask)
+          cache=cache.at(start_B), attention_mask=mask,
+          self_conditioning=canvas.previous)
       return out.logits, out.cache, cost
 
     if decoder.kv_cache == "prefix":
-      first, cache, cost = full(cost, canvas.window,
+      first, cache, cost = full(cost, canvas,
                                 model.logits_fn.init_cache(batch, length).at(0))
     else:
       first, cache = jnp.zeros((batch, width, vocab), jnp.float32), None
@@ -264,9 +287,9 @@ def _generate(decoder, models, prompts, prompt_lengths, keys_B, trace):
       if decoder.kv_cache == "prefix":
         logits, cache, cost = jax.lax.cond(
             k == 0, lambda: (first, cache, cost),
-            lambda: cached(cost, canvas.window, cache))
+            lambda: cached(cost, canvas, cache))
       else:
-        logits, _, cost = full(cost, canvas.window)
+        logits, _, cost = full(cost, canvas)
       canvas = _canvas_step(decoder, k, n * steps + k, logits, canvas,
                             start_B, keys_B, vocab, steps)
       return k + 1, canvas, cache, cost
@@ -275,7 +298,8 @@ def _generate(decoder, models, prompts, prompt_lengths, keys_B, trace):
         cond, body, (jnp.int32(0), canvas, cache, cost))
     stats = dict(accepted=canvas.accepted, revised=canvas.revised,
                  steps=stats["steps"] + canvas.steps)
-    return put(canvas.argmax), cost, stats, canvas.trace
+    return (put(tokens_BxL, canvas.argmax, start_B), cost, stats,
+            canvas.trace)
 
   zeros = jnp.zeros((batch,), jnp.int32)
   records = None

@@ -176,10 +176,11 @@ def param_count(config: TransformerConfig) -> int:
 
   V D (embedding) + [max_len D (learned positions)] + L (D (H + 2 Hkv) Dh
   + H Dh D + m D F + n D) + n D (final norm) + [D V (untied head)]
-  + [D C + C (length head)], m = 3 (SwiGLU) or 2, n = 1 (RMSNorm scale)
-  or 2 (LayerNorm scale and bias) per norm, two norms per layer; biases
-  per layer: (H + 2 Hkv) Dh with use_bias or qkv_bias, plus D + (m - 1) F
-  + D with use_bias.
+  + [D C + C (length head)] + [m D F + n D (self-conditioning block)],
+  m = 3 (SwiGLU) or 2, n = 1 (RMSNorm scale) or 2 (LayerNorm scale and
+  bias) per norm, two norms per layer; biases per layer: (H + 2 Hkv) Dh
+  with use_bias or qkv_bias, plus D + (m - 1) F + D with use_bias (the
+  self-conditioning MLP's too).
   """
   c = config
   d, per_norm = c.d_model, 2 if c.norm == "layernorm" else 1
@@ -198,6 +199,10 @@ def param_count(config: TransformerConfig) -> int:
     total += d * c.vocab_size
   if c.length_classes:
     total += d * c.length_classes + c.length_classes
+  if c.self_conditioning:
+    total += mlp_matrices * d * c.mlp_dim + per_norm * d
+    if c.use_bias:
+      total += d + (mlp_matrices - 1) * c.mlp_dim
   return total
 
 
@@ -229,14 +234,19 @@ def matmul_params(config: TransformerConfig) -> int:
   output and MLP kernels of every layer and the LM head (the tied embedding
   counts once, as the head: a lookup is not a matmul). Norms, biases,
   positional tables and the length head are left out, so a forward pass
-  costs 2 N FLOPs per position plus attention.
+  costs 2 N FLOPs per position plus attention. With self-conditioning,
+  + V D + m D F: the probabilities times the embedding table and the
+  block's MLP.
   """
   c = config
   mlp_matrices = 3 if c.mlp_activation == "swiglu" else 2
   layer = (c.d_model * (c.num_heads + 2 * c.num_kv_heads) * c.head_dim
            + c.num_heads * c.head_dim * c.d_model
            + mlp_matrices * c.d_model * c.mlp_dim)
-  return c.num_layers * layer + c.d_model * c.vocab_size
+  total = c.num_layers * layer + c.d_model * c.vocab_size
+  if c.self_conditioning:
+    total += c.vocab_size * c.d_model + mlp_matrices * c.d_model * c.mlp_dim
+  return total
 
 
 def forward_flops(config: TransformerConfig, batch_size: int, length: int,
@@ -286,7 +296,11 @@ def objective_flops(config: TransformerConfig, objective: str,
   as PaLM (Chowdhery et al. 2022, appendix B) counts model FLOPs for MFU.
   The optimizer update, norms, softmax and the loss are left out.
   `backward=False` gives the forward pass alone, 2 N + 4 n_layers S H Dh
-  per position: what one denoising step over the same batch costs.
+  per position: what one denoising step over the same batch costs. A
+  self-conditioned model (`TransformerConfig.self_conditioning`; 'mdlm'
+  and 'uniform') runs one more forward pass per training step, the first
+  pass whose prediction it takes (`objectives.denoiser_logits`): 4
+  forward passes.
 
   Args:
     config: the model.
@@ -309,7 +323,9 @@ def objective_flops(config: TransformerConfig, objective: str,
     raise ValueError(f"seq_len={seq_len} must be >= 2 for objective "
                      f"{objective!r}")
   forward = forward_flops(config, batch_size, positions, positions)
-  return 3 * forward if backward else forward
+  if not backward:
+    return forward
+  return (4 if config.self_conditioning else 3) * forward
 
 
 def forward_bytes(config: TransformerConfig, batch_size: int, length: int,

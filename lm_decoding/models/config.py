@@ -89,6 +89,17 @@ class TransformerConfig:
       computes the same thing either way; the training objectives and every
       diffusion decoder read this flag (`token_shift`). Causal models ignore
       it.
+    self_conditioning: if True the model takes a second, optional input:
+      the previous prediction's probabilities float32[B, L, V] (self-
+      conditioning, Chen et al. 2022, arXiv:2208.04202; DiffusionGemma's
+      decoder), fed in as DiffusionGemma does: their expectation of the
+      (scaled) token embedding, through a norm and an MLP block of the
+      model's kind, added to the token embedding, the sum RMS-normalised
+      without a scale (`transformer.SelfConditioning`). Absent or zero, the
+      signal is the MLP of a zero vector (0 without biases). False
+      (default): no such input, and the parameters and outputs are those of
+      a model without it. The objectives and `uniform_eb` read this flag
+      (`self_conditioned`).
   """
 
   vocab_size: int = 4096
@@ -118,6 +129,7 @@ class TransformerConfig:
   qkv_bias: bool = False
   scale_embeddings: bool = True
   token_shift: bool = False
+  self_conditioning: bool = False
 
   def __post_init__(self):
     for name, value, allowed in (
@@ -207,3 +219,15 @@ def token_shift(logits_fn) -> bool:
   """
   return bool(getattr(getattr(logits_fn, "config", None), "token_shift",
                       False))
+
+
+def self_conditioned(logits_fn) -> bool:
+  """Whether the model takes the previous prediction as an input.
+
+  Read from `logits_fn.config.self_conditioning` (see `TransformerConfig`);
+  False for a logits_fn without one (a stub, a plain function), which is
+  then never passed a `self_conditioning` argument. The one place the
+  objectives and decoders read it.
+  """
+  return bool(getattr(getattr(logits_fn, "config", None),
+                      "self_conditioning", False))

@@ -275,11 +275,31 @@ class LengthHead(nn.Module):
         bias_init=_init(nn.initializers.zeros, None))(pooled_BxD)
 
 
+class SelfConditioning(nn.Module):
+  """The self-conditioning input (DiffusionGemma's decoder; Chen et al.
+  2022): x <- rms(x + Mlp(Norm(soft))), where soft [B, L, D] is the
+  previous prediction's expected token embedding (its probabilities times
+  the embedding table, scaled as the token embedding) and rms is an RMS
+  normalisation without a scale. The MLP has the model's activation and
+  width; a zero `soft` (no previous prediction) contributes Mlp(0), which
+  is 0 without biases."""
+
+  config: TransformerConfig
+
+  @nn.compact
+  def __call__(self, x_BxLxD, soft_BxLxD):
+    cfg = self.config
+    signal = Mlp(cfg, name="mlp")(Norm(cfg, name="norm")(soft_BxLxD))
+    y = (x_BxLxD + signal).astype(jnp.float32)
+    y = y * jax.lax.rsqrt((y * y).mean(-1, keepdims=True) + cfg.norm_eps)
+    return y.astype(cfg.compute_dtype)
+
+
 class Transformer(nn.Module):
   """Decoder-only Transformer: tokens -> float32 logits, threading a KV cache.
 
   Call: `apply({'params': p}, tokens, positions, cache=None,
-  attention_mask=None)`.
+  attention_mask=None, self_conditioning=None)`.
     tokens: int32[B, L] token ids.
     positions: int32[B, L] per-row positions (RoPE angle or learned row).
     cache: a `KVCache` to read and extend (cached decoding), or None for a
@@ -290,21 +310,32 @@ class Transformer(nn.Module):
       `config.attention` (causal, block-causal, or every written slot).
       With `config.sliding_window` W, keys W or more slots from the query
       are masked out too (`masks.sliding_window_mask`).
+    self_conditioning: float32[B, L, V] the previous prediction's
+      probabilities at the L positions, or None (zeros: no previous
+      prediction); only with `config.self_conditioning` (`SelfConditioning`).
   Returns:
     `ModelOutput`: logits float32[B, L, vocab_size]; the cache with the L new
     keys/values written at each row's index and index advanced by L (None
     without a cache); hidden [B, L, D], the final-norm hidden states.
   Raises:
-    ValueError: attention_mask not of shape [B, L, S].
+    ValueError: attention_mask not of shape [B, L, S]; self_conditioning
+      not of shape [B, L, V], or given to a model without the input.
   """
 
   config: TransformerConfig
 
   @nn.compact
   def __call__(self, tokens_BxL, positions_BxL, cache=None,
-               attention_mask=None):
+               attention_mask=None, self_conditioning=None):
     cfg = self.config
     b, l = tokens_BxL.shape
+    if self_conditioning is not None and (
+        not cfg.self_conditioning
+        or self_conditioning.shape != (b, l, cfg.vocab_size)):
+      raise ValueError(
+          f"self_conditioning of shape {self_conditioning.shape} needs "
+          f"config.self_conditioning (it is {cfg.self_conditioning}) and "
+          f"the shape [B, L, V] = {(b, l, cfg.vocab_size)}")
     if attention_mask is None:
       attention_mask = masks.default_mask(
           cfg.attention, b, l, None if cache is None else cache.index,
@@ -329,6 +360,12 @@ class Transformer(nn.Module):
     scaled = cfg.tie_embeddings and cfg.scale_embeddings
     if scaled:
       x = x * jnp.asarray(cfg.d_model ** 0.5, cfg.compute_dtype)
+    if cfg.self_conditioning:
+      x = SelfConditioning(cfg, name="self_conditioning")(
+          x, self._soft_embedding(self_conditioning, embedding,
+                                  embedding_scale if cfg.quantization
+                                  == "int8_weights" else None, scaled,
+                                  x.shape))
     if cfg.positional == "learned":
       pos_embedding = self.param(
           "pos_embedding", _init(nn.initializers.normal(0.02), None, "embed"),
@@ -370,6 +407,22 @@ class Transformer(nn.Module):
       cache = cache.replace(k=tuple(new_k), v=tuple(new_v),
                             index=cache.index + l)
     return ModelOutput(logits, cache, hidden)
+
+
+  def _soft_embedding(self, probs_BxLxV, embedding_VxD, scale_V, scaled,
+                      shape):
+    """[B, L, D] probs @ the (dequantised) embedding table, scaled as the
+    token embedding; zeros when probs is None."""
+    cfg = self.config
+    if probs_BxLxV is None:
+      return jnp.zeros(shape, cfg.compute_dtype)
+    table = embedding_VxD.astype(jnp.float32)
+    if scale_V is not None:  # int8 rows
+      table = table * scale_V[:, None]
+    soft = jnp.einsum("blv,vd->bld", probs_BxLxV.astype(jnp.float32), table)
+    if scaled:
+      soft = soft * cfg.d_model ** 0.5
+    return soft.astype(cfg.compute_dtype)
 
 
 def length_logits(config: TransformerConfig, params, hidden_BxLxD: jax.Array,
@@ -430,10 +483,12 @@ class ModelLogitsFn:
     return self.config.vocab_size
 
   def __call__(self, params, tokens, positions, cache=None,
-               attention_mask=None) -> ModelOutput:
+               attention_mask=None, self_conditioning=None) -> ModelOutput:
+    """`Transformer`'s call; `self_conditioning` only with
+    config.self_conditioning (`models.config.self_conditioned`)."""
     return Transformer(self.config).apply(
         {"params": params}, tokens, positions, cache=cache,
-        attention_mask=attention_mask)
+        attention_mask=attention_mask, self_conditioning=self_conditioning)
 
   def init_cache(self, batch_size: int, length: int) -> KVCache:
     return KVCache.init(self.config, batch_size, length)
@@ -444,5 +499,6 @@ class ModelLogitsFn:
 
 
 def make_logits_fn(config: TransformerConfig) -> ModelLogitsFn:
-  """(params, tokens, positions, cache, attention_mask) -> ModelOutput."""
+  """(params, tokens, positions, cache, attention_mask[, self_conditioning])
+  -> ModelOutput."""
   return ModelLogitsFn(config)

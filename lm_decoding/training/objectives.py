@@ -15,6 +15,16 @@ tests pass stub logits instead. When `logits_fn` has a `config`, its attention k
 a causal model for `ar_*`, a non-causal one for `mdlm_*` and `bd3lm_*` (BD3-LM
 passes its own block masks).
 
+Self-conditioning (Chen et al. 2022, arXiv:2208.04202; DiffusionGemma),
+read from the model (`TransformerConfig.self_conditioning`), in `mdlm_*` and
+`uniform_*`: a first pass at x_t without a previous prediction gives
+probabilities (gradient stopped) that a second pass takes as its input, in
+a random half of the training rows (`self_conditioning_rows`; zeros in the
+others) and in every row of the validation bounds. The first pass is a
+function of x_t alone, so either way the second pass is a denoiser of x_t
+and its loss the exact NELBO of the model given its input; the bounds are
+those of the two-pass model the sampler runs (2K passes).
+
 Every objective returns `(loss, metrics)`:
   metrics['nll']:    float32[] negative log-likelihood (for MDLM and BD3-LM,
                      its upper bound, the NELBO) summed over the batch, in
@@ -55,7 +65,7 @@ import jax
 import jax.numpy as jnp
 
 from lm_decoding.models import diffusion, masks
-from lm_decoding.models.config import check_attention
+from lm_decoding.models.config import check_attention, self_conditioned
 from lm_decoding.models.config import token_shift as shifted
 from lm_decoding.models.diffusion import (
     EPS, log_linear_alpha, log_linear_alpha_prime, shift_logits)
@@ -416,18 +426,63 @@ def mdlm_nelbo_terms(logits_BxLxV: jax.Array, x0_BxL: jax.Array,
   return jnp.where(scored_BxL, weight_BxL * -log_probs_BxL, 0.0)
 
 
+SELF_CONDITIONING_RATE = 0.5  # the training rows self-conditioned
+_SELF_CONDITIONING_KEY = 2**31 - 2  # fold_in of the loss key for the rows
+
+
+def self_conditioning_rows(key: jax.Array, batch: int,
+                           rate: float = SELF_CONDITIONING_RATE) -> jax.Array:
+  """bool[B]: the training rows given the first pass's prediction (each
+  with probability `rate`, as Chen et al. 2022 and DiffusionGemma's
+  training); the others get zeros."""
+  return jax.random.uniform(key, (batch,)) < rate
+
+
+def denoiser_logits(logits_fn, params, x_t_BxL: jax.Array,
+                    attention_mask: jax.Array, rows_B: jax.Array | None
+                    ) -> jax.Array:
+  """float32[B, L, V] logits of the denoiser at x_t (positions 0..L-1).
+
+  A model without self-conditioning (`self_conditioned`) runs once, as
+  always. One with it runs twice: first without a previous prediction,
+  then with that pass's probabilities (softmax of its logits, gradient
+  stopped) as its input in the rows of `rows_B` (all rows when None) and
+  zeros elsewhere.
+  """
+  positions = _positions(x_t_BxL)
+  logits = logits_fn(params, x_t_BxL, positions,
+                     attention_mask=attention_mask).logits
+  if not self_conditioned(logits_fn):
+    return logits
+  probs = jax.lax.stop_gradient(jax.nn.softmax(logits.astype(jnp.float32)))
+  if rows_B is not None:
+    probs = jnp.where(rows_B[:, None, None], probs, 0.0)
+  return logits_fn(params, x_t_BxL, positions, attention_mask=attention_mask,
+                   self_conditioning=probs).logits
+
+
+def _self_conditioning_rows(logits_fn, key, batch):
+  """The training rows of `self_conditioning_rows` from the loss key (a
+  fold_in, so the other draws of a loss are those of a model without
+  self-conditioning); None for such a model."""
+  if not self_conditioned(logits_fn):
+    return None
+  return self_conditioning_rows(
+      jax.random.fold_in(key, _SELF_CONDITIONING_KEY), batch)
+
+
 def _mdlm_nelbo(logits_fn, params, x0_BxL, x_t_BxL, t_B, mask_id, eps,
-                ahead=None):
+                ahead=None, rows_B=None):
   """Summed NELBO terms of one (t, x_t) draw per row; `ahead`: the
-  annealing band (`visible_ahead`), None for bidirectional."""
+  annealing band (`visible_ahead`), None for bidirectional; `rows_B`: the
+  self-conditioned rows (`denoiser_logits`)."""
   # PAD keys are hidden, as a diffusion decoder hides padding past a length.
   length = x_t_BxL.shape[1]
   mask = masks.key_padding_mask(x0_BxL != PAD_ID, length)
   if ahead is not None:
     offset_LxL = jnp.arange(length)[None, :] - jnp.arange(length)[:, None]
     mask &= (offset_LxL <= ahead)[None]
-  logits = logits_fn(params, x_t_BxL, _positions(x_t_BxL),
-                     attention_mask=mask).logits
+  logits = denoiser_logits(logits_fn, params, x_t_BxL, mask, rows_B)
   if shifted(logits_fn):
     logits = shift_logits(logits)
   return mdlm_nelbo_terms(logits, x0_BxL, x_t_BxL, t_B, mask_id, eps).sum()
@@ -452,7 +507,8 @@ def mdlm_loss(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array, *,
   never drawn and a fraction eps of tokens stays unmasked at t = 1, each
   lowering the value by O(eps) relative (see `mdlm_bound` for the exact
   bound). A token-shifted model (module docstring) is scored on tokens
-  1..L-1 of each row.
+  1..L-1 of each row. A self-conditioned model gets its first pass's
+  prediction in a random half of the rows (module docstring).
 
   Args:
     logits_fn: the denoiser (see the module docstring); non-causal attention.
@@ -486,7 +542,8 @@ def mdlm_loss(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array, *,
                                       mask_id=mask_id, eps=eps)
     copies = 2
   nll = _mdlm_nelbo(logits_fn, params, x0_BxL, x_t_BxL, t_B, mask_id, eps,
-                    ahead)
+                    ahead, _self_conditioning_rows(logits_fn, key,
+                                                   x_t_BxL.shape[0]))
   return _summarise(nll, copies * keep_BxL.sum())
 
 
@@ -501,7 +558,9 @@ def mdlm_bound(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array,
   mask draw per row and timestep from `fold_in(key, k)`. The same key gives
   the same value; exp(loss) is the MDLM perplexity bound. Costs K forward
   passes (run sequentially with `lax.map`). A token-shifted model is scored
-  on tokens 1..L-1 (module docstring).
+  on tokens 1..L-1 (module docstring). A self-conditioned model is scored
+  with its first pass's prediction in every row (2K passes; module
+  docstring).
 
   Args:
     logits_fn: the denoiser; non-causal attention.
@@ -836,17 +895,18 @@ def uniform_nelbo_terms(logits_BxLxV: jax.Array, x0_BxL: jax.Array,
 
 
 def _uniform_nelbo(logits_fn, params, x0_BxL, t_B, keep_BxL, key, schedule,
-                   eps):
+                   eps, rows_B=None):
   """Summed NELBO terms of one (t, z_t) draw per row (bidirectional, PAD
-  keys hidden; a token-shifted model's logits realigned)."""
+  keys hidden; a token-shifted model's logits realigned; `rows_B`: the
+  self-conditioned rows, `denoiser_logits`)."""
   a_B = diffusion.alpha(schedule, t_B, eps)
   length = x0_BxL.shape[1]
   vocab = jax.eval_shape(lambda t: logits_fn(params, t, _positions(t)).logits,
                          x0_BxL[:1, :1]).shape[-1]
   z_t_BxL = uniform_noise(key, x0_BxL, a_B, keep_BxL, vocab)
-  logits = logits_fn(params, z_t_BxL, _positions(z_t_BxL),
-                     attention_mask=masks.key_padding_mask(
-                         x0_BxL != PAD_ID, length)).logits
+  logits = denoiser_logits(
+      logits_fn, params, z_t_BxL,
+      masks.key_padding_mask(x0_BxL != PAD_ID, length), rows_B)
   if shifted(logits_fn):
     logits = shift_logits(logits)
   return uniform_nelbo_terms(logits, x0_BxL, z_t_BxL, a_B,
@@ -867,8 +927,9 @@ def uniform_loss(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array,
   never drawn and the prior term at t = 1 (alpha_1 = eps > 0 for the
   log-linear and cosine schedules) is left out, each O(eps); `uniform_bound`
   is the exact bound. Every token, noised or not, is scored (unlike MDLM's
-  masked positions only). Self-conditioning is not implemented (the
-  backbone has no input for a previous prediction).
+  masked positions only). A self-conditioned model gets its first pass's
+  prediction in a random half of the rows, zeros in the others (module
+  docstring); the times and noise are those of a model without it.
 
   Args:
     logits_fn: the denoiser; non-causal attention.
@@ -893,7 +954,9 @@ def uniform_loss(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array,
   keep_BxL = maskable(tokens_BxL, shifted(logits_fn))
   t_B = sample_times(key_t, tokens_BxL.shape[0], t_min=eps)
   nll = _uniform_nelbo(logits_fn, params, tokens_BxL, t_B, keep_BxL,
-                       key_noise, schedule, eps)
+                       key_noise, schedule, eps,
+                       _self_conditioning_rows(logits_fn, key,
+                                               tokens_BxL.shape[0]))
   return _summarise(nll, keep_BxL.sum())
 
 
@@ -904,7 +967,10 @@ def uniform_bound(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array,
   The continuous-time NELBO with alpha_t = 1 - t (z_1 exactly uniform, the
   prior, so no prior term), integrated over (0, 1) by the midpoint rule on
   `num_timesteps` bins with one noise draw per row and bin from
-  `fold_in(key, k)`, as `mdlm_bound`. K forward passes.
+  `fold_in(key, k)`, as `mdlm_bound`. K forward passes; 2K for a
+  self-conditioned model, scored with its first pass's prediction in every
+  row (the two-pass denoiser `uniform_eb` runs from its second step on;
+  module docstring).
 
   Args:
     logits_fn: the denoiser; non-causal attention.

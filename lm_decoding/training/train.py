@@ -224,9 +224,11 @@ def check_config(config: ml_collections.ConfigDict) -> TransformerConfig:
   return model_config(config)
 
 
-# Optional keys of the adaptation recipes: absent, a recipe (and the shipped
-# members' manifests) is unchanged. key -> the objectives it applies to.
+# Optional keys (the adaptation recipes', and model.self_conditioning):
+# absent, a recipe (and the shipped members' manifests) is unchanged.
+# key -> the objectives it applies to.
 _ADAPTATION_KEYS = {("model", "token_shift"): ("mdlm", "bd3lm"),
+                    ("model", "self_conditioning"): ("mdlm", "uniform"),
                     ("train", "complementary_masks"): ("mdlm", "bd3lm"),
                     ("train", "anneal_steps"): ("mdlm",),
                     ("train", "block_schedule"): ("bd3lm",)}
@@ -236,7 +238,8 @@ def _check_adaptation(config: ml_collections.ConfigDict) -> None:
   """Checks the optional adaptation keys (see `objectives`' docstring).
 
   model.token_shift and train.complementary_masks: booleans, for mdlm or
-  bd3lm; train.anneal_steps: an integer >= 0, for mdlm; train.init_from: a
+  bd3lm; model.self_conditioning (not an adaptation key, optional the same
+  way): a boolean, for mdlm or uniform; train.anneal_steps: an integer >= 0, for mdlm; train.init_from: a
   string (what it names is resolved by `pretrained.parent_params`).
 
   Raises:
