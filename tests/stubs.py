@@ -73,19 +73,34 @@ AttributeError.
 
 The stubs are frozen dataclasses hashed by identity (eq=False), so they are
 valid static jit arguments even though they hold numpy arrays.
+
+Helpers of the bad-input tables (`BAD_INPUTS` in each module's test file,
+every row raising one clear error before any work): `decoder` and
+`decode_raising` build a decoder and decode on `RaisingLogitsFn`s;
+`refused_before_work` runs an entry point's row (`train`, the main job's
+`plan`); `exits_with_one_line` runs an experiment script as a user does.
+`small_config` and `write_corpus` make a tiny training config and its corpus.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import pathlib
+import re
+import subprocess
+import sys
 import types
 from typing import Any, Callable, Sequence
 
 import flax.struct
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
+import pytest
 
+from lm_decoding.decoding import base, make_decoder
+from lm_decoding.decoding.iterative import ScheduledDecoder
 from lm_decoding.models import KVCache, Model, init_params
 from lm_decoding.models.output import ModelOutput
 from lm_decoding.special_tokens import MASK_ID, PAD_ID
@@ -456,3 +471,99 @@ def random_params(config, seed: int = 0):
   rng = np.random.default_rng(seed)
   return jax.tree.map(
       lambda x: jnp.asarray(rng.normal(0, 0.3, x.shape), x.dtype), params)
+
+
+# --- Bad-input tables: decoders. ---------------------------------------------
+
+T = 4  # output_length of `decoder`; RaisingLogitsFn's V and max_len are 16
+KEY = jax.random.key(0)
+
+
+def decoder(name: str, **options):
+  """Decoder `name` with T = 4 (K = T steps for scheduled decoders)."""
+  options.setdefault("output_length", T)
+  if issubclass(base.decoder_class(name), ScheduledDecoder):
+    options.setdefault("steps", T)
+  return make_decoder(name, **options)
+
+
+def decode_raising(name: str, prompts=((5, 6),), lengths=(2,), key=KEY,
+                   roles=None, **options):
+  """Builds decoder `name` and decodes on stubs that fail on any use:
+  `roles` ({role: logits_fn}) binds some roles, `RaisingLogitsFn()` the
+  others."""
+  built = decoder(name, **options)
+  models = bind_roles(built, RaisingLogitsFn(), None)
+  models.update({r: Model(fn, None) for r, fn in (roles or {}).items()})
+  built.decode(models, jnp.asarray(prompts), jnp.asarray(lengths), key)
+
+
+# --- Bad-input tables: entry points. -----------------------------------------
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def refused_before_work(call, error, match, tmp_path, monkeypatch):
+  """Runs an entry point's row `call(tmp_path)`: it raises `error` matching
+  `match` before training compiles its first program (`init_state`), and
+  leaves tmp_path/work absent or (a data error) created and empty."""
+  from lm_decoding.training import train as train_lib
+  from lm_decoding.training.checkpoints import CheckpointError
+
+  def refuse(*args, **kwargs):
+    raise AssertionError("compiled before the check")
+
+  monkeypatch.setattr(train_lib, "init_state", refuse)
+  with pytest.raises(error, match=match):
+    call(tmp_path)
+  work = tmp_path / "work"
+  if error is not CheckpointError:  # that row wrote the checkpoint itself
+    assert not work.exists() or not any(work.iterdir()), sorted(
+        p.name for p in work.iterdir())
+
+
+def exits_with_one_line(script, flags, message, tmp_path):
+  """What a user sees of experiments/`script` given bad `flags` (`{tmp}` in
+  a flag is `tmp_path`): a non-zero exit, one line of output matching
+  `message`, no traceback, neither the workdir nor an --out under tmp_path
+  created."""
+  workdir = tmp_path / "work"
+  flags = [f.format(tmp=tmp_path) for f in flags]
+  proc = subprocess.run(
+      [sys.executable, str(ROOT / "experiments" / script),
+       f"--workdir={workdir}", *flags],
+      capture_output=True, text=True, timeout=120, cwd=ROOT)
+  assert proc.returncode != 0
+  lines = [line for line in (proc.stdout + proc.stderr).splitlines()
+           if line.strip()]
+  assert len(lines) == 1, lines
+  assert "Traceback" not in lines[0]
+  assert re.search(message, lines[0]), lines[0]
+  assert not workdir.exists() and not (tmp_path / "out").exists()
+
+
+# --- A tiny training config and its corpus. ----------------------------------
+
+def small_config(corpus_path: str) -> ml_collections.ConfigDict:
+  """A tiny experiment config reading `corpus_path`."""
+  return ml_collections.ConfigDict(dict(
+      seed=0,
+      data=dict(path=corpus_path, vocab_size=512, seq_len=16),
+      model=dict(d_model=32, num_layers=1, num_heads=2, num_kv_heads=2,
+                 head_dim=16, mlp_dim=64, max_len=16, norm="rmsnorm",
+                 positional="rope", mlp_activation="swiglu",
+                 tie_embeddings=True, dtype="float32", param_dtype="float32"),
+      train=dict(objective="ar", batch_size=2, num_steps=2,
+                 learning_rate=1e-3, warmup_steps=1, weight_decay=0.0,
+                 grad_clip_norm=1.0, eval_every=2, eval_batches=1,
+                 mdlm_eval_timesteps=2, checkpoint_every=2,
+                 keep_checkpoints=1)))
+
+
+def write_corpus(path: pathlib.Path) -> pathlib.Path:
+  """40 paragraphs of 8 words from 200 at `path` (fixed seed)."""
+  rng = np.random.default_rng(0)
+  words = [f"w{i}" for i in range(200)]
+  path.write_text("\n\n".join(" ".join(rng.choice(words, 8))
+                              for _ in range(40)))
+  return path

@@ -1,4 +1,5 @@
-"""Tests of lm_decoding.decoding.autoregressive (cases C4, C5, C8)."""
+"""Tests of lm_decoding.decoding.autoregressive (cases C4, C5, C8), and its
+bad options and inputs (`BAD_INPUTS`)."""
 
 from __future__ import annotations
 
@@ -308,3 +309,63 @@ def test_decoders_are_registered_hashable_configs():
   assert hash(decoder) == hash(ar.AutoregressiveDecoder(output_length=4,
                                                         eos_ids=(2, 7)))
   assert decoder != ar.EarlyExitDecoder(output_length=4, eos_ids=(2, 7))
+
+
+def test_prefill_accepts_python_lists():
+  """Bug: as for `decode` (tests/test_registry_contracts.py), `prefill`
+  raised TypeError for list inputs."""
+  stub = stubs.TableLogitsFn.random(1, 8, 10)
+  logits, cache = ar.prefill(stub, None, [[5, 6, 7], [5, 6, 0]], [3, 2])
+  expected, _ = ar.prefill(stub, None, jnp.asarray([[5, 6, 7], [5, 6, 0]]),
+                           jnp.asarray([3, 2]))
+  np.testing.assert_array_equal(logits, expected)
+  np.testing.assert_array_equal(cache.index, [3, 2])
+
+
+@pytest.mark.parametrize("name, options, match", [
+    ("ar", dict(output_length=2.5), "output_length"),
+    ("ar_uncached", dict(output_length=float("nan")), "output_length"),
+])
+def test_integer_options_reject_non_integers(name, options, match):
+  """Bug: `x < 1` checks accept 2.5 and NaN; decoding then fails late with a
+  TypeError from inside the trace (after init_cache / the model ran).
+
+  Fix: check integer options like `SamplingConfig.top_k` does:
+  `isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x >= 1`
+  for output_length, cache_length, num_beams, output_length, steps and
+  block_length.
+  """
+  with pytest.raises(ValueError, match=match):
+    base.make_decoder(name, **options)
+
+
+# Rows (call, exception class, regex) as in tests/test_registry_contracts.py:
+# the message names the argument and its range, before any trace (decoding
+# on `stubs.RaisingLogitsFn`, V = 16, with T = 4).
+BAD_INPUTS = [
+    pytest.param(lambda: stubs.decoder("ar", cache_length=0), ValueError,
+                 r"cache_length=0 must be >= 1", id="ar-cache-length-0"),
+    pytest.param(lambda: stubs.decode_raising("ar", cache_length=5),
+                 ValueError,
+                 r"P=2 \+ output_length=4 must be <= cache_length=5",
+                 id="ar-cache-shorter-than-prompt-plus-output"),
+    pytest.param(lambda: stubs.decode_raising("ar", eos_ids=(16,)),
+                 ValueError,
+                 r"eos_ids and pad_id must be token ids in \[0, V=16\)",
+                 id="ar-eos-id-outside-vocab"),
+    pytest.param(lambda: stubs.decoder("ar", pad_id=-1), ValueError,
+                 r"pad_id=-1 must be >= 0", id="ar-pad-id-negative"),
+    pytest.param(lambda: stubs.decode_raising("ar", lengths=(3,)),
+                 ValueError, r"prompt_lengths=\[3\] must be in \[1, P=2\]",
+                 id="ar-prompt-length-above-width"),
+    pytest.param(lambda: stubs.decode_raising("ar",
+                                              key=jax.random.PRNGKey(0)),
+                 ValueError, r"key must be a typed PRNG key",
+                 id="ar-raw-prng-key"),
+]
+
+
+@pytest.mark.parametrize("call, error, match", BAD_INPUTS)
+def test_decoder_bad_input(call, error, match):
+  with pytest.raises(error, match=match):
+    call()

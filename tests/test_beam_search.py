@@ -1,4 +1,5 @@
-"""Tests of lm_decoding.decoding.beam_search: exhaustive equivalence, per-row EOS."""
+"""Tests of lm_decoding.decoding.beam_search: exhaustive equivalence, per-row
+EOS, bad options and inputs (`BAD_INPUTS`)."""
 
 from __future__ import annotations
 
@@ -176,3 +177,48 @@ def test_length_penalty_is_gnmt():
 def test_bad_beam_options_raise(options, match):
   with pytest.raises(ValueError, match=match):
     base.make_decoder("ar_beam", **options)
+
+
+def test_beam_search_never_emits_an_eos_id_outside_the_vocabulary():
+  """Bug: with eos_ids=(V + 2,) beam search gathers log p(EOS) out of bounds
+  (clamped to token V - 1) and returns token id V + 2 in its output.
+
+  Fix: in `_beam_decode` (trace time, V = first_logits_BxV.shape[-1]) raise
+  ValueError when any eos id or pad_id is >= V, naming eos_ids / pad_id.
+  """
+  vocab = 8
+  stub = stubs.TableLogitsFn.random(0, vocab, 10, masked_ids=(PAD_ID,))
+  decoder = base.make_decoder("ar_beam", output_length=4, num_beams=2,
+                              eos_ids=(vocab + 2,))
+  try:
+    out = decoder.decode(bind(stub, None), jnp.asarray([[5, 6, 7], [5, 6, 0]]),
+                         jnp.asarray([3, 2]), jax.random.key(0))
+  except ValueError as e:
+    assert "eos_ids" in str(e)
+  else:
+    assert int(jnp.max(out.tokens)) < vocab
+
+
+@pytest.mark.parametrize("name, options, match", [
+    ("ar_beam", dict(output_length=2, num_beams=2.5), "num_beams"),
+])
+def test_integer_options_reject_non_integers(name, options, match):
+  """As tests/test_autoregressive.py's test of that name."""
+  with pytest.raises(ValueError, match=match):
+    base.make_decoder(name, **options)
+
+
+# Rows (call, exception class, regex) as in tests/test_registry_contracts.py.
+BAD_INPUTS = [
+    pytest.param(lambda: stubs.decoder("ar_beam", num_beams=True), ValueError,
+                 r"num_beams=True must be >= 1", id="beam-num-beams-true"),
+    pytest.param(lambda: stubs.decoder("ar_beam", length_penalty=True),
+                 ValueError, r"length_penalty=True must be in \[0, inf\)",
+                 id="beam-length-penalty-true"),
+]
+
+
+@pytest.mark.parametrize("call, error, match", BAD_INPUTS)
+def test_decoder_bad_input(call, error, match):
+  with pytest.raises(error, match=match):
+    call()

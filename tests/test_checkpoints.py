@@ -197,3 +197,22 @@ def test_checkpoint_saved_on_two_devices_restores_on_one(tmp_path, template):
     state, _ = checkpoints.restore(abstract)
   np.testing.assert_array_equal(state["w"], np.arange(8, dtype=np.float32))
   assert int(state["step"]) == 3
+
+
+def test_restore_refuses_a_numpy_checkpoint_of_another_shape(tmp_path):
+  """Bug: orbax restores a leaf saved from a numpy array at its stored shape
+  whatever the requested one, so `Checkpoints.restore` returns a [64, 32]
+  embedding for a [512, 32] model without a word (a checkpoint written from
+  numpy, e.g. converted weights, of another vocab).
+
+  Fix: at the end of `Checkpoints.restore`, compare every restored leaf with
+  `abstract_state` (`jax.tree_util.tree_flatten_with_path` of both) and raise
+  CheckpointError naming the path, both shapes/dtypes, directory and step on
+  the first mismatch.
+  """
+  checkpoints = Checkpoints(str(tmp_path / "ckpt"))
+  checkpoints.save(0, {"embedding": np.zeros((64, 32), np.float32)}, {})
+  with pytest.raises(CheckpointError, match="embedding"):
+    checkpoints.restore(
+        {"embedding": jax.ShapeDtypeStruct((512, 32), jnp.float32)})
+  checkpoints.close()

@@ -23,6 +23,7 @@ from lm_decoding.models import TransformerConfig, init_params, make_logits_fn
 from lm_decoding.models import Model
 from lm_decoding.parallel import sharding
 from lm_decoding.special_tokens import EOS_ID
+import stubs
 from stubs import TableLogitsFn
 
 
@@ -222,6 +223,122 @@ def test_job_exits_with_one_line_before_preparing_data(tmp_path):
   assert lines == ["compare_decoding: error: compare.batch_sizes=(0, 4) must "
                    "be a non-empty tuple of distinct integers >= 1"]
   assert not workdir.exists()
+
+
+# The main job's flags and config keys (compare_decoding.plan), tabled: every
+# row a (call(tmp_path), exception class, regex) whose message names the key
+# and its allowed range, before anything is prepared, trained or written.
+
+def compare(tmp_path, setting=None, value=None, workdir=None):
+  """compare_decoding.plan on the tiny config with config[setting] = value."""
+  config = load_config("tiny")
+  if setting is not None:
+    section, key = setting.split(".", 1)
+    config[section][key] = value
+  _load("compare_decoding", ROOT / "experiments" / "compare_decoding.py").plan(
+      config, str(workdir or tmp_path / "work"))
+
+
+def compare_row(setting, value, match):
+  return pytest.param(lambda tmp_path: compare(tmp_path, setting, value),
+                      ValueError, match, id=f"compare-{setting}={value!r}")
+
+
+ONE = "AR cached | ar | model=ar"
+BAD_INPUTS = [
+    compare_row("compare.batch_sizes", (0, 4),
+                r"compare.batch_sizes=\(0, 4\) must be a non-empty tuple of "
+                r"distinct integers >= 1"),
+    compare_row("compare.batch_sizes", (-1, 4),
+                r"compare.batch_sizes=\(-1, 4\) must be .* >= 1"),
+    compare_row("compare.batch_sizes", (True, 4),
+                r"compare.batch_sizes=\(True, 4\) must be .* >= 1"),
+    compare_row("compare.output_lengths", (), r"compare.output_lengths=\(\) "
+                r"must be a non-empty tuple"),
+    compare_row("compare.timed_runs", 0,
+                r"compare.timed_runs=0 must be an integer >= 1"),
+    compare_row("compare.prompt_len", 0,
+                r"compare.prompt_len=0 must be an integer >= 1"),
+    compare_row("compare.reference_len", -3,
+                r"compare.reference_len=-3 must be an integer >= 1"),
+    compare_row("compare.temperature", float("inf"),
+                r"compare.temperature=inf must be a finite number >= 0"),
+    compare_row("compare.temperature", float("nan"),
+                r"compare.temperature=nan must be a finite number >= 0"),
+    compare_row("compare.tolerance_gen_ppl", -0.1,
+                r"compare.tolerance_gen_ppl=-0.1 must be a finite number > 0"),
+    compare_row("compare.tolerance_entropy", float("nan"),
+                r"compare.tolerance_entropy=nan must be a finite number > 0"),
+    compare_row("compare.output_lengths", (32, 400),
+                r"prompt_len \+ max\(compare.output_lengths\) = 416 must be "
+                r"<= the ar model's max_len=320"),
+    compare_row("compare.pretrained_set", "bass",
+                r"compare.pretrained_set='bass' must be '' \(the shipped set\) "
+                r"or one of the sets in .*'base'"),
+    compare_row("compare.pretrained_set", "../pretrained",
+                r"compare.pretrained_set='../pretrained' must be ''"),
+    compare_row("compare.baseline", "AR fast",
+                r"compare.baseline='AR fast' must be the label of an entry"),
+    compare_row("compare.decoders", (ONE, "X | greedy | model=ar"),
+                r"compare.decoders\[1\].*unknown decoder name='greedy'"),
+    compare_row("compare.decoders", (ONE, "X ar model=ar"),
+                r"compare.decoders\[1\].* must have 3 or 4 fields"),
+    compare_row("compare.decoders", (ONE, "X {steps} | mdlm | model=mdlm | "
+                                     "steps"),
+                r"compare.decoders\[1\].*option 'steps' must be key=value"),
+    compare_row("compare.decoders", (ONE, "X {threshold} | threshold | "
+                                     "model=mdlm | threshold=True"),
+                r"compare.decoders\[1\].*threshold=True must be in \(0, 1\]"),
+    compare_row("compare.decoders", (ONE, "X | ar | model=gpt"),
+                r"role model='gpt' must name a decoded model, one of"),
+    compare_row("compare.decoders", (),
+                r"compare.decoders must be a non-empty list"),
+    compare_row("data.path", "/no/such/corpus.txt",
+                r"data.path='/no/such/corpus.txt' does not exist"),
+    compare_row("data.format", "csv",
+                r"data.format='csv' must be one of \('auto', 'paragraphs', "
+                r"'lines'\)"),
+    compare_row("data.vocab_size", 100, r"data.vocab_size=100 must be an "
+                r"integer >= 325"),
+    compare_row("model.max_len", 128,
+                r"data.seq_len=256 must be <= model.max_len=128"),
+    pytest.param(lambda tmp_path: compare(
+        tmp_path, workdir=_file(tmp_path)), ValueError,
+                 r"--workdir=.* is a file; give a directory",
+                 id="compare-workdir-is-a-file"),
+    pytest.param(lambda tmp_path: compare(
+        tmp_path, workdir=_file(tmp_path) / "sub"), ValueError,
+                 r"--workdir=.*sub cannot be created", id="compare-workdir-"
+                 "under-a-file"),
+    pytest.param(lambda tmp_path: compare(
+        tmp_path, workdir="/proc/lm_decoding_work"), ValueError,
+                 r"--workdir=/proc/lm_decoding_work cannot be created",
+                 id="compare-workdir-unwritable"),
+]
+
+
+def _file(tmp_path) -> pathlib.Path:
+  path = tmp_path / "a_file"
+  path.write_text("x")
+  return path
+
+
+@pytest.mark.parametrize("call, error, match", BAD_INPUTS)
+def test_entry_point_bad_input(call, error, match, tmp_path, monkeypatch):
+  stubs.refused_before_work(call, error, match, tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("script, flags, message", [
+    ("compare_decoding.py", ["--config.compare.decoders=('X | ar | "
+                             "model=ar | steps=3',)"],
+     r"^compare_decoding: error: compare.decoders\[0\] \('X'\): the label "
+     r"must show every option"),
+    ("compare_decoding.py", ["--predict=h100_sxm,h300"],
+     r"^compare_decoding: error: unknown profile name='h300'; allowed: "),
+], ids=["compare-label", "compare-predict"])
+def test_entry_points_exit_with_one_line(script, flags, message, tmp_path):
+  """What a user sees: one line, non-zero exit, nothing left behind."""
+  stubs.exits_with_one_line(script, flags, message, tmp_path)
 
 
 # ---- the harness on tiny models -----------------------------------------------

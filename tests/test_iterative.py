@@ -1,7 +1,9 @@
 """Tests of the iterative-decoding loop and its newer wirings: Fast-dLLM
-threshold/factor decoding, prefix/dual KV caches, MaskGIT, ReMDM; and two
+threshold/factor decoding, prefix/dual KV caches, MaskGIT, ReMDM; two
 contracts of every registered decoder (batch == rows alone; cost counted by
-the stub equals the cost reported)."""
+the stub equals the cost reported); and the checks every iterative decoder
+makes of its options and inputs (`BAD_INPUTS`, with the Fast-dLLM, MaskGIT
+and ReMDM options)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import stubs
 from lm_decoding.decoding import base, make_decoder, registered
 from lm_decoding.decoding.autoregressive import SequenceConfig
 from lm_decoding.decoding.base import bind
-from lm_decoding.decoding.iterative import ScheduledDecoder
+from lm_decoding.decoding.iterative import IterativeDecoder, ScheduledDecoder
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.decoding.schedule import cosine_schedule, transfer_schedule
 from lm_decoding.decoding.speculative import DraftVerifyDecoder
@@ -388,3 +390,74 @@ def test_options_that_would_fail_late_raise_at_construction_or_call():
   with pytest.raises(ValueError, match="block_length=2: infill"):
     make_decoder("llada", output_length=4, steps=4, block_length=2).infill(
         bind(stub, None), RAGGED[:2], jnp.ones((2, 3), bool), KEY)
+
+
+# ----------------------------------------------------------------------------
+# Bad options and inputs of the iterative decoders.
+
+PARALLEL = tuple(n for n in registered()
+                 if issubclass(base.decoder_class(n), IterativeDecoder))
+
+
+@pytest.mark.parametrize("name", PARALLEL)
+def test_masked_diffusion_rejects_fractional_prompt_lengths(name):
+  """Bug: MDLM/LLaDA cast prompt_lengths to int32 silently (2.5 -> 2) while
+  the AR decoders refuse non-integers.
+
+  Fix: in `IterativeDecoder._check`, before the cast, raise
+  ValueError unless `jnp.issubdtype(jnp.result_type(prompt_lengths),
+  jnp.integer)` (after `jnp.asarray`), naming prompt_lengths.
+  """
+  with pytest.raises(ValueError, match="prompt_lengths"):
+    stubs.decoder(name).decode(bind(stubs.RaisingLogitsFn(), None),
+                               jnp.ones((2, 3), jnp.int32),
+                               jnp.asarray([3.0, 2.5]), KEY)
+
+
+@pytest.mark.parametrize("name", PARALLEL)
+@pytest.mark.parametrize("temperature", [float("nan"), float("inf")])
+def test_masked_diffusion_temperature_must_be_finite(name, temperature):
+  """Bug: `temperature < 0` lets NaN and inf through; decoding then returns
+  garbage silently (MDLM all PAD, LLaDA all MASK).
+
+  Fix: the parallel decoders draw through `SamplingConfig`, whose
+  `__post_init__` raises unless 0 <= temperature < inf.
+  """
+  with pytest.raises(ValueError, match="temperature=(nan|inf)"):
+    make_decoder(name, output_length=4, steps=4,
+                 sampling=SamplingConfig(temperature=temperature))
+
+
+# Rows (call, exception class, regex) as in tests/test_registry_contracts.py:
+# the message names the argument and its range, before any trace.
+BAD_INPUTS = [
+    *[pytest.param(lambda n=n: stubs.decode_raising(n, mask_id=16), ValueError,
+                   r"mask_id and pad_id must be token ids in \[0, V=16\)",
+                   id=f"{n}-mask-id-is-V") for n in PARALLEL],
+    *[pytest.param(lambda n=n: stubs.decoder(n, early_stop=1), ValueError,
+                   r"early_stop=1 must be True or False",
+                   id=f"{n}-early-stop-as-a-number") for n in PARALLEL],
+    pytest.param(lambda: stubs.decoder("threshold", threshold=True),
+                 ValueError, r"threshold=True must be in \(0, 1\] \(a number\)",
+                 id="threshold-true"),
+    pytest.param(lambda: stubs.decoder("threshold", threshold="high"),
+                 ValueError, r"threshold='high' must be in \(0, 1\]",
+                 id="threshold-a-word"),
+    pytest.param(lambda: stubs.decoder("factor", factor=True), ValueError,
+                 r"factor=True must be in \(0, inf\)", id="factor-true"),
+    pytest.param(lambda: stubs.decoder("factor", factor=float("inf")),
+                 ValueError, r"factor=inf must be in \(0, inf\)",
+                 id="factor-inf"),
+    pytest.param(lambda: stubs.decoder("maskgit", choice_temperature=True),
+                 ValueError, r"choice_temperature=True must be in \[0, inf\)",
+                 id="maskgit-choice-temperature-true"),
+    pytest.param(lambda: stubs.decoder("remdm", remask_per_step=0),
+                 ValueError, r"remask_per_step=0 must be an integer >= 1",
+                 id="remdm-remask-per-step-0"),
+]
+
+
+@pytest.mark.parametrize("call, error, match", BAD_INPUTS)
+def test_decoder_bad_input(call, error, match):
+  with pytest.raises(error, match=match):
+    call()

@@ -1,4 +1,5 @@
-"""Tests of masked-diffusion decoding (MDLM and LLaDA) with stub denoisers."""
+"""Tests of masked-diffusion decoding (MDLM and LLaDA) with stub denoisers,
+and their bad options and inputs (`BAD_INPUTS`)."""
 
 from __future__ import annotations
 
@@ -453,3 +454,54 @@ def test_llada_commits_in_its_ordering_exactly(remasking, order):
     states.append(list(expected))
   np.testing.assert_array_equal(out.states[:, 0], states)
   np.testing.assert_array_equal(out.tokens, [[5, 6, 5]])
+
+
+@pytest.mark.parametrize("name, options, match", [
+    ("mdlm", dict(output_length=4, steps=2.5), "steps"),
+    ("mdlm", dict(output_length=2.5, steps=2), "output_length"),
+    ("llada", dict(output_length=2.5, steps=2), "output_length"),
+])
+def test_integer_options_reject_non_integers(name, options, match):
+  """As tests/test_autoregressive.py's test of that name."""
+  with pytest.raises(ValueError, match=match):
+    base.make_decoder(name, **options)
+
+
+# Rows (call, exception class, regex) as in tests/test_registry_contracts.py:
+# the message names the argument and its range, before any trace (decoding
+# on `stubs.RaisingLogitsFn`, V = 16, with T = K = 4).
+BAD_INPUTS = [
+    pytest.param(lambda: stubs.decoder("mdlm", reuse_logits="yes"),
+                 ValueError, r"reuse_logits='yes' must be True or False",
+                 id="mdlm-reuse-logits-as-a-string"),
+    pytest.param(lambda: stubs.decoder("mdlm", sampling=SamplingConfig(
+        repetition_penalty=1.2)), ValueError,
+                 r"repetition_penalty=1.2 must be 1",
+                 id="mdlm-repetition-penalty"),
+    pytest.param(lambda: stubs.decoder("mdlm", steps=True), ValueError,
+                 r"steps=True must be an integer >= 1", id="mdlm-steps-true"),
+    pytest.param(lambda: stubs.decoder("llada", block_length=3), ValueError,
+                 r"block_length=3 must be in \[1, 4\] and divide",
+                 id="llada-block-length-not-dividing"),
+    pytest.param(lambda: stubs.decoder("mdlm", kv_cache="full"), ValueError,
+                 r"kv_cache='full'; allowed: \('none', 'prefix', 'dual'\)",
+                 id="mdlm-kv-cache-unknown"),
+    pytest.param(lambda: stubs.decoder("mdlm", schedule="quadratic"),
+                 ValueError, r"schedule='quadratic'; allowed",
+                 id="mdlm-schedule-unknown"),
+    pytest.param(lambda: stubs.decoder("llada", remasking="highest"),
+                 ValueError, r"remasking='highest'; allowed",
+                 id="llada-remasking-unknown"),
+    pytest.param(lambda: stubs.decoder("mdlm", mask_id=PAD_ID), ValueError,
+                 r"mask_id=0 must differ from pad_id=0",
+                 id="mdlm-mask-id-is-pad"),
+    pytest.param(lambda: stubs.decode_raising("mdlm", lengths=(2.5,)),
+                 ValueError, r"prompt_lengths must be int\[B\]",
+                 id="mdlm-fractional-prompt-length"),
+]
+
+
+@pytest.mark.parametrize("call, error, match", BAD_INPUTS)
+def test_decoder_bad_input(call, error, match):
+  with pytest.raises(error, match=match):
+    call()

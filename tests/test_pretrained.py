@@ -10,18 +10,21 @@ import shlex
 import subprocess
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import pytest
 from absl import flags
 from ml_collections import config_flags
 
+import stubs
 from lm_decoding.data import corpus
 from lm_decoding.data import pipeline
 from lm_decoding.data.tokenizer import MIN_VOCAB_SIZE, Tokenizer
 from lm_decoding.models import abstract_params, count_params
 from lm_decoding.training import pretrained
 from lm_decoding.training import train as train_lib
+from lm_decoding.training.checkpoints import CheckpointError, Checkpoints
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "experiments" / "train_pretrained.sh"
@@ -435,3 +438,47 @@ def test_rounded_members_reproduce_their_validation_loss(
   if name == "evaluator":  # stronger than the AR model it scores
     ar = pretrained.read_manifest("ar", shipped_set)["metrics"]
     assert loss < ar["valid_loss"], (loss, ar)
+
+
+# ---- checkpoints and manifests that do not fit -------------------------------
+
+
+@pytest.fixture()
+def pretrained_set(tmp_path):
+  """A one-member set whose manifest matches `stubs.small_config`."""
+  config = stubs.small_config(str(stubs.write_corpus(tmp_path / "corpus.txt")))
+  tokenizer = Tokenizer.load(str(pathlib.Path(pretrained.DEFAULT_DIR)
+                                 / pretrained.TOKENIZER_FILE))
+  member = tmp_path / "set" / "ar"
+  member.mkdir(parents=True)
+  manifest = {"name": "ar", "commit": "0" * 40,
+              "recipe": pretrained.recipe(config),
+              "tokenizer_sha256": pretrained.tokenizer_sha256(tokenizer)}
+  (member / pretrained.MANIFEST_FILE).write_text(json.dumps(manifest))
+  return config, tokenizer, member
+
+
+def test_find_refuses_parameters_of_another_vocab(pretrained_set):
+  config, tokenizer, member = pretrained_set
+  other_vocab = train_lib.model_config(config).replace(vocab_size=64)
+  params = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype),
+                        train_lib.unbox(abstract_params(other_vocab)))
+  checkpoints = Checkpoints(str(member / "params"), keep=1)
+  checkpoints.save(0, params, {})
+  checkpoints.close()
+  with pytest.raises(CheckpointError, match="stored shape: \\(64, 32\\)"):
+    pretrained.find(config, "ar", tokenizer, member.parent)
+
+
+def test_find_with_a_corrupt_manifest_names_it(pretrained_set):
+  """Bug: a truncated manifest.json raises a bare json.JSONDecodeError that
+  names no file.
+
+  Fix: in `pretrained.find` (and `read_manifest`) wrap `json.loads` in
+  `try/except json.JSONDecodeError as e: raise CheckpointError(
+  f"manifest {manifest_path} is corrupt: {e}") from e`.
+  """
+  config, tokenizer, member = pretrained_set
+  (member / pretrained.MANIFEST_FILE).write_text('{"name": "ar", "reci')
+  with pytest.raises(CheckpointError, match="manifest"):
+    pretrained.find(config, "ar", tokenizer, member.parent)

@@ -1,4 +1,5 @@
-"""Tests of lm_decoding.evaluation.quality: exact values on hand-made cases."""
+"""Tests of lm_decoding.evaluation.quality: exact values on hand-made cases,
+empty and all-PAD rows."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import stubs
 from lm_decoding.evaluation import quality
 from lm_decoding.models import TransformerConfig, init_params, make_logits_fn
 from lm_decoding.models.output import ModelOutput
@@ -274,3 +276,46 @@ def test_omission_rate_exact():
   np.testing.assert_allclose(kept, [3 / 5])
   with pytest.raises(ValueError, match="same length"):
     quality.omission_rate(hyps[:2], refs)
+
+
+# --- Empty and all-PAD rows. -------------------------------------------------
+
+def test_metrics_on_empty_and_all_pad_rows():
+  tokens = np.asarray([[0, 0, 0, 0], [5, 6, 0, 0], [7, 7, 7, 0]])
+  lengths = np.asarray([4, 0, 3])  # row 0: four real PAD-id tokens
+  np.testing.assert_allclose(quality.unigram_entropy(tokens, lengths),
+                             [0.0, np.nan, 0.0])
+  np.testing.assert_allclose(quality.repetition_rate(tokens, lengths, 1),
+                             [0.75, np.nan, 2 / 3])
+  assert quality.distinct_n(tokens, lengths, 1) == 2 / 7
+  assert np.isnan(quality.distinct_n(tokens, lengths * 0, 2))
+  assert np.isnan(quality.repetition_rate(np.zeros((2, 0), int),
+                                          np.zeros(2, int), 1)).all()
+  np.testing.assert_allclose(quality.omission_rate(["x", ""],
+                                                   ["", "the cat"]), [np.nan, 1.0])
+
+
+def test_gen_ppl_skips_empty_rows_and_refuses_no_tokens():
+  evaluator = stubs.TableLogitsFn.random(6, 8, 12)
+  tokens = np.asarray([[5, 6, 7], [0, 0, 0], [6, 0, 5]])
+  full = quality.gen_ppl(evaluator, None, tokens, [3, 0, 2])
+  alone = quality.gen_ppl(evaluator, None, tokens[[0, 2]], [3, 2])
+  assert full.ppl == pytest.approx(alone.ppl, rel=1e-6)
+  assert full.num_tokens == 5
+  np.testing.assert_array_equal(full.row_counts, [3, 0, 2])
+  assert np.isnan(full.row_nll[1]) and np.isnan(full.row_entropy[1])
+  with pytest.raises(ValueError, match="no token"):
+    quality.gen_ppl(evaluator, None, tokens, [0, 0, 0])
+
+
+def test_gen_ppl_of_no_rows_names_the_problem():
+  """Bug: B = 0 rows fails in np.concatenate ("need at least one array to
+  concatenate"), naming neither argument.
+
+  Fix: in `gen_ppl`, after `_rows`: `if b == 0: raise ValueError(
+  "tokens must have B >= 1 rows")`.
+  """
+  evaluator = stubs.TableLogitsFn.random(6, 8, 12)
+  with pytest.raises(ValueError, match="no token|tokens"):
+    quality.gen_ppl(evaluator, None, np.zeros((0, 3), np.int32),
+                    np.zeros((0,), np.int32))

@@ -1,4 +1,5 @@
-"""Tests of lm_decoding.decoding.sampling (cases C1-C3 of decoding_cases.md)."""
+"""Tests of lm_decoding.decoding.sampling (cases C1-C3 of decoding_cases.md),
+and its bad options (`BAD_INPUTS`)."""
 
 from __future__ import annotations
 
@@ -344,3 +345,63 @@ def test_per_row_temperature_below_the_floor_is_greedy_for_that_row():
     np.testing.assert_array_equal(drawn[:4], [1] * 4)
     hot_rows.add(int(drawn[4]))
   assert len(hot_rows) > 1  # T = 1000 really samples
+
+
+def test_sampling_temperature_must_be_finite():
+  """Bug: SamplingConfig(temperature=inf) is accepted; logits / inf turns
+  -inf logits into NaN and the decoders then emit a token whose logit was
+  -inf (token 0 of a stub that masks it).
+
+  Fix: in `SamplingConfig.__post_init__` check
+  `0 <= self.temperature < math.inf`, "in [0, inf) (0 = greedy)".
+  """
+  with pytest.raises(ValueError, match="temperature"):
+    sampling.SamplingConfig(temperature=float("inf"))
+
+
+def test_sample_rejects_nan_row_temperature():
+  """Bug: `np.any(temperature_B < 0)` is False for NaN, so a NaN row
+  temperature silently draws token 0.
+
+  Fix: in `sampling.sample` raise when
+  `not np.all(np.isfinite(t) & (t >= 0))` for a concrete temperature_B.
+  """
+  with pytest.raises(ValueError, match="temperature_B"):
+    sampling.sample(jax.random.key(0), jnp.zeros((2, 8)),
+                    sampling.SamplingConfig(),
+                    temperature_B=jnp.asarray([jnp.nan, 1.0]))
+
+
+@pytest.mark.parametrize("vocab", [256, 257])
+def test_categorical_with_one_finite_logit_always_draws_it(vocab):
+  """Two levels (256 = 16 groups of 16) and one level (257 is prime)."""
+  tokens = np.asarray([0, vocab // 2 + 1, vocab - 1] * 8)
+  logits = np.full((tokens.size, vocab), -np.inf, np.float32)
+  logits[np.arange(tokens.size), tokens] = 0.5
+  drawn = jax.jit(sampling.categorical)(jax.random.key(vocab),
+                                        jnp.asarray(logits, jnp.bfloat16))
+  np.testing.assert_array_equal(drawn, tokens)
+
+
+# Rows (call, exception class, regex) as in tests/test_registry_contracts.py:
+# the message names the option and its range.
+BAD_INPUTS = [
+    pytest.param(lambda: SamplingConfig(temperature=True),
+                 ValueError, r"temperature=True must be in \[0, inf\)",
+                 id="sampling-temperature-true"),
+    pytest.param(lambda: SamplingConfig(top_p=True), ValueError,
+                 r"top_p=True must be in \(0, 1\]", id="sampling-top-p-true"),
+    pytest.param(lambda: SamplingConfig(top_k=2.5), ValueError,
+                 r"top_k=2.5 must be an integer >= 0", id="sampling-top-k-2.5"),
+    pytest.param(lambda: SamplingConfig(min_p=1.0), ValueError,
+                 r"min_p=1.0 must be in \[0, 1\)", id="sampling-min-p-1"),
+    pytest.param(lambda: SamplingConfig(repetition_penalty=0.0),
+                 ValueError, r"repetition_penalty=0.0 must be in \(0, inf\)",
+                 id="sampling-repetition-penalty-0"),
+]
+
+
+@pytest.mark.parametrize("call, error, match", BAD_INPUTS)
+def test_decoder_bad_input(call, error, match):
+  with pytest.raises(error, match=match):
+    call()

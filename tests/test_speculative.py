@@ -375,7 +375,7 @@ SKELETON_T, SKELETON_GAMMA = 12, 4
 def test_skeleton_with_threshold_zero_is_the_mdlm_sample():
   """Also the max_len boundary that works: a draft of max_len exactly
   P + T (the skeleton's span), a target of exactly P + T + gamma - 1 (the
-  boundary below is refused: tests/test_bad_inputs.py)."""
+  boundary below is refused: BAD_INPUTS below)."""
   width = RAGGED.shape[1]
   target = stubs.TableLogitsFn.random(
       1, 12, width + SKELETON_T + SKELETON_GAMMA - 1, masked_ids=(PAD_ID,))
@@ -431,3 +431,91 @@ def test_draft_and_target_of_different_vocabularies_raise_before_compiling():
         models(stubs.RaisingLogitsFn(max_len=64),
                stubs.RaisingLogitsFn(max_len=16)),
         RAGGED, RAGGED_LENGTHS, KEY)
+
+
+# ----------------------------------------------------------------------------
+# Bad models and inputs of the draft-and-verify decoders: rows (call,
+# exception class, regex) as in tests/test_registry_contracts.py, decoding on
+# `stubs.RaisingLogitsFn` (V = 16, max_len 16), so the check comes before any
+# trace.
+
+DRAFT_VERIFY = tuple(n for n in base.registered() if issubclass(
+    base.decoder_class(n), speculative.DraftVerifyDecoder))
+
+
+def raising_transformer(attention: str) -> TransformerConfig:
+  """A tiny Transformer config of `attention` kind: read by the checks, its
+  KV cache built abstractly at most; no model of it ever runs."""
+  return TransformerConfig(vocab_size=16, d_model=8, num_layers=1,
+                           num_heads=1, num_kv_heads=1, head_dim=8, mlp_dim=8,
+                           max_len=16, attention=attention)
+
+
+# Models without KV cache support (the draft-and-verify decoders keep one for
+# the target, and for speculative's draft), and how the message shows each;
+# the cache asked for has B = 1 rows, P + T + gamma - 1 = 2 + 4 + 4 - 1 slots.
+NO_CACHE = [
+    ("no-init-cache", stubs.NoInitCacheLogitsFn(),
+     r"NoInitCacheLogitsFn has no init_cache$"),
+    ("init-cache-none", stubs.NoneCacheLogitsFn(),
+     r"NoneCacheLogitsFn\.init_cache returned NoneType$"),
+    ("config-cannot-build-a-cache", stubs.ConfigCacheLogitsFn(),
+     r"ConfigCacheLogitsFn\.init_cache\(1, 9\) raised AttributeError: "
+     r"'NoneType' object has no attribute"),
+]
+NEEDS_CACHE = (r"must support a KV cache: its logits_fn needs "
+               r"init_cache\(batch_size, length\) returning a cache with "
+               r"at\(\) and rollback\(\) \(as models.KVCache\); ")
+# A target that supports a cache and fails on any call: speculative's draft
+# cache is checked after the target's.
+CACHED = stubs.ConfigCacheLogitsFn(config=raising_transformer("causal"))
+
+BAD_INPUTS = [
+    *[pytest.param(lambda n=n, fn=fn: stubs.decode_raising(
+        n, roles={"target": fn}),
+                   ValueError, rf"^the target model {NEEDS_CACHE}{got}",
+                   id=f"{n}-target-{kind}")
+      for n in DRAFT_VERIFY for kind, fn, got in NO_CACHE],
+    *[pytest.param(lambda fn=fn: stubs.decode_raising(
+        "speculative", roles={"target": CACHED, "draft": fn}), ValueError,
+                   rf"^the draft model {NEEDS_CACHE}{got}",
+                   id=f"speculative-draft-{kind}")
+      for kind, fn, got in NO_CACHE],
+    *[pytest.param(lambda n=n: stubs.decode_raising(n, roles={
+        "target": stubs.RaisingLogitsFn(
+            config=raising_transformer("bidirectional"))}), ValueError,
+                   r"^the target model of \w+Decoder needs 'causal' "
+                   r"attention; logits_fn.config.attention='bidirectional'$",
+                   id=f"{n}-bidirectional-target") for n in DRAFT_VERIFY],
+    pytest.param(lambda: stubs.decode_raising("speculative", roles={
+        "draft": stubs.RaisingLogitsFn(
+            config=raising_transformer("bidirectional"))}),
+                 ValueError, r"^the draft model of SpeculativeDecoder needs "
+                 r"'causal' attention; logits_fn.config.attention="
+                 r"'bidirectional'$", id="speculative-bidirectional-draft"),
+    *[pytest.param(lambda n=n: stubs.decode_raising(n, roles={
+        "draft": stubs.RaisingLogitsFn(config=raising_transformer("causal"))}),
+                   ValueError, r"^the draft model of \w+Decoder needs "
+                   r"non-causal \(e.g. 'bidirectional'\) attention; "
+                   r"logits_fn.config.attention='causal'$",
+                   id=f"{n}-causal-diffusion-draft")
+      for n in ("diffusion_draft", "skeleton_polish")],
+    # The boundary below the one that works (a skeleton draft of max_len
+    # P + T = 6, a target of P + T + gamma - 1 = 9: test above).
+    pytest.param(lambda: stubs.decode_raising("skeleton_polish", roles={
+        "draft": stubs.RaisingLogitsFn(max_len=5)}), ValueError,
+                 r"^6 positions \(prompt width P=2 \+ output_length=4: the "
+                 r"skeleton\) must be <= the draft model's max_len=5$",
+                 id="skeleton_polish-draft-shorter-than-prompt-plus-output"),
+    pytest.param(lambda: stubs.decode_raising("skeleton_polish", roles={
+        "target": stubs.RaisingLogitsFn(max_len=8)}), ValueError,
+                 r"^9 positions \(prompt width P=2 \+ output_length=4 \+ "
+                 r"gamma=4 - 1\) must be <= the target model's max_len=8$",
+                 id="skeleton_polish-target-shorter-than-its-cache"),
+]
+
+
+@pytest.mark.parametrize("call, error, match", BAD_INPUTS)
+def test_decoder_bad_input(call, error, match):
+  with pytest.raises(error, match=match):
+    call()

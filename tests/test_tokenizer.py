@@ -131,6 +131,14 @@ def test_load_missing_model_raises(tmp_path):
     Tokenizer.load(str(tmp_path / "absent.model"))
 
 
+def test_load_of_a_file_that_is_not_a_model_raises(tmp_path):
+  path = tmp_path / "not_a_tokenizer.model"
+  path.write_bytes(b"\x00\x01 not a sentencepiece model")
+  with pytest.raises(ValueError, match=r"path=.*not_a_tokenizer.model.* is "
+                     r"not a SentencePiece tokenizer model"):
+    Tokenizer.load(str(path))
+
+
 def test_model_with_other_reserved_ids_is_rejected(ascii_texts):
   model = io.BytesIO()
   spm.SentencePieceTrainer.train(

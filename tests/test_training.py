@@ -1,8 +1,12 @@
 """Training loop: loss falls for both objectives, checkpoints restore exactly,
-interrupted runs resume bit-exactly, bad input fails before compiling."""
+interrupted runs resume bit-exactly, bad input fails before compiling (the
+config keys, data paths and checkpoints of `BAD_INPUTS`, and what a user of
+experiments/train.py sees)."""
 
+import gzip
 import importlib.util
 import json
+import shutil
 import os
 import pathlib
 
@@ -12,8 +16,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import stubs
+from lm_decoding.data import corpus as corpus_lib
 from lm_decoding.data import pipeline
 from lm_decoding.models import abstract_params, count_params
+from lm_decoding.training import pretrained
 from lm_decoding.training import train as train_lib
 from lm_decoding.training.checkpoints import CheckpointError, Checkpoints
 
@@ -184,6 +191,144 @@ def test_bad_input_raises_before_compiling(change, match, tmp_path,
   monkeypatch.setattr(jax, "jit", no_compile)
   with pytest.raises(ValueError, match=match):
     train_lib.train(config, str(tmp_path), progress=False)
+
+
+def test_train_refuses_a_cached_tokenizer_of_another_vocab(tmp_path,
+                                                            monkeypatch):
+  corpus_file = stubs.write_corpus(tmp_path / "corpus.txt")
+  config = stubs.small_config(str(corpus_file))
+  key = pipeline.cache_key(corpus_lib.load_splits(str(corpus_file)), 512)
+  cache = tmp_path / "work" / "data" / key
+  cache.mkdir(parents=True)
+  shutil.copy(pathlib.Path(pretrained.DEFAULT_DIR) / pretrained.TOKENIZER_FILE,
+              cache / pipeline.TOKENIZER_FILE)  # 4096 ids
+
+  def no_compile(*args, **kwargs):
+    raise AssertionError("compiled before validating")
+
+  monkeypatch.setattr(jax, "jit", no_compile)
+  with pytest.raises(ValueError,
+                     match="tokenizer vocab_size=4096 does not match"):
+    train_lib.train(config, str(tmp_path / "work"), progress=False)
+
+
+# --- Bad inputs, tabled: config keys, data paths, checkpoint fit. ------------
+
+def bad_config(**changes):
+  """configs/tiny.py with changes {"section__key": value} ("config__key": a
+  top-level key)."""
+  config = load_config("tiny")
+  for setting, value in changes.items():
+    section, key = setting.split("__")
+    if section == "config":
+      config[key] = value
+    else:
+      config[section][key] = value
+  return config
+
+
+def train_in(tmp_path, config):
+  train_lib.train(config, str(tmp_path / "work"), progress=False,
+                  data_dir=str(tmp_path / "work"))
+
+
+def train_row(match, exc=ValueError, **changes):
+  name = ",".join(f"{k.replace('__', '.')}={v!r}" for k, v in changes.items())
+  return pytest.param(lambda tmp_path: train_in(
+      tmp_path, bad_config(**changes)), exc, match, id=f"train-{name}")
+
+
+def corpus_row(content: bytes, match, name="corpus.txt"):
+  def call(tmp_path):
+    path = tmp_path / name
+    path.write_bytes(content)
+    train_in(tmp_path, bad_config(data__path=str(path)))
+  return pytest.param(call, ValueError, match, id=f"data-{match[:24]}")
+
+
+def fingerprint_mismatch(tmp_path):
+  """A checkpoint written by another config: refused before anything
+  compiles or the data is prepared."""
+  with Checkpoints(str(tmp_path / "work" / "checkpoints")) as checkpoints:
+    checkpoints.save(1, {"x": np.zeros(2, np.float32)},
+                     {"fingerprint": {"objective": "mdlm"}})
+  train_in(tmp_path, bad_config())
+
+
+# Every row a (call(tmp_path), exception class, regex): the message names the
+# key and its allowed range, and nothing is prepared, compiled or written.
+BAD_INPUTS = [
+    train_row(r"train.num_steps=0 must be an integer >= 1",
+              train__num_steps=0),
+    train_row(r"train.batch_size=True must be an integer >= 1",
+              train__batch_size=True),
+    train_row(r"train.warmup_steps=-1 must be an integer >= 0",
+              train__warmup_steps=-1),
+    train_row(r"train.eval_every=0 must be an integer >= 1",
+              train__eval_every=0),
+    train_row(r"train.checkpoint_every=0 must be an integer >= 1",
+              train__checkpoint_every=0),
+    train_row(r"train.keep_checkpoints=0 must be an integer >= 1",
+              train__keep_checkpoints=0),
+    train_row(r"train.learning_rate=-0.001 must be a number in \(0.0, inf\)",
+              train__learning_rate=-1e-3),
+    train_row(r"train.learning_rate=nan must be a number in \(0.0, inf\)",
+              train__learning_rate=float("nan")),
+    train_row(r"train.weight_decay=-0.1 must be a number in \[0.0, inf\)",
+              train__weight_decay=-0.1),
+    train_row(r"train.grad_clip_norm=0.0 must be a number in \(0.0, inf\)",
+              train__grad_clip_norm=0.0),
+    train_row(r"train.objective='gpt'; allowed: \('ar', 'mdlm', 'bd3lm', 'uniform', 'translation_ar', 'cmlm', 'ctc'\)",
+              train__objective="gpt"),
+    train_row(r"train.block_length=5 must be an integer in \[1, 256\] "
+              r"dividing data.seq_len=256", train__objective="bd3lm",
+              train__block_length=5),
+    train_row(r"data.seq_len=1 must be an integer >= 2", data__seq_len=1),
+    train_row(r"data.seq_len=400 must be <= model.max_len=320",
+              data__seq_len=400),
+    train_row(r"model.dtype='float8'; allowed: \(", model__dtype="float8"),
+    train_row(r"model.num_heads=3 must be a multiple of num_kv_heads=4",
+              model__num_heads=3),
+    train_row(r"seed=-1 must be an integer >= 0", config__seed=-1),
+    corpus_row(b"", r"is empty \(no text\)"),
+    corpus_row(b"\x00\x01\x02binary\x00", r"is binary \(it holds NUL bytes\)"),
+    corpus_row("caf\u00e9 latin-1 text\n".encode("latin-1"), r"is not UTF-8"),
+    # (bytes FF FE at the start would be a UTF-16 mark: corpus.py)
+    corpus_row(gzip.compress(b"broken \xff\xfe", mtime=0), r"is not UTF-8",
+               name="corpus.txt.gz"),
+    corpus_row(b"One short paragraph.\n\nAnother one.\n",
+               r"vocab_size=4096 does not fit the texts|too small"),
+    pytest.param(fingerprint_mismatch, CheckpointError,
+                 r"checkpoint in .* was trained with .*mdlm.*; use another "
+                 r"workdir", id="checkpoint-fingerprint-mismatch"),
+]
+
+
+@pytest.mark.parametrize("call, error, match", BAD_INPUTS)
+def test_entry_point_bad_input(call, error, match, tmp_path, monkeypatch):
+  stubs.refused_before_work(call, error, match, tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("script, flags, message", [
+    ("train.py", ["--config.train.num_steps=0"],
+     r"^error: train.num_steps=0 must be an integer >= 1$"),
+    ("train.py", ["--member=draft_huge"],
+     r"^error: --member='draft_huge'; the config's members: ar, mdlm, bd3lm, "
+     r"evaluator, draft_medium, draft_small, bd3lm4_from_ar, bd3lm16_from_ar, "
+     r"mdlm_from_ar, bd3lm4_scratch, bd3lm16_scratch, mdlm_scratch$"),
+    ("train.py", ["--config.data.path=/no/such/file.txt"],
+     r"^error: data.path='/no/such/file.txt' does not exist"),
+    ("train.py", ["--export_pretrained=.", "--export_dir=/tmp/no_such_set"],
+     r"^error: export name='\.' must be a plain folder name"),
+    ("train.py", ["--member=draft_small", "--export_pretrained=ar",
+                  "--export_dir={tmp}/out"],
+     r"^error: --export_pretrained='ar' must equal --member='draft_small'"),
+], ids=["train-num-steps", "train-unknown-member", "train-missing-data",
+        "train-export-name", "train-export-member"])
+def test_entry_points_exit_with_one_line(script, flags, message, tmp_path):
+  """experiments/train.py: one line, non-zero exit, nothing left behind
+  (`{tmp}` in a flag is this test's folder)."""
+  stubs.exits_with_one_line(script, flags, message, tmp_path)
 
 
 @pytest.mark.parametrize("objective", ["ar", "mdlm"])

@@ -11,12 +11,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from lm_decoding.decoding import bind, make_decoder
 from lm_decoding.models import (KVCache, TransformerConfig, abstract_params,
                                 count_params, init_params, make_logits_fn)
 from lm_decoding.models import masks
 from lm_decoding.models.kv_cache import write_rows
 from lm_decoding.models.transformer import Attention
-from lm_decoding.special_tokens import PAD_ID
+from lm_decoding.special_tokens import EOS_ID, PAD_ID
 
 BASE = TransformerConfig(vocab_size=32, d_model=32, num_layers=2, num_heads=4,
                          num_kv_heads=4, head_dim=8, mlp_dim=64, max_len=32)
@@ -585,3 +586,19 @@ def test_window_and_block_causal_hold_with_the_kv_cache(changes, chunks):
   assert np.abs(np.asarray(full) - np.asarray(
       make_logits_fn(plain.replace(attention="causal", block_length=0))(
           params, tokens, _positions(2, 10)).logits)).max() > 1e-3
+
+
+def test_bfloat16_model_with_a_bfloat16_kv_cache():
+  """A bfloat16 GQA Transformer decodes through its bfloat16 KV cache."""
+  cfg = TransformerConfig(vocab_size=32, d_model=32, num_layers=1, num_heads=2,
+                          num_kv_heads=1, head_dim=16, mlp_dim=64, max_len=8,
+                          dtype="bfloat16", param_dtype="bfloat16")
+  logits_fn = make_logits_fn(cfg)
+  assert logits_fn.init_cache(1, 1).k[0].dtype == jnp.bfloat16
+  out = make_decoder("ar", output_length=4, eos_ids=(EOS_ID,)).decode(
+      bind(logits_fn, init_params(cfg, jax.random.key(0))),
+      jnp.asarray([[5, 6, 7], [8, 9, 0]]), jnp.asarray([3, 2]),
+      jax.random.key(0))
+  tokens = np.asarray(out.tokens)
+  assert tokens.shape == (2, 4) and ((tokens >= 0) & (tokens < 32)).all()
+  assert int(out.nfe) == 4
