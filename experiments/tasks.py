@@ -134,6 +134,23 @@ def check(config) -> list[tuple[tasks.Task, list | None]]:
   return out
 
 
+def check_parents(config, plan, workdir: str) -> None:
+  """Every adapted model's parent is trained in this run (in config.kinds)
+  or was trained before under {workdir}/{task}/{parent}.
+
+  Raises:
+    ValueError: naming the missing parent.
+  """
+  kinds = _names(config.kinds, task_training.KINDS, "kinds")
+  for task, _ in plan:
+    for _, parent in adaptations(config):
+      folder = os.path.join(workdir, task.name, parent, "checkpoints")
+      if parent not in kinds and not os.path.isdir(folder):
+        raise ValueError(f"adapt={config.adapt!r}: the parent {parent!r} is "
+                         f"not in kinds={config.kinds!r} and {folder} does "
+                         "not exist")
+
+
 def make_splits(config, task, puzzles) -> dict[str, tasks.Split]:
   """Generated splits; file puzzles replace test and leave train/valid."""
   sizes = dict(train=config.data.train_size, valid=config.data.valid_size,
@@ -251,6 +268,7 @@ def main(argv):
   start = time.time()
   try:
     plan = check(config)
+    check_parents(config, plan, workdir)
   except ValueError as e:
     sys.exit(f"tasks: error: {e}")
   out_dir = _RESULTS.value or os.path.join(workdir, "results")

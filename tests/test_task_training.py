@@ -181,7 +181,8 @@ def _bad_file(tmp_path):
     (["--config.data.sudoku_max_givens=16"], r"max_givens=16 must satisfy"),
     (["--config.data.puzzle_file={bad}"], r"puzzles.txt:2: a 4x4 puzzle is 16 characters"),
     (["--config.adapt=mdlm:gpt"], r"adapt='mdlm:gpt': 'mdlm:gpt' is not 'kind:parent'"),
-], ids=["task", "size", "givens", "puzzle-file", "adapt"])
+    (["--config.kinds=mdlm", "--config.adapt=mdlm:ar"], r"the parent 'ar' is not in kinds='mdlm'"),
+], ids=["task", "size", "givens", "puzzle-file", "adapt", "parent"])
 def test_entry_point_refuses_bad_options(flags, message, tmp_path):
   workdir = tmp_path / "work"
   flags = [f.format(bad=_bad_file(tmp_path)) for f in flags]
