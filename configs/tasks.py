@@ -20,6 +20,11 @@ def get_config() -> ml_collections.ConfigDict:
   config.seed = 0
   config.tasks = "sudoku4,permutation"  # comma-separated names of data.tasks.TASKS, run in order
   config.kinds = "ar,mdlm,bd3lm"   # models per task (task_training.KINDS)
+  # Adapted models (issue 25 on a task): 'kind:parent' pairs, comma-separated
+  # (e.g. 'mdlm:ar'): a model of `kind` started from the parameters of the
+  # task's `parent` model ({workdir}/{task}/{parent}: trained in this run or
+  # before), trained for train.adapt_budget_s, scored as '{kind}_from_{parent}'.
+  config.adapt = ""
 
   config.data = ml_collections.ConfigDict()
   config.data.train_size = 20000   # distinct puzzles per task in train (valid, test: below); no puzzle in two splits
@@ -50,6 +55,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.train.warmup_steps = 100
   config.train.num_steps = 100000  # the cosine schedule's length; budget_s ends the run first
   config.train.budget_s = 360.0    # seconds of training steps per model (the budget; 2 shared CPU cores)
+  config.train.adapt_budget_s = 120.0  # seconds of training steps of each adapted model (config.adapt)
   config.train.weight_decay = 0.01
   config.train.grad_clip_norm = 1.0
   config.train.eval_every = 100    # valid loss, checkpoint (resumable)

@@ -8,7 +8,10 @@ splits (or, with data.puzzle_file, a Sudoku test split read from a file and
 kept out of train and valid); one model per kind of `config.kinds` on one
 backbone (`config.model`) and one budget (`config.train.budget_s` seconds of
 training steps), trained or resumed under {workdir}/{task}/{kind}
-(`training.task_training`, curves in its metrics.jsonl); then every
+(`training.task_training`, curves in its metrics.jsonl), and each adapted
+model of `config.adapt` ('mdlm:ar': an MDLM started from the task's AR
+model, `config.train.adapt_budget_s` seconds) under
+{workdir}/{task}/{kind}_from_{parent}; then every
 applicable decoder (`evaluation.task_scores.decoder_grid`) decodes the whole
 test split in one batch. Writes to --out (default --workdir, the run's
 folder):
@@ -35,6 +38,7 @@ import shutil
 import sys
 import time
 
+import ml_collections
 from absl import app, flags, logging
 from ml_collections import config_flags
 
@@ -42,7 +46,7 @@ from lm_decoding.data import tasks
 from lm_decoding.data.tasks import permutation, sudoku
 from lm_decoding.checks import is_count
 from lm_decoding.decoding.base import bind
-from lm_decoding.evaluation import report, task_report, task_scores
+from lm_decoding.evaluation import records, report, task_report, task_scores
 from lm_decoding.models import make_logits_fn
 from lm_decoding.training import task_training
 
@@ -75,6 +79,22 @@ def task_options(config, name: str) -> dict:
   return {}
 
 
+def adaptations(config) -> list[tuple[str, str]]:
+  """config.adapt as [(kind, parent kind)].
+
+  Raises:
+    ValueError: a pair not 'kind:parent' of task_training.KINDS.
+  """
+  pairs = []
+  for pair in (p.strip() for p in config.adapt.split(",") if p.strip()):
+    kind, _, parent = pair.partition(":")
+    if kind not in task_training.KINDS or parent not in task_training.KINDS:
+      raise ValueError(f"adapt={config.adapt!r}: {pair!r} is not "
+                       f"'kind:parent' with both in {task_training.KINDS}")
+    pairs.append((kind, parent))
+  return pairs
+
+
 def check(config) -> list[tuple[tasks.Task, list | None]]:
   """Every option, before anything is built: [(task, file puzzles or None)].
 
@@ -91,8 +111,10 @@ def check(config) -> list[tuple[tasks.Task, list | None]]:
     if not is_count(config.train[key]):
       raise ValueError(f"train.{key}={config.train[key]!r} must be an "
                        "integer >= 1")
-  if not config.train.budget_s > 0:
-    raise ValueError(f"train.budget_s={config.train.budget_s!r} must be > 0")
+  for key in ("budget_s", "adapt_budget_s"):
+    if not config.train[key] > 0:
+      raise ValueError(f"train.{key}={config.train[key]!r} must be > 0")
+  adaptations(config)
   steps = [s.strip() for s in str(config.eval.steps).split(",")]
   if not all(s.isdigit() and int(s) >= 1 for s in steps):
     raise ValueError(f"eval.steps={config.eval.steps!r} must be integers "
@@ -113,6 +135,23 @@ def check(config) -> list[tuple[tasks.Task, list | None]]:
       puzzles = sudoku.read_puzzles(config.data.puzzle_file, task.size)
     out.append((task, puzzles))
   return out
+
+
+def check_parents(config, plan, workdir: str) -> None:
+  """Every adapted model's parent is trained in this run (in config.kinds)
+  or was trained before under {workdir}/{task}/{parent}.
+
+  Raises:
+    ValueError: naming the missing parent.
+  """
+  kinds = _names(config.kinds, task_training.KINDS, "kinds")
+  for task, _ in plan:
+    for _, parent in adaptations(config):
+      folder = os.path.join(workdir, task.name, parent, "checkpoints")
+      if parent not in kinds and not os.path.isdir(folder):
+        raise ValueError(f"adapt={config.adapt!r}: the parent {parent!r} is "
+                         f"not in kinds={config.kinds!r} and {folder} does "
+                         "not exist")
 
 
 def make_splits(config, task, puzzles) -> dict[str, tasks.Split]:
@@ -154,40 +193,56 @@ def run_task(config, task, puzzles, workdir: str, out_dir: str
                                      for s in tasks.SPLITS), flush=True)
   rows, summaries = [], []
   steps = [int(s) for s in str(config.eval.steps).split(",")]
-  for kind in _names(config.kinds, task_training.KINDS, "kinds"):
+  adapt_train = ml_collections.ConfigDict(config.train.to_dict())
+  adapt_train.budget_s = config.train.adapt_budget_s
+  models = [(kind, kind, config.train, None)
+            for kind in _names(config.kinds, task_training.KINDS, "kinds")]
+  models += [(f"{kind}_from_{parent}", kind, adapt_train,
+              os.path.join(workdir, task.name, parent))
+             for kind, parent in adaptations(config)]
+  for name, kind, train, init_from in models:
     params, summary = task_training.train_task_model(
-        task, kind, splits, config.model.to_dict(), config.train,
-        config.seed, os.path.join(workdir, task.name, kind))
-    summaries.append(dict(summary, task=task.name))
+        task, kind, splits, config.model.to_dict(), train, config.seed,
+        os.path.join(workdir, task.name, name), init_from=init_from)
+    summaries.append(dict(summary, task=task.name, kind=name))
     os.makedirs(os.path.join(out_dir, "curves"), exist_ok=True)
-    shutil.copy(os.path.join(workdir, task.name, kind, "metrics.jsonl"),
-                os.path.join(out_dir, "curves", f"{task.name}_{kind}.jsonl"))
-    models = bind(make_logits_fn(task_training.model_config(
+    shutil.copy(os.path.join(workdir, task.name, name, "metrics.jsonl"),
+                os.path.join(out_dir, "curves", f"{task.name}_{name}.jsonl"))
+    bound = bind(make_logits_fn(task_training.model_config(
         task, kind, config.model.to_dict())), params)
     for entry in task_scores.decoder_grid(
         kind, task.answer_length, steps, config.train.block_length,
         config.eval.num_beams, config.eval.threshold, config.eval.factor):
-      row = dict(task=task.name, model=kind, **task_scores.score_decoder(
-          task, splits["test"], entry, models, config.seed))
+      row = dict(task=task.name, model=name, **task_scores.score_decoder(
+          task, splits["test"], entry, bound, config.seed))
       print(json.dumps(row), flush=True)
       rows.append(row)
   return rows, summaries
 
 
+def _parent(summary: dict) -> str:
+  """An adapted model's parent: its workdir, steps and seconds; else —."""
+  if "init_from" not in summary:
+    return "—"
+  return (f"{os.path.basename(summary['init_from'])} "
+          f"({summary['parent_steps']} steps, "
+          f"{summary['parent_train_s']:.0f} s)")
+
+
 def write_results(config, all_rows, summaries, closed, out_dir, seconds):
   os.makedirs(out_dir, exist_ok=True)
-  report.write_csv(all_rows, os.path.join(out_dir, "results.csv"))
+  records.write_csv(all_rows, os.path.join(out_dir, "results.csv"))
   lines = ["# Exact-answer tasks", "",
-           "Command: `python " + " ".join(sys.argv) + "`", "",
+           f"Command: `{records.command()}`", "",
            f"Budget per model: {config.train.budget_s:.0f} s of training "
            f"steps (batch {config.train.batch_size}); backbone "
            f"d_model {config.model.d_model}, {config.model.num_layers} "
            f"layers; run took {seconds / 60:.1f} min.", "",
            "## Models", "",
-           "| task | model | params | steps | train s | valid loss |",
-           "|---|---|---|---|---|---|"]
+           "| task | model | params | steps | train s | valid loss | from |",
+           "|---|---|---|---|---|---|---|"]
   lines += [f"| {s['task']} | {s['kind']} | {s['num_params']} | {s['steps']}"
-            f" | {s['train_s']:.0f} | {s['valid_loss']:.3f} |"
+            f" | {s['train_s']:.0f} | {s['valid_loss']:.3f} | {_parent(s)} |"
             for s in summaries]
   for name in dict.fromkeys(r["task"] for r in all_rows):
     rows = [r for r in all_rows if r["task"] == name]
@@ -216,6 +271,7 @@ def main(argv):
   start = time.time()
   try:
     plan = check(config)
+    check_parents(config, plan, workdir)
   except ValueError as e:
     sys.exit(f"tasks: error: {e}")
   out_dir = _OUT.value or workdir

@@ -111,6 +111,49 @@ def test_trainer_resumes_to_the_same_state(tmp_path):
   assert [r["step"] for r in log] == [2, 4]
 
 
+def test_adapted_model_starts_from_its_parent(tmp_path):
+  task = tasks.make_task("permutation", num_items=4, alphabet=6)
+  splits = tasks.make_splits(task, dict(train=64, valid=8, test=8), seed=0)
+  parent, _ = task_training.train_task_model(
+      task, "ar", splits, MODEL, train_config(2), 0, str(tmp_path / "ar"),
+      log=lambda _: None)
+  still = train_config(2)
+  still.learning_rate = 0.0  # AdamW at rate 0: the parameters stay put
+  child, summary = task_training.train_task_model(
+      task, "mdlm", splits, MODEL, still, 0, str(tmp_path / "mdlm"),
+      log=lambda _: None, init_from=str(tmp_path / "ar"))
+  jax.tree.map(np.testing.assert_array_equal, parent, child)
+  assert summary["steps"] == 2 and summary["parent_steps"] == 2
+  assert summary["init_from"] == str(tmp_path / "ar")
+  _, resumed = task_training.train_task_model(  # resumed: lineage kept
+      task, "mdlm", splits, MODEL, still, 0, str(tmp_path / "mdlm"),
+      log=lambda _: None, init_from=str(tmp_path / "gone"))
+  assert resumed["parent_steps"] == 2
+
+
+def test_adaptation_refuses_a_parent_of_another_vocabulary(tmp_path):
+  small = tasks.make_task("permutation", num_items=4, alphabet=6)
+  task_training.train_task_model(
+      small, "ar", tasks.make_splits(small, dict(train=64, valid=8, test=8),
+                                     seed=0),
+      MODEL, train_config(2), 0, str(tmp_path / "ar"), log=lambda _: None)
+  large = tasks.make_task("permutation", num_items=4, alphabet=8)
+  splits = tasks.make_splits(large, dict(train=64, valid=8, test=8), seed=0)
+  with pytest.raises(ValueError, match=r"does not fit this model.*"
+                     r"params/embedding: stored shape: \(12, 32\).*"
+                     r"requested shape: \(14, 32\)"):
+    task_training.train_task_model(
+        large, "mdlm", splits, MODEL, train_config(2), 0,
+        str(tmp_path / "mdlm"), log=lambda _: None,
+        init_from=str(tmp_path / "ar"))
+  assert not (tmp_path / "mdlm").exists()  # refused before any work
+  with pytest.raises(ValueError, match="no checkpoints/ folder"):
+    task_training.train_task_model(
+        large, "mdlm", splits, MODEL, train_config(2), 0,
+        str(tmp_path / "mdlm"), log=lambda _: None,
+        init_from=str(tmp_path / "nowhere"))
+
+
 def test_decoder_grid_covers_every_family():
   labels = {kind: {e.label for e in task_scores.decoder_grid(
       kind, 8, (1, 2, 4, 8, 16), 4, 4, 0.9, 1.0)} for kind in
@@ -137,7 +180,9 @@ def _bad_file(tmp_path):
     (["--config.data.train_size=0"], r"data.train_size=0 must be an integer >= 1"),
     (["--config.data.sudoku_max_givens=16"], r"max_givens=16 must satisfy"),
     (["--config.data.puzzle_file={bad}"], r"puzzles.txt:2: a 4x4 puzzle is 16 characters"),
-], ids=["task", "size", "givens", "puzzle-file"])
+    (["--config.adapt=mdlm:gpt"], r"adapt='mdlm:gpt': 'mdlm:gpt' is not 'kind:parent'"),
+    (["--config.kinds=mdlm", "--config.adapt=mdlm:ar"], r"the parent 'ar' is not in kinds='mdlm'"),
+], ids=["task", "size", "givens", "puzzle-file", "adapt", "parent"])
 def test_entry_point_refuses_bad_options(flags, message, tmp_path):
   workdir = tmp_path / "work"
   flags = [f.format(bad=_bad_file(tmp_path)) for f in flags]

@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from lm_decoding.evaluation.report import markdown_table  # noqa: E402
 
 COLUMNS = (
-    ("model", "model", 0, "the model kind (AR, MDLM, BD3-LM), all one backbone and budget"),
+    ("model", "model", 0, "the model kind (AR, MDLM, BD3-LM; mdlm_from_ar: an MDLM adapted from the AR model), all one backbone"),
     ("decoder", "decoder", 0, "decoder/ordering (or rule)"),
     ("steps", "K", 0, "denoising steps of a parallel decoder (AR: none)"),
     ("exact", "exact", 3, "fraction of test problems solved exactly"),

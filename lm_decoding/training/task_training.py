@@ -12,6 +12,13 @@ evaluation appends {step, loss, valid_loss, train_s} to
 `{workdir}/metrics.jsonl` (the curve). valid_loss is the objective on the
 valid split with a fixed key (nats per answer token; an upper bound for the
 diffusion models).
+
+Adaptation (issue 25 on a task): `init_from` names another task model's
+workdir (e.g. the AR model of the same task); a fresh run starts from its
+latest parameters (the optimizer, its warmup and the step count start
+fresh), after `parent_fits` has compared the parent's stored shapes with
+this model's (the vocabulary, the backbone) from the checkpoint's metadata
+alone, before anything is compiled. A resumed run ignores it.
 """
 
 from __future__ import annotations
@@ -28,9 +35,9 @@ import numpy as np
 from lm_decoding.data.tasks import Split, Task
 from lm_decoding.models import TransformerConfig, count_params, make_logits_fn
 from lm_decoding.training import task_objectives
-from lm_decoding.training.checkpoints import Checkpoints
+from lm_decoding.training.checkpoints import CheckpointError, Checkpoints
 from lm_decoding.training.train import (
-    init_state, make_optimizer, make_train_step, unbox)
+    abstract_state, init_state, make_optimizer, make_train_step, unbox)
 
 KINDS = tuple(task_objectives.TASK_LOSSES)
 
@@ -61,9 +68,58 @@ def loss_options(task: Task, kind: str, block_length: int) -> dict:
   return options
 
 
+def parent_fits(init_from: str, state) -> dict:
+  """Checks that the task model saved under the workdir `init_from` has
+  `state`'s structure, shapes and dtypes (a TrainState or its abstract
+  shapes), reading only the checkpoint's metadata.
+
+  Returns:
+    {'init_from', 'parent_steps', 'parent_train_s'}: the parent's training
+    steps and seconds of training steps.
+  Raises:
+    ValueError: naming init_from: no checkpoint there, or a parent of
+      another vocabulary, width or any other shape (each leaf that differs).
+  """
+  folder = os.path.join(init_from, "checkpoints")
+  if not os.path.isdir(folder):
+    raise ValueError(f"init_from={init_from!r} is not a task model's workdir "
+                     "(no checkpoints/ folder)")
+  with Checkpoints(folder, keep=1) as ckpt:
+    step = ckpt.latest_step()
+    if step is None:
+      raise ValueError(f"init_from={init_from!r} holds no complete checkpoint")
+    try:
+      ckpt.check_fits(state, step)
+    except CheckpointError as e:
+      raise ValueError(f"init_from={init_from!r}: the parent does not fit "
+                       f"this model: {e}") from e
+    train_s = ckpt.read_meta(step).get("train_s")
+  return {"init_from": init_from, "parent_steps": step,
+          "parent_train_s": train_s}
+
+
+def _latest_step(workdir: str) -> int | None:
+  """The latest complete checkpoint step under `workdir`, creating
+  nothing."""
+  folder = os.path.join(workdir, "checkpoints")
+  if not os.path.isdir(folder):
+    return None
+  with Checkpoints(folder, keep=1) as ckpt:
+    return ckpt.latest_step()
+
+
+def _parent_params(init_from: str, state):
+  """The parameters of `init_from`'s latest checkpoint, restored onto
+  `state`'s shapes (checked by `parent_fits` first)."""
+  with Checkpoints(os.path.join(init_from, "checkpoints"), keep=1) as ckpt:
+    parent, _ = ckpt.restore(state)
+  return parent.params
+
+
 def train_task_model(task: Task, kind: str, splits: dict[str, Split],
                      model: dict, train: ml_collections.ConfigDict,
-                     seed: int, workdir: str, log=print):
+                     seed: int, workdir: str, log=print,
+                     init_from: str | None = None):
   """Trains (or resumes) one task model; returns (params, summary).
 
   Args:
@@ -76,13 +132,23 @@ def train_task_model(task: Task, kind: str, splits: dict[str, Split],
     seed: initialisation and batch seed.
     workdir: checkpoints and metrics.jsonl.
     log: called with one line per evaluation.
+    init_from: a parent task model's workdir (module docstring), or None
+      for a random initialisation.
   Returns:
-    params, {kind, num_params, steps, train_s, valid_loss}.
+    params, {kind, num_params, steps, train_s, valid_loss}; an adapted
+    model's also {init_from, parent_steps, parent_train_s} (train_s is its
+    own steps' seconds, the parent's not included).
+  Raises:
+    ValueError: as `model_config`, or a parent that does not fit
+      (`parent_fits`; before anything is compiled).
   """
   model_cfg = model_config(task, kind, model)
   loss = functools.partial(task_objectives.TASK_LOSSES[kind],
                            **loss_options(task, kind, train.block_length))
   optimizer = make_optimizer(train)
+  lineage = {}
+  if init_from and _latest_step(workdir) is None:
+    lineage = parent_fits(init_from, abstract_state(model_cfg, optimizer))
   step_fn = make_train_step(model_cfg, loss, optimizer)
   logits_fn = make_logits_fn(model_cfg)
   valid_rows = splits["valid"].rows
@@ -97,7 +163,13 @@ def train_task_model(task: Task, kind: str, splits: dict[str, Split],
     if ckpt.latest_step() is not None:
       state, meta = ckpt.restore(state)
       train_s = meta["train_s"]
+      lineage = {k: meta[k] for k in ("init_from", "parent_steps",
+                                      "parent_train_s") if k in meta}
       log(f"{task.name}/{kind}: resuming at step {int(state.step)}")
+    elif lineage:
+      state = state.replace(params=_parent_params(init_from, state))
+      log(f"{task.name}/{kind}: from {init_from} (step "
+          f"{lineage['parent_steps']})")
     step = int(state.step)
     while step < train.num_steps and train_s < train.budget_s:
       rng = np.random.default_rng((seed, step))
@@ -115,9 +187,9 @@ def train_task_model(task: Task, kind: str, splits: dict[str, Split],
                   "train_s": train_s}
         with open(log_path, "a") as f:
           f.write(json.dumps(record) + "\n")
-        ckpt.save(step, state, {"train_s": train_s})
+        ckpt.save(step, state, {"train_s": train_s, **lineage})
         log(f"{task.name}/{kind}: {json.dumps(record)}")
   params = unbox(state.params)
   return params, {"kind": kind, "num_params": count_params(params),
                   "steps": step, "train_s": train_s,
-                  "valid_loss": float(eval_fn(state.params))}
+                  "valid_loss": float(eval_fn(state.params)), **lineage}
