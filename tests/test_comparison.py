@@ -360,6 +360,29 @@ def test_cached_rows_report_their_approximation(measured):
   assert dual["forward_tokens"]["model"] < dual["nfe"] * 2 * (4 + T)
 
 
+def test_uniform_eb_rows_run_cached_and_uncached(tokenizer):
+  """uniform_eb has no masked loop: its cached row's error is measured by
+  `uniform_diffusion.cache_error` (exact cache: rounding only, same
+  tokens as its kv_cache=none row), and it reports like any other row."""
+  texts = [f"uni {{steps}} {{block_length}} {{kv_cache}} | uniform_eb"
+           f" | model=mdlm | steps=4 block_length=4 kv_cache={kv}"
+           for kv in ("prefix", "none")]
+  planned = entries.plan(entries.parse_entries(texts), (T,), 1.0, MEMBERS)
+  model = transformer("bidirectional", 1)
+  prompts = np.random.default_rng(0).integers(5, VOCAB, (2, 4)).astype(
+      np.int32)
+  result = comparison.run(planned, {"mdlm": model}, transformer("causal", 2),
+                          tokenizer, prompts, ["a", "b"], batch_sizes=(2,),
+                          runs=1, progress=False)
+  rows = {r["decoder"]: r for r in result.rows}
+  cached = rows["uni 4 4 prefix"]
+  assert 0 <= cached["max_logit_error"] < 1e-4
+  assert cached["agreement"] == 1.0 and cached["reference"] == "uni 4 4 none"
+  assert cached["gen_ppl"] > 1 and rows["uni 4 4 none"]["gen_ppl"] > 1
+  assert (cached["forward_tokens"]["model"]
+          < rows["uni 4 4 none"]["forward_tokens"]["model"])
+
+
 def test_report_opens_with_the_verdict_and_the_frontier(measured, tmp_path):
   """The smoke run of the main job's outputs: verdict lines, figures."""
   _, result, _ = measured
