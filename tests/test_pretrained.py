@@ -25,7 +25,8 @@ from lm_decoding.training import train as train_lib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "experiments" / "train_pretrained.sh"
-SHIPPED = ("ar", "mdlm", "bd3lm", "evaluator", "draft_small", "draft_medium")
+SHIPPED = ("ar", "mdlm", "bd3lm", "uniform", "evaluator", "draft_small",
+           "draft_medium")
 ADAPTED = tuple(pretrained.ADAPTED_MEMBERS)  # adapted from 'ar' (issue 25)
 CONTROLS = tuple(pretrained.CONTROL_MEMBERS)  # their from-scratch controls
 
@@ -170,7 +171,7 @@ def test_drafts_section_changes_no_other_member():
   assert after == before
   del config["drafts"]
   assert sorted(pretrained.member_configs(config)) == sorted(
-      ("ar", "bd3lm", "evaluator", "mdlm") + ADAPTED + CONTROLS)
+      ("ar", "bd3lm", "evaluator", "mdlm", "uniform") + ADAPTED + CONTROLS)
 
 
 @pytest.fixture(scope="module")
@@ -406,12 +407,13 @@ def test_base_member_matches_configs_base(name, shipped_tokenizer):
 
 
 @pytest.mark.parametrize("set_name, name", [("", "ar"), ("", "evaluator"),
-                                            ("base", "ar"),
+                                            ("", "uniform"), ("base", "ar"),
                                             ("base", "evaluator")])
 def test_rounded_members_reproduce_their_validation_loss(
     set_name, name, shipped_tokenizer, tmp_path):
-  """A shipped AR member's stored (rounded) parameters give the manifest's
-  float32 validation loss on the same fixed batches within 0.01 nats; the
+  """A shipped AR (or uniform-diffusion: its bound on a fixed grid and
+  noise) member's stored (rounded) parameters give the manifest's float32
+  validation loss on the same fixed batches within 0.01 nats; the
   base AR model meets issue 10's goal (perplexity <= 80 on the Austen
   validation split), and each evaluator scores the validation text better
   than the AR model of its set."""
@@ -424,7 +426,8 @@ def test_rounded_members_reproduce_their_validation_loss(
   pretrained.seed_data_cache(config, str(tmp_path), shipped_set)
   _, _, valid = train_lib.training_data(config, str(tmp_path))
   batches = valid[:config.train.eval_batches * config.train.batch_size]
-  eval_fn = train_lib.make_eval_fn(train_lib.model_config(config), "ar",
+  eval_fn = train_lib.make_eval_fn(train_lib.model_config(config),
+                                   config.train.objective,
                                    config.train.mdlm_eval_timesteps)
   loss = train_lib.evaluate(eval_fn, params, batches.reshape(
       config.train.eval_batches, config.train.batch_size, -1))
