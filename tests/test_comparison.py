@@ -181,7 +181,8 @@ def load_config(name):
 # The default grid: each family at its strongest setting plus the naive
 # uncached AR loop, T = 256 only (configs/tiny.py).
 DEFAULT_GRID = [
-    "AR cached", "AR uncached", "MDLM K=8", "LLaDA margin K=32 block=32",
+    "AR cached", "AR uncached", "MDLM K=8", "uniform EB K=32",
+    "LLaDA margin K=32 block=32",
     "threshold tau=0.9 block=32 cache=dual", "MaskGIT K=32", "ReMDM K=32",
     "BD3-LM block=16 K=256", "speculative small draft gamma=4",
     "prompt lookup gamma=4", "MDLM K=32 skeleton + AR polish p>=0.01 gamma=8"]
@@ -190,7 +191,8 @@ DEFAULT_GRID = [
 def test_default_grid_is_pinned(job, tmp_path):
   config = load_config("tiny")
   planned, members = job.plan(config, str(tmp_path))
-  assert set(members) >= {"ar", "mdlm", "bd3lm", "draft_small", "evaluator"}
+  assert set(members) >= {"ar", "mdlm", "bd3lm", "uniform", "draft_small",
+                          "evaluator"}
   assert [p.label for p in planned] == DEFAULT_GRID
   assert {p.output_length for p in planned} == {256}
   cmp = config.compare
@@ -203,7 +205,7 @@ def test_full_grid_holds_every_default_entry_at_three_lengths(job,
                                                               tmp_path):
   tiny, full = load_config("tiny"), load_config("full")
   assert set(tiny.compare.decoders) < set(full.compare.decoders)
-  assert len(full.compare.decoders) == 19
+  assert len(full.compare.decoders) == 22
   planned, _ = job.plan(full, str(tmp_path))
   assert full.compare.output_lengths == (32, 128, 256)
   assert {p.output_length for p in planned} == {32, 128, 256}

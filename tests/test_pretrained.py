@@ -366,9 +366,9 @@ def test_set_dir_names_the_shipped_sets():
 
 
 def test_base_grid_is_the_full_one_without_the_uncached_full_pass_rows():
-  """configs/base.py keeps 12 of configs/full.py's 19 decoders, in their
+  """configs/base.py keeps 12 of configs/full.py's 22 decoders, in their
   order: none that makes T full passes without a cache, nor the margin
-  ordering."""
+  ordering, nor uniform diffusion (no base 'uniform' member)."""
   full, base = load_config("full").compare, load_config("base").compare
   kept = [d for d in full.decoders if d in base.decoders]
   assert list(base.decoders) == kept and len(kept) == 12
