@@ -1,4 +1,4 @@
-"""The full grid of the main job: 19 decoders x T = 32, 128, 256 x B = 1, 8.
+"""The full grid of the main job: 22 decoders x T = 32, 128, 256 x B = 1, 8.
 
 configs/tiny.py's models and data with today's whole comparison grid: every
 family at several settings (steps, blocks, caches, orderings), three output
@@ -27,13 +27,17 @@ def get_config() -> ml_collections.ConfigDict:
   config.compare.timed_runs = 5
   # The default grid's entries (pinned by tests/test_comparison.py), in
   # order, and the other settings of each family between them.
-  (ar_cached, ar_uncached, mdlm_8, llada_margin, threshold_dual, maskgit,
-   remdm, bd3lm, speculative, prompt_lookup,
+  (ar_cached, ar_uncached, mdlm_8, uniform_32, llada_margin, threshold_dual,
+   maskgit, remdm, bd3lm, speculative, prompt_lookup,
    skeleton) = config.compare.decoders
   config.compare.decoders = (
       ar_cached, ar_uncached, mdlm_8,
       "MDLM K={steps} | mdlm | model=mdlm | steps=32",
       "MDLM K={steps} | mdlm | model=mdlm | steps=T",
+      "uniform EB K={steps} | uniform_eb | model=uniform | steps=8",
+      uniform_32,
+      "uniform EB K={steps} block={block_length} cache={kv_cache} | uniform_eb"
+      " | model=uniform | steps=64 block_length=32 kv_cache=prefix",
       "LLaDA K={steps} | llada | model=mdlm | steps=32",
       "LLaDA K={steps} block={block_length} | llada | model=mdlm | steps=32 block_length=32",
       "LLaDA K={steps} block={block_length} | llada | model=mdlm | steps=T block_length=32",

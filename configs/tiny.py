@@ -110,6 +110,9 @@ def get_config() -> ml_collections.ConfigDict:
       # MDLM: K = 8's gen-PPL is within 15% of K = 32's and K = T's (entropy
       # 3.3 against 3.6-3.7 nats) at a quarter of K = 32's cost.
       "MDLM K={steps} | mdlm | model=mdlm | steps=8",
+      # Uniform-noise diffusion (DiffusionGemma's sampler, issue 27) on its
+      # own member at the same budget: 32 full passes, as cheap as MaskGIT.
+      "uniform EB K={steps} | uniform_eb | model=uniform | steps=32",
       # LLaDA: the margin ordering keeps entropy near AR's where the
       # confidence ordering repeats itself (2.3 against 3.3 nats).
       "LLaDA {remasking} K={steps} block={block_length} | llada | model=mdlm"

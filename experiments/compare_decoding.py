@@ -6,8 +6,9 @@ r"""The main job: sequential vs parallel decoding, cost and quality, measured.
 configs/tiny.py's default grid (each decoding family at its strongest
 setting, T = 256, B = 1 and 8) took 8.2 minutes cold on 2 CPU cores shared
 with other jobs (1-minute load average 6.7-10.2; 6.3 CPU minutes:
-experiments/results/tiny_cpu_2core/); configs/full.py is the full grid (19
-decoders x 3 output lengths, 20-35 minutes).
+experiments/results/tiny_cpu_2core/, before the uniform row was added);
+configs/full.py is the full grid (22 decoders x 3 output lengths, 20-35
+minutes for the 19 before the uniform rows).
 
 The default mesh (1, 1, 1) is one device, as always; another mesh shape
 (`config.mesh`) runs every decoder sharded (`lm_decoding.decoding.sharded`)

@@ -20,8 +20,8 @@ shipped pretrained set (`lm_decoding/pretrained/NAME`, or --export_dir) that
 the main job uses when its config matches.
 
 With --member=NAME the config is that member's
-(`pretrained.member_configs`: 'ar', 'mdlm', 'bd3lm', 'evaluator' or a draft of
-config.drafts), the recipe the main job looks for:
+(`pretrained.member_configs`: 'ar', 'mdlm', 'bd3lm', 'uniform', 'evaluator'
+or a draft of config.drafts), the recipe the main job looks for:
 
   python experiments/train.py --config=configs/base.py --member=evaluator \
       --workdir=/tmp/base/evaluator
@@ -60,7 +60,7 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.",
 _MEMBER = flags.DEFINE_string(
     "member", None,
     "Train this member of pretrained.member_configs(config) (ar, mdlm, bd3lm, "
-    "evaluator or a draft of config.drafts) instead of the config as given.")
+    "uniform, evaluator or a draft of config.drafts) instead of the config as given.")
 _EXPORT = flags.DEFINE_string(
     "export_pretrained", None,
     "If set, export the trained model into the shipped pretrained set under "

@@ -182,7 +182,8 @@ def load_config(name):
 # The default grid: each family at its strongest setting plus the naive
 # uncached AR loop, T = 256 only (configs/tiny.py).
 DEFAULT_GRID = [
-    "AR cached", "AR uncached", "MDLM K=8", "LLaDA margin K=32 block=32",
+    "AR cached", "AR uncached", "MDLM K=8", "uniform EB K=32",
+    "LLaDA margin K=32 block=32",
     "threshold tau=0.9 block=32 cache=dual", "MaskGIT K=32", "ReMDM K=32",
     "BD3-LM block=16 K=256", "speculative small draft gamma=4",
     "prompt lookup gamma=4", "MDLM K=32 skeleton + AR polish p>=0.01 gamma=8"]
@@ -191,7 +192,8 @@ DEFAULT_GRID = [
 def test_default_grid_is_pinned(job, tmp_path):
   config = load_config("tiny")
   planned, members = job.plan(config, str(tmp_path))
-  assert set(members) >= {"ar", "mdlm", "bd3lm", "draft_small", "evaluator"}
+  assert set(members) >= {"ar", "mdlm", "bd3lm", "uniform", "draft_small",
+                          "evaluator"}
   assert [p.label for p in planned] == DEFAULT_GRID
   assert {p.output_length for p in planned} == {256}
   cmp = config.compare
@@ -204,7 +206,7 @@ def test_full_grid_holds_every_default_entry_at_three_lengths(job,
                                                               tmp_path):
   tiny, full = load_config("tiny"), load_config("full")
   assert set(tiny.compare.decoders) < set(full.compare.decoders)
-  assert len(full.compare.decoders) == 19
+  assert len(full.compare.decoders) == 22
   planned, _ = job.plan(full, str(tmp_path))
   assert full.compare.output_lengths == (32, 128, 256)
   assert {p.output_length for p in planned} == {32, 128, 256}
@@ -475,6 +477,29 @@ def test_cached_rows_report_their_approximation(measured):
   assert dual["max_logit_error"] >= 0 and 0 <= dual["agreement"] <= 1
   assert dual["reference"] is None  # no kv_cache=none row in this run
   assert dual["forward_tokens"]["model"] < dual["nfe"] * 2 * (4 + T)
+
+
+def test_uniform_eb_rows_run_cached_and_uncached(tokenizer):
+  """uniform_eb has no masked loop: its cached row's error is measured by
+  `uniform_diffusion.cache_error` (exact cache: rounding only, same
+  tokens as its kv_cache=none row), and it reports like any other row."""
+  texts = [f"uni {{steps}} {{block_length}} {{kv_cache}} | uniform_eb"
+           f" | model=mdlm | steps=4 block_length=4 kv_cache={kv}"
+           for kv in ("prefix", "none")]
+  planned = entries.plan(entries.parse_entries(texts), (T,), 1.0, MEMBERS)
+  model = transformer("bidirectional", 1)
+  prompts = np.random.default_rng(0).integers(5, VOCAB, (2, 4)).astype(
+      np.int32)
+  result = comparison.run(planned, {"mdlm": model}, transformer("causal", 2),
+                          tokenizer, prompts, ["a", "b"], batch_sizes=(2,),
+                          runs=1, progress=False)
+  rows = {r["decoder"]: r for r in result.rows}
+  cached = rows["uni 4 4 prefix"]
+  assert 0 <= cached["max_logit_error"] < 1e-4
+  assert cached["agreement"] == 1.0 and cached["reference"] == "uni 4 4 none"
+  assert cached["gen_ppl"] > 1 and rows["uni 4 4 none"]["gen_ppl"] > 1
+  assert (cached["forward_tokens"]["model"]
+          < rows["uni 4 4 none"]["forward_tokens"]["model"])
 
 
 def test_report_opens_with_the_verdict_and_the_frontier(measured, tmp_path):

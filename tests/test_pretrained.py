@@ -28,7 +28,8 @@ from lm_decoding.training.checkpoints import CheckpointError, Checkpoints
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "experiments" / "train_pretrained.sh"
-SHIPPED = ("ar", "mdlm", "bd3lm", "evaluator", "draft_small", "draft_medium")
+SHIPPED = ("ar", "mdlm", "bd3lm", "uniform", "evaluator", "draft_small",
+           "draft_medium")
 ADAPTED = tuple(pretrained.ADAPTED_MEMBERS)  # adapted from 'ar' (issue 25)
 CONTROLS = tuple(pretrained.CONTROL_MEMBERS)  # their from-scratch controls
 
@@ -173,7 +174,7 @@ def test_drafts_section_changes_no_other_member():
   assert after == before
   del config["drafts"]
   assert sorted(pretrained.member_configs(config)) == sorted(
-      ("ar", "bd3lm", "evaluator", "mdlm") + ADAPTED + CONTROLS)
+      ("ar", "bd3lm", "evaluator", "mdlm", "uniform") + ADAPTED + CONTROLS)
 
 
 @pytest.fixture(scope="module")
@@ -368,9 +369,9 @@ def test_set_dir_names_the_shipped_sets():
 
 
 def test_base_grid_is_the_full_one_without_the_uncached_full_pass_rows():
-  """configs/base.py keeps 12 of configs/full.py's 19 decoders, in their
+  """configs/base.py keeps 12 of configs/full.py's 22 decoders, in their
   order: none that makes T full passes without a cache, nor the margin
-  ordering."""
+  ordering, nor uniform diffusion (no base 'uniform' member)."""
   full, base = load_config("full").compare, load_config("base").compare
   kept = [d for d in full.decoders if d in base.decoders]
   assert list(base.decoders) == kept and len(kept) == 12
@@ -409,12 +410,13 @@ def test_base_member_matches_configs_base(name, shipped_tokenizer):
 
 
 @pytest.mark.parametrize("set_name, name", [("", "ar"), ("", "evaluator"),
-                                            ("base", "ar"),
+                                            ("", "uniform"), ("base", "ar"),
                                             ("base", "evaluator")])
 def test_rounded_members_reproduce_their_validation_loss(
     set_name, name, shipped_tokenizer, tmp_path):
-  """A shipped AR member's stored (rounded) parameters give the manifest's
-  float32 validation loss on the same fixed batches within 0.01 nats; the
+  """A shipped AR (or uniform-diffusion: its bound on a fixed grid and
+  noise) member's stored (rounded) parameters give the manifest's float32
+  validation loss on the same fixed batches within 0.01 nats; the
   base AR model meets issue 10's goal (perplexity <= 80 on the Austen
   validation split), and each evaluator scores the validation text better
   than the AR model of its set."""
@@ -427,7 +429,8 @@ def test_rounded_members_reproduce_their_validation_loss(
   pretrained.seed_data_cache(config, str(tmp_path), shipped_set)
   _, _, valid = train_lib.training_data(config, str(tmp_path))
   batches = valid[:config.train.eval_batches * config.train.batch_size]
-  eval_fn = train_lib.make_eval_fn(train_lib.model_config(config), "ar",
+  eval_fn = train_lib.make_eval_fn(train_lib.model_config(config),
+                                   config.train.objective,
                                    config.train.mdlm_eval_timesteps)
   loss = train_lib.evaluate(eval_fn, params, batches.reshape(
       config.train.eval_batches, config.train.batch_size, -1))

@@ -4,6 +4,7 @@ decoders' entropy-bound rule."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import types
 
@@ -16,8 +17,10 @@ from transformers.models.diffusion_gemma import generation_diffusion_gemma as re
 
 import stubs
 from lm_decoding.decoding import base, make_decoder
-from lm_decoding.decoding.uniform_diffusion import entropy, entropy_bounded
+from lm_decoding.decoding.uniform_diffusion import (
+    cache_error, entropy, entropy_bounded)
 from lm_decoding.models import TransformerConfig, make_logits_fn
+from lm_decoding.models.transformer import ModelLogitsFn
 
 KEY = jax.random.key(0)
 V = 12
@@ -103,6 +106,42 @@ def test_prefix_cache_is_exact_with_a_transformer():
   np.testing.assert_array_equal(outs[0].stats["steps"], outs[1].stats["steps"])
   assert int(outs[1].forward_tokens["model"]) < int(
       outs[0].forward_tokens["model"])
+
+
+@dataclasses.dataclass(frozen=True)
+class _BiasedCanvasCalls(ModelLogitsFn):
+  """A Transformer whose calls on `width` tokens (the cached canvas calls)
+  add `bias` to every logit: a prefix cache off by exactly `bias`."""
+
+  width: int = 4
+  bias: float = 0.0
+
+  def __call__(self, params, tokens, positions, cache=None,
+               attention_mask=None):
+    out = super().__call__(params, tokens, positions, cache=cache,
+                           attention_mask=attention_mask)
+    if tokens.shape[1] == self.width:
+      out = out._replace(logits=out.logits + self.bias)
+    return out
+
+
+@pytest.mark.parametrize("bias", [0.0, 0.5])
+def test_cache_error_measures_the_cached_canvas_logits(bias):
+  """The comparison's max_logit_error of a uniform_eb row: rounding only
+  with the exact prefix cache, exactly an injected offset otherwise."""
+  config = TransformerConfig(vocab_size=V, d_model=32, num_layers=1,
+                             num_heads=2, num_kv_heads=2, head_dim=16,
+                             mlp_dim=64, max_len=16)
+  models = base.bind(_BiasedCanvasCalls(config, width=4, bias=bias),
+                     stubs.random_params(config))
+  decoder = make_decoder("uniform_eb", output_length=8, steps=8,
+                         block_length=4, kv_cache="prefix", eos_ids=(),
+                         entropy_bound=0.3, early_stop=False)
+  error = float(cache_error(decoder, models, PROMPTS, LENGTHS, KEY))
+  assert error == pytest.approx(bias, abs=1e-5)
+  # kv_cache="none" rows measure the prefix cache alike
+  assert float(cache_error(dataclasses.replace(decoder, kv_cache="none"),
+                           models, PROMPTS, LENGTHS, KEY)) == error
 
 
 @pytest.mark.parametrize("options, match", [

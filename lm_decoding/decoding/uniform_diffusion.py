@@ -417,3 +417,81 @@ class UniformEntropyBoundDecoder(ScheduledDecoder):
 
   def infill(self, *args, **kwargs):
     raise ValueError("uniform_eb does not infill; use decode or run")
+
+
+@debug.jit(static_argnames=("decoder",))
+def _cache_error(decoder, models, prompts, prompt_lengths, tokens_BxT,
+                 records):
+  """float32[]: `UniformEntropyBoundDecoder.cache_error` on a traced run
+  (its raw tokens and trace records)."""
+  model = models["model"]
+  t = decoder.output_length
+  tokens_BxL, _, valid_BxL = prompt_layout(prompts, prompt_lengths, t,
+                                           decoder.mask_id, decoder.pad_id)
+  batch, length = tokens_BxL.shape
+  width = decoder.block_size()
+  steps = decoder.max_block_steps(width)
+  index_BxT = prompt_lengths[:, None] + jnp.arange(t)[None, :]
+  # Block n's context is the argmax canvases of the blocks before it (the
+  # run's output); nothing attends to the positions from the canvas's end.
+  tokens_BxL = jax.vmap(lambda x, i, v: x.at[i].set(v))(tokens_BxL, index_BxT,
+                                                        tokens_BxT)
+  positions_BxL = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32),
+                                   (batch, length))
+  cost = base.Cost.zero(models)
+
+  def block(n, error):
+    start_B = prompt_lengths + n * width
+    end_B = start_B + width
+
+    def full(window, cache=None):
+      put = jax.vmap(lambda x, w, s: jax.lax.dynamic_update_slice(x, w, (s,)))
+      mask = _attention(valid_BxL, start_B, end_B, length,
+                        jnp.zeros((batch,), jnp.int32))
+      out, _ = base.forward(models, "model", cost,
+                            put(tokens_BxL, window, start_B), positions_BxL,
+                            cache=cache, attention_mask=mask)
+      return windows(out.logits, start_B, width), out.cache
+
+    _, cache = full(records["canvas_in"][n * steps],
+                    model.logits_fn.init_cache(batch, length).at(0))
+
+    def step(k, carry):
+      error, cache = carry
+      window = records["canvas_in"][n * steps + k]
+      mask = _attention(valid_BxL, start_B, end_B, width, start_B)
+      out, _ = base.forward(
+          models, "model", cost, window,
+          start_B[:, None] + jnp.arange(width, dtype=jnp.int32),
+          cache=cache.at(start_B), attention_mask=mask)
+      exact, _ = full(window)
+      live = records["live"][n * steps + k][:, None, None]
+      diff = jnp.where(live, jnp.abs(out.logits.astype(jnp.float32)
+                                     - exact.astype(jnp.float32)), 0.0)
+      return jnp.maximum(error, diff.max()), out.cache
+
+    return jax.lax.fori_loop(1, steps, step, (error, cache))[0]
+
+  return jax.lax.fori_loop(0, t // width, block, jnp.float32(0))
+
+
+def cache_error(decoder: UniformEntropyBoundDecoder,
+                models: Mapping[str, Model], prompts: jax.Array,
+                prompt_lengths: jax.Array, key: jax.Array) -> jax.Array:
+  """float32[]: the largest |logit| difference between kv_cache="prefix"'s
+  canvas logits and an uncached full pass, over the canvases the decode fed.
+
+  The comparison's `max_logit_error` of a cached row (the masked decoders'
+  `denoise(measure_error=True)`). The decode (with kv_cache="prefix") is
+  traced, then replayed: per block, one full pass on its first canvas fills
+  the prefix cache (its logits are the first step's, error 0), then every
+  later step's canvas runs cached and uncached; rows already stopped are
+  left out. The prefix cache is exact, so this is floating-point rounding
+  only. Arguments and errors as `UniformEntropyBoundDecoder.run`.
+  """
+  decoder = dataclasses.replace(decoder, kv_cache="prefix")
+  tokens, _, _, records = decoder.run(models, prompts, prompt_lengths, key,
+                                      trace=True)
+  prompts, prompt_lengths = decoder._check(models, prompts, prompt_lengths)
+  return _cache_error(decoder, models, prompts, prompt_lengths, tokens,
+                      records)

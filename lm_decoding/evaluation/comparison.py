@@ -378,7 +378,10 @@ def _cache_columns(p: Planned, args: tuple, fixed: base.DecodeResult,
   its token agreement with its uncached reference (decoded here unless the
   reference row already ran)."""
   b = args[1].shape[0]
-  error = p.decoder.denoise(*args, measure_error=True).max_logit_error
+  if isinstance(p.decoder, uniform_diffusion.UniformEntropyBoundDecoder):
+    error = uniform_diffusion.cache_error(p.decoder, *args)  # no masked loop
+  else:
+    error = p.decoder.denoise(*args, measure_error=True).max_logit_error
   reference = fixed_tokens.get((p.reference, p.roles, b))
   if reference is None:
     reference = _jit_decode(p.reference, args, mesh, rules)(*args).tokens

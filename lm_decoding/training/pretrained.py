@@ -519,10 +519,10 @@ def member_configs(config: ml_collections.ConfigDict
                    ) -> dict[str, ml_collections.ConfigDict]:
   """Training configs of the comparison's models, by member name.
 
-  'ar' (causal), 'mdlm' (bidirectional) and 'bd3lm' (block diffusion with
-  blocks of `config.train.block_length`) share the backbone shape, data and
-  training budget of `config`, each with its objective (which sets the
-  attention); 'evaluator' is a larger causal model with another seed
+  'ar' (causal), 'mdlm' (bidirectional), 'bd3lm' (block diffusion with
+  blocks of `config.train.block_length`) and 'uniform' (uniform-noise
+  diffusion, bidirectional) share the backbone shape, data and training
+  budget of `config`, each with its objective (which sets the attention); 'evaluator' is a larger causal model with another seed
   (`config.evaluator`) that scores samples and is never decoded. Each entry
   of `config.drafts` (if present; e.g. 'draft_small') is a smaller causal
   model, the draft of speculative decoding (Leviathan et al. 2023): the
@@ -534,12 +534,13 @@ def member_configs(config: ml_collections.ConfigDict
   """
   drafts = config.get("drafts", ml_collections.ConfigDict())
   members = {}
-  for name in ("ar", "mdlm", "bd3lm", "evaluator", *drafts):
+  for name in ("ar", "mdlm", "bd3lm", "uniform", "evaluator", *drafts):
     member = ml_collections.ConfigDict(config.to_dict())
     for section in ("compare", "evaluator", "drafts", "mesh", "peak_flops"):
       if section in member:
         del member[section]
-    member.train.objective = name if name in ("mdlm", "bd3lm") else "ar"
+    member.train.objective = (name if name in ("mdlm", "bd3lm", "uniform")
+                              else "ar")
     if name == "evaluator":
       member.seed = config.evaluator.seed
       member.model.update(config.evaluator.model.to_dict())
