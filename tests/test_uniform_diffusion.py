@@ -144,6 +144,14 @@ def test_cache_error_measures_the_cached_canvas_logits(bias):
                            models, PROMPTS, LENGTHS, KEY)) == error
 
 
+def test_cache_error_refuses_a_self_conditioned_model():
+  models = base.bind(SELF_CONDITIONED_STUB, None)
+  decoder = make_decoder("uniform_eb", output_length=8, steps=8,
+                         block_length=4, kv_cache="prefix", eos_ids=())
+  with pytest.raises(ValueError, match=r"cache_error: .*self-conditioned"):
+    cache_error(decoder, models, PROMPTS, LENGTHS, KEY)
+
+
 @pytest.mark.parametrize("options, match", [
     (dict(entropy_bound=0.0), r"entropy_bound=0.0 must be a number > 0"),
     (dict(entropy_bound=-1.0), r"entropy_bound=-1.0"),

@@ -488,7 +488,14 @@ def cache_error(decoder: UniformEntropyBoundDecoder,
   later step's canvas runs cached and uncached; rows already stopped are
   left out. The prefix cache is exact, so this is floating-point rounding
   only. Arguments and errors as `UniformEntropyBoundDecoder.run`.
+
+  Raises:
+    ValueError: the model is self-conditioned (the replay does not feed
+      back the previous step's prediction, which the trace does not hold).
   """
+  if self_conditioned(models["model"].logits_fn):
+    raise ValueError("cache_error: the model is self-conditioned; the replay "
+                     "covers models without the self_conditioning input")
   decoder = dataclasses.replace(decoder, kv_cache="prefix")
   tokens, _, _, records = decoder.run(models, prompts, prompt_lengths, key,
                                       trace=True)
