@@ -211,15 +211,23 @@ def _canvas_step(decoder, k, global_step, logits_BxWxV, canvas, start_B,
   return new
 
 
+def _layout(decoder, prompts, prompt_lengths):
+  """(tokens int32[B, L], valid bool[B, L], block width W, steps per block):
+  the prompts laid out before T canvas positions, and the block grid."""
+  tokens_BxL, _, valid_BxL = prompt_layout(
+      prompts, prompt_lengths, decoder.output_length, decoder.mask_id,
+      decoder.pad_id)
+  width = decoder.block_size()
+  return tokens_BxL, valid_BxL, width, decoder.max_block_steps(width)
+
+
 @debug.jit(static_argnames=("decoder", "trace"))
 def _generate(decoder, models, prompts, prompt_lengths, keys_B, trace):
   model = models["model"]
   t = decoder.output_length
-  tokens_BxL, _, valid_BxL = prompt_layout(prompts, prompt_lengths, t,
-                                           decoder.mask_id, decoder.pad_id)
+  tokens_BxL, valid_BxL, width, steps = _layout(decoder, prompts,
+                                                prompt_lengths)
   batch, length = tokens_BxL.shape
-  width = decoder.block_size()
-  steps = decoder.max_block_steps(width)
   num_blocks = t // width
   total = num_blocks * steps
   vocab = base.vocab_size(model)
@@ -426,11 +434,9 @@ def _cache_error(decoder, models, prompts, prompt_lengths, tokens_BxT,
   (its raw tokens and trace records)."""
   model = models["model"]
   t = decoder.output_length
-  tokens_BxL, _, valid_BxL = prompt_layout(prompts, prompt_lengths, t,
-                                           decoder.mask_id, decoder.pad_id)
+  tokens_BxL, valid_BxL, width, steps = _layout(decoder, prompts,
+                                                prompt_lengths)
   batch, length = tokens_BxL.shape
-  width = decoder.block_size()
-  steps = decoder.max_block_steps(width)
   index_BxT = prompt_lengths[:, None] + jnp.arange(t)[None, :]
   # Block n's context is the argmax canvases of the blocks before it (the
   # run's output); nothing attends to the positions from the canvas's end.
