@@ -117,21 +117,25 @@ class _BiasedCanvasCalls(ModelLogitsFn):
   bias: float = 0.0
 
   def __call__(self, params, tokens, positions, cache=None,
-               attention_mask=None):
+               attention_mask=None, self_conditioning=None):
     out = super().__call__(params, tokens, positions, cache=cache,
-                           attention_mask=attention_mask)
+                           attention_mask=attention_mask,
+                           self_conditioning=self_conditioning)
     if tokens.shape[1] == self.width:
       out = out._replace(logits=out.logits + self.bias)
     return out
 
 
+@pytest.mark.parametrize("conditioned", [False, True])
 @pytest.mark.parametrize("bias", [0.0, 0.5])
-def test_cache_error_measures_the_cached_canvas_logits(bias):
+def test_cache_error_measures_the_cached_canvas_logits(bias, conditioned):
   """The comparison's max_logit_error of a uniform_eb row: rounding only
-  with the exact prefix cache, exactly an injected offset otherwise."""
+  with the exact prefix cache, exactly an injected offset otherwise; a
+  self-conditioned model's cached and full passes take the same input."""
   config = TransformerConfig(vocab_size=V, d_model=32, num_layers=1,
                              num_heads=2, num_kv_heads=2, head_dim=16,
-                             mlp_dim=64, max_len=16)
+                             mlp_dim=64, max_len=16,
+                             self_conditioning=conditioned)
   models = base.bind(_BiasedCanvasCalls(config, width=4, bias=bias),
                      stubs.random_params(config))
   decoder = make_decoder("uniform_eb", output_length=8, steps=8,
@@ -142,14 +146,6 @@ def test_cache_error_measures_the_cached_canvas_logits(bias):
   # kv_cache="none" rows measure the prefix cache alike
   assert float(cache_error(dataclasses.replace(decoder, kv_cache="none"),
                            models, PROMPTS, LENGTHS, KEY)) == error
-
-
-def test_cache_error_refuses_a_self_conditioned_model():
-  models = base.bind(SELF_CONDITIONED_STUB, None)
-  decoder = make_decoder("uniform_eb", output_length=8, steps=8,
-                         block_length=4, kv_cache="prefix", eos_ids=())
-  with pytest.raises(ValueError, match=r"cache_error: .*self-conditioned"):
-    cache_error(decoder, models, PROMPTS, LENGTHS, KEY)
 
 
 @pytest.mark.parametrize("options, match", [

@@ -211,23 +211,16 @@ def _canvas_step(decoder, k, global_step, logits_BxWxV, canvas, start_B,
   return new
 
 
-def _layout(decoder, prompts, prompt_lengths):
-  """(tokens int32[B, L], valid bool[B, L], block width W, steps per block):
-  the prompts laid out before T canvas positions, and the block grid."""
-  tokens_BxL, _, valid_BxL = prompt_layout(
-      prompts, prompt_lengths, decoder.output_length, decoder.mask_id,
-      decoder.pad_id)
-  width = decoder.block_size()
-  return tokens_BxL, valid_BxL, width, decoder.max_block_steps(width)
-
-
-@debug.jit(static_argnames=("decoder", "trace"))
-def _generate(decoder, models, prompts, prompt_lengths, keys_B, trace):
+@debug.jit(static_argnames=("decoder", "trace", "measure_error"))
+def _generate(decoder, models, prompts, prompt_lengths, keys_B, trace,
+              measure_error=False):
   model = models["model"]
   t = decoder.output_length
-  tokens_BxL, valid_BxL, width, steps = _layout(decoder, prompts,
-                                                prompt_lengths)
+  tokens_BxL, _, valid_BxL = prompt_layout(prompts, prompt_lengths, t,
+                                           decoder.mask_id, decoder.pad_id)
   batch, length = tokens_BxL.shape
+  width = decoder.block_size()
+  steps = decoder.max_block_steps(width)
   num_blocks = t // width
   total = num_blocks * steps
   vocab = base.vocab_size(model)
@@ -236,7 +229,7 @@ def _generate(decoder, models, prompts, prompt_lengths, keys_B, trace):
                                    (batch, length))
 
   def block(n, carry):
-    tokens_BxL, cost, stats, records = carry
+    tokens_BxL, cost, stats, records, error = carry
     start_B = prompt_lengths + n * width
     end_B = start_B + width
     canvas_BxW = jax.vmap(lambda key: jax.random.randint(
@@ -287,27 +280,32 @@ def _generate(decoder, models, prompts, prompt_lengths, keys_B, trace):
       first, cache = jnp.zeros((batch, width, vocab), jnp.float32), None
 
     def cond(c):
-      k, canvas, _, _ = c
+      k, canvas, _, _, _ = c
       return (k < steps) & ~jnp.all(canvas.done)
 
     def body(c):
-      k, canvas, cache, cost = c
+      k, canvas, cache, cost, error = c
       if decoder.kv_cache == "prefix":
         logits, cache, cost = jax.lax.cond(
             k == 0, lambda: (first, cache, cost),
             lambda: cached(cost, canvas, cache))
+        if measure_error:  # the same canvas through an uncounted full pass
+          exact, _, _ = full(cost, canvas)
+          live_B = (k > 0) & ~canvas.done  # step 0's logits are a full pass
+          error = jnp.maximum(error, jnp.where(
+              live_B[:, None, None], jnp.abs(logits - exact), 0.0).max())
       else:
         logits, _, cost = full(cost, canvas)
       canvas = _canvas_step(decoder, k, n * steps + k, logits, canvas,
                             start_B, keys_B, vocab, steps)
-      return k + 1, canvas, cache, cost
+      return k + 1, canvas, cache, cost, error
 
-    _, canvas, _, cost = jax.lax.while_loop(
-        cond, body, (jnp.int32(0), canvas, cache, cost))
+    _, canvas, _, cost, error = jax.lax.while_loop(
+        cond, body, (jnp.int32(0), canvas, cache, cost, error))
     stats = dict(accepted=canvas.accepted, revised=canvas.revised,
                  steps=stats["steps"] + canvas.steps)
     return (put(tokens_BxL, canvas.argmax, start_B), cost, stats,
-            canvas.trace)
+            canvas.trace, error)
 
   zeros = jnp.zeros((batch,), jnp.int32)
   records = None
@@ -320,9 +318,12 @@ def _generate(decoder, models, prompts, prompt_lengths, keys_B, trace):
     records.update({name: jnp.zeros((total, batch), bool)
                     for name in ("live", "stop")})
   carry = (tokens_BxL, base.Cost.zero(models),
-           dict(accepted=zeros, revised=zeros, steps=zeros), records)
-  tokens_BxL, cost, stats, records = jax.lax.fori_loop(0, num_blocks, block,
-                                                       carry)
+           dict(accepted=zeros, revised=zeros, steps=zeros), records,
+           jnp.float32(0))
+  tokens_BxL, cost, stats, records, error = jax.lax.fori_loop(
+      0, num_blocks, block, carry)
+  if measure_error:
+    stats["max_logit_error"] = error
   index_BxT = prompt_lengths[:, None] + jnp.arange(t)[None, :]
   return (jnp.take_along_axis(tokens_BxL, index_BxT, 1), cost, stats,
           records)
@@ -386,15 +387,20 @@ class UniformEntropyBoundDecoder(ScheduledDecoder):
                      "its own canvas loop (decode)")
 
   def run(self, models: Mapping[str, Model], prompts: jax.Array,
-          prompt_lengths: jax.Array, key: jax.Array, trace: bool = False):
+          prompt_lengths: jax.Array, key: jax.Array, trace: bool = False,
+          measure_error: bool = False):
     """(tokens int32[B, T], cost, stats, trace records or None): the raw
     canvases; arguments and errors as `IterativeDecoder.denoise`, and a
-    token-shifted model is refused (ValueError)."""
+    token-shifted model is refused (ValueError). With `measure_error`,
+    stats['max_logit_error'] float32[] is the largest |logit| difference
+    between the prefix cache's canvas logits and an uncached full pass on
+    the same canvas (extra, uncounted passes; 0 for kv_cache "none")."""
     prompts, prompt_lengths = self._check(models, prompts, prompt_lengths)
     if token_shift(models["model"].logits_fn):
       raise ValueError("uniform_eb decodes models without a token shift")
     return _generate(self, models, prompts, prompt_lengths,
-                     base.row_keys(key, prompts.shape[0]), trace)
+                     base.row_keys(key, prompts.shape[0]), trace,
+                     measure_error)
 
   def decode(self, models: Mapping[str, Model], prompts: jax.Array,
              prompt_lengths: jax.Array, key: jax.Array) -> DecodeResult:
@@ -427,60 +433,6 @@ class UniformEntropyBoundDecoder(ScheduledDecoder):
     raise ValueError("uniform_eb does not infill; use decode or run")
 
 
-@debug.jit(static_argnames=("decoder",))
-def _cache_error(decoder, models, prompts, prompt_lengths, tokens_BxT,
-                 records):
-  """float32[]: `UniformEntropyBoundDecoder.cache_error` on a traced run
-  (its raw tokens and trace records)."""
-  model = models["model"]
-  t = decoder.output_length
-  tokens_BxL, valid_BxL, width, steps = _layout(decoder, prompts,
-                                                prompt_lengths)
-  batch, length = tokens_BxL.shape
-  index_BxT = prompt_lengths[:, None] + jnp.arange(t)[None, :]
-  # Block n's context is the argmax canvases of the blocks before it (the
-  # run's output); nothing attends to the positions from the canvas's end.
-  tokens_BxL = jax.vmap(lambda x, i, v: x.at[i].set(v))(tokens_BxL, index_BxT,
-                                                        tokens_BxT)
-  positions_BxL = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32),
-                                   (batch, length))
-  cost = base.Cost.zero(models)
-
-  def block(n, error):
-    start_B = prompt_lengths + n * width
-    end_B = start_B + width
-
-    def full(window, cache=None):
-      put = jax.vmap(lambda x, w, s: jax.lax.dynamic_update_slice(x, w, (s,)))
-      mask = _attention(valid_BxL, start_B, end_B, length,
-                        jnp.zeros((batch,), jnp.int32))
-      out, _ = base.forward(models, "model", cost,
-                            put(tokens_BxL, window, start_B), positions_BxL,
-                            cache=cache, attention_mask=mask)
-      return windows(out.logits, start_B, width), out.cache
-
-    _, cache = full(records["canvas_in"][n * steps],
-                    model.logits_fn.init_cache(batch, length).at(0))
-
-    def step(k, carry):
-      error, cache = carry
-      window = records["canvas_in"][n * steps + k]
-      mask = _attention(valid_BxL, start_B, end_B, width, start_B)
-      out, _ = base.forward(
-          models, "model", cost, window,
-          start_B[:, None] + jnp.arange(width, dtype=jnp.int32),
-          cache=cache.at(start_B), attention_mask=mask)
-      exact, _ = full(window)
-      live = records["live"][n * steps + k][:, None, None]
-      diff = jnp.where(live, jnp.abs(out.logits.astype(jnp.float32)
-                                     - exact.astype(jnp.float32)), 0.0)
-      return jnp.maximum(error, diff.max()), out.cache
-
-    return jax.lax.fori_loop(1, steps, step, (error, cache))[0]
-
-  return jax.lax.fori_loop(0, t // width, block, jnp.float32(0))
-
-
 def cache_error(decoder: UniformEntropyBoundDecoder,
                 models: Mapping[str, Model], prompts: jax.Array,
                 prompt_lengths: jax.Array, key: jax.Array) -> jax.Array:
@@ -488,23 +440,13 @@ def cache_error(decoder: UniformEntropyBoundDecoder,
   canvas logits and an uncached full pass, over the canvases the decode fed.
 
   The comparison's `max_logit_error` of a cached row (the masked decoders'
-  `denoise(measure_error=True)`). The decode (with kv_cache="prefix") is
-  traced, then replayed: per block, one full pass on its first canvas fills
-  the prefix cache (its logits are the first step's, error 0), then every
-  later step's canvas runs cached and uncached; rows already stopped are
-  left out. The prefix cache is exact, so this is floating-point rounding
-  only. Arguments and errors as `UniformEntropyBoundDecoder.run`.
-
-  Raises:
-    ValueError: the model is self-conditioned (the replay does not feed
-      back the previous step's prediction, which the trace does not hold).
+  `denoise(measure_error=True)`): the decode with kv_cache="prefix" and
+  `run(measure_error=True)`. Each step after a block's first runs its
+  canvas (and self-conditioning input) cached and through an uncounted full
+  pass; rows already stopped are left out. The prefix cache is exact, so
+  this is floating-point rounding only. Arguments and errors as
+  `UniformEntropyBoundDecoder.run`.
   """
-  if self_conditioned(models["model"].logits_fn):
-    raise ValueError("cache_error: the model is self-conditioned; the replay "
-                     "covers models without the self_conditioning input")
   decoder = dataclasses.replace(decoder, kv_cache="prefix")
-  tokens, _, _, records = decoder.run(models, prompts, prompt_lengths, key,
-                                      trace=True)
-  prompts, prompt_lengths = decoder._check(models, prompts, prompt_lengths)
-  return _cache_error(decoder, models, prompts, prompt_lengths, tokens,
-                      records)
+  return decoder.run(models, prompts, prompt_lengths, key,
+                     measure_error=True)[2]["max_logit_error"]
