@@ -619,18 +619,12 @@ def control_config(members: dict[str, ml_collections.ConfigDict],
       members[target.train.objective].to_dict())
   if target.train.objective == "bd3lm":
     member.train.block_length = target.train.block_length
-  compute = sum(_compute_ar_tokens(members[name])
-                for name in (target.train.init_from, adapted))
-  per_step = _compute_ar_tokens(member) // member.train.num_steps
+  compute = sum(_compute_ar_tokens(recipe_, recipe_["train"]["num_steps"])
+                for recipe_ in (members[target.train.init_from].to_dict(),
+                                target.to_dict()))
+  per_step = _compute_ar_tokens(member.to_dict(), 1)
   member.train.num_steps = max(1, round(compute / per_step))
   return member
-
-
-def _compute_ar_tokens(config: ml_collections.ConfigDict) -> int:
-  """A member config's training compute in AR-row token equivalents."""
-  train = config.train
-  return (train.num_steps * train.batch_size * config.data.seq_len
-          * _forward_copies(config.to_dict()))
 
 
 TRANSLATION_DIR = DEFAULT_DIR / "translation"
@@ -804,6 +798,17 @@ def load_models(members: dict[str, ml_collections.ConfigDict], workdir: str,
   return loaded
 
 
+def _tokens(recipe_: dict, steps: int) -> int:
+  """The training tokens of `steps` steps of a recipe."""
+  return steps * recipe_["train"]["batch_size"] * recipe_["data"]["seq_len"]
+
+
+def _compute_ar_tokens(recipe_: dict, steps: int) -> int:
+  """The training compute of `steps` steps of a recipe, in AR-row token
+  equivalents (`_forward_copies`)."""
+  return _tokens(recipe_, steps) * _forward_copies(recipe_)
+
+
 def _forward_copies(recipe_: dict) -> int:
   """Sequence copies one training row costs relative to an AR row: BD3-LM's
   [x_t ; x_0] (when the block is shorter than the sequence) and
@@ -840,16 +845,12 @@ def lineage_rows(out_dir: str | pathlib.Path = DEFAULT_DIR) -> list[dict]:
     train = recipe_["train"]
     if train["objective"] not in ("ar", "mdlm", "bd3lm"):
       continue
-    tokens = (metrics["steps"] * train["batch_size"]
-              * recipe_["data"]["seq_len"])
-    compute = tokens * _forward_copies(recipe_)
+    tokens = _tokens(recipe_, metrics["steps"])
+    compute = _compute_ar_tokens(recipe_, metrics["steps"])
     parent = train.get("init_from") or ""
     if parent:
-      parent_recipe = manifests[parent]["recipe"]
-      parent_tokens = (manifests[parent]["metrics"]["steps"]
-                       * parent_recipe["train"]["batch_size"]
-                       * parent_recipe["data"]["seq_len"])
-      compute += parent_tokens * _forward_copies(parent_recipe)
+      compute += _compute_ar_tokens(manifests[parent]["recipe"],
+                                    manifests[parent]["metrics"]["steps"])
     rows.append({
         "member": name, "objective": train["objective"],
         "block_length": (train.get("block_length")
