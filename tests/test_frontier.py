@@ -81,6 +81,12 @@ def test_none_on_this_hardware_and_the_nearest_miss():
   v, = frontier.verdicts([AR, pt("slow ok", 200.0, 400.0),
                           pt("slower ok", 400.0, 400.0)], "AR", TOL)
   assert v.fastest is None and v.nearest_miss.label == "slow ok"
+  # None faster, none within: the least outside, not "none measured".
+  v, = frontier.verdicts([AR, pt("slow far", 200.0, 1000.0),
+                          pt("slow near", 400.0, 460.0)], "AR", TOL)
+  assert v.fastest is None and v.nearest_miss.label == "slow near"
+  assert "nearest miss: slow near, 0.25x the speed of AR" in (
+      frontier.verdict_lines([v], "AR", TOL)[-1])
   v, = frontier.verdicts([AR], "AR", TOL)
   assert v.fastest is None and v.nearest_miss is None
 

@@ -188,9 +188,11 @@ def verdicts(all_points: Sequence[Point], baseline: str,
     miss = None
     if fastest is None and faster:
       miss = min(faster, key=lambda p: tolerance.excess(p, reference))
-    elif fastest is None:
+    elif fastest is None and others:
+      # None faster: the least slow within tolerance, else the least outside.
       within = [p for p in others if tolerance.within(p, reference)]
-      miss = min(within, key=lambda p: p.ms) if within else None
+      miss = (min(within, key=lambda p: p.ms) if within
+              else min(others, key=lambda p: tolerance.excess(p, reference)))
     out.append(Verdict(reference=reference, front=tuple(front),
                        fastest=fastest, nearest_miss=miss))
   if not out:
