@@ -2,7 +2,8 @@
 
 One backbone and one budget for every model: the sizes below, trained for
 train.budget_s seconds of training steps (or train.num_steps, whichever
-comes first) on a fresh random initialisation; then every applicable
+comes first) on a fresh random initialisation, unless the model shipped in
+lm_decoding/pretrained/tasks has this recipe (it is loaded); then every applicable
 decoder is scored on the test split (exact match, validity, token accuracy,
 NFE, ms per problem).
 

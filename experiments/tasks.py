@@ -7,8 +7,11 @@ For each task of `config.tasks` (`lm_decoding.data.tasks`): disjoint seeded
 splits (or, with data.puzzle_file, a Sudoku test split read from a file and
 kept out of train and valid); one model per kind of `config.kinds` on one
 backbone (`config.model`) and one budget (`config.train.budget_s` seconds of
-training steps), trained or resumed under {workdir}/{task}/{kind}
-(`training.task_training`, curves in its metrics.jsonl), and each adapted
+training steps): the shipped one of lm_decoding/pretrained/tasks when its
+recipe matches (`training.task_members`), else (or with --retrain) trained
+or resumed under {workdir}/{task}/{kind} (`training.task_training`, curves
+in its metrics.jsonl); the parent of an adapted model always trains there,
+where its child starts from. Each adapted
 model of `config.adapt` ('mdlm:ar': an MDLM started from the task's AR
 model, `config.train.adapt_budget_s` seconds) under
 {workdir}/{task}/{kind}_from_{parent}; then every
@@ -34,7 +37,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 import time
 
@@ -48,13 +50,16 @@ from lm_decoding.checks import is_count
 from lm_decoding.decoding.base import bind
 from lm_decoding.evaluation import records, report, task_report, task_scores
 from lm_decoding.models import make_logits_fn
-from lm_decoding.training import task_training
+from lm_decoding.training import task_members, task_training
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/tasks.py",
                                           "the task config file")
 _WORKDIR = flags.DEFINE_string(
     "workdir", None, "The run's folder: outputs and the models trained here "
     "({workdir}/{task}/{kind}).", required=True)
+_RETRAIN = flags.DEFINE_bool(
+    "retrain", False, "Train (or resume) every model under --workdir, "
+    "ignoring the shipped task models of lm_decoding/pretrained/tasks.")
 _OUT = flags.DEFINE_string("out", "", "The record's folder (e.g. "
                            "experiments/results/tasks); '' = --workdir.")
 
@@ -66,17 +71,6 @@ def _names(value: str, allowed, what: str) -> list[str]:
     raise ValueError(f"{what}={value!r}: unknown {unknown}; allowed: "
                      f"{sorted(allowed)}")
   return names
-
-
-def task_options(config, name: str) -> dict:
-  """The task's dataclass options from config.data."""
-  if name.startswith("sudoku"):
-    return dict(min_givens=config.data.sudoku_min_givens,
-                max_givens=config.data.sudoku_max_givens)
-  if name == "permutation":
-    return dict(num_items=config.data.permutation_items,
-                alphabet=config.data.permutation_alphabet)
-  return {}
 
 
 def adaptations(config) -> list[tuple[str, str]]:
@@ -121,7 +115,7 @@ def check(config) -> list[tuple[tasks.Task, list | None]]:
                      ">= 1, comma-separated")
   out, block = [], config.train.block_length
   for name in names:
-    task = tasks.make_task(name, **task_options(config, name))
+    task = tasks.make_task(name, **task_members.task_options(config, name))
     for length, what in ((task.prompt_length, "P"), (task.answer_length, "T")):
       if length % block:
         raise ValueError(f"train.block_length={block} must divide {what}="
@@ -195,19 +189,32 @@ def run_task(config, task, puzzles, workdir: str, out_dir: str
   steps = [int(s) for s in str(config.eval.steps).split(",")]
   adapt_train = ml_collections.ConfigDict(config.train.to_dict())
   adapt_train.budget_s = config.train.adapt_budget_s
-  models = [(kind, kind, config.train, None)
+  parents = {parent for _, parent in adaptations(config)}
+  models = [(kind, kind, None)
             for kind in _names(config.kinds, task_training.KINDS, "kinds")]
-  models += [(f"{kind}_from_{parent}", kind, adapt_train,
+  models += [(f"{kind}_from_{parent}", kind,
               os.path.join(workdir, task.name, parent))
              for kind, parent in adaptations(config)]
-  for name, kind, train, init_from in models:
-    params, summary = task_training.train_task_model(
-        task, kind, splits, config.model.to_dict(), train, config.seed,
-        os.path.join(workdir, task.name, name), init_from=init_from)
+  for name, kind, init_from in models:
+    model_dir = os.path.join(workdir, task.name, name)
+    if init_from is None:
+      params, summary, curve = task_members.get_or_train(
+          task, kind, splits, config, model_dir, skip_shipped=(
+              "--retrain" if _RETRAIN.value else "the parent of an adapted "
+              "model" if kind in parents else ""))
+    else:
+      params, summary = task_training.train_task_model(
+          task, kind, splits, config.model.to_dict(), adapt_train,
+          config.seed, model_dir, init_from=init_from)
+      summary["source"] = f"trained in {model_dir}"
+      curve = task_training.read_curve(model_dir)
+    print(f"{task.name}/{name}: {summary['steps']} steps, valid loss "
+          f"{summary['valid_loss']:.3f} ({summary['source']})", flush=True)
     summaries.append(dict(summary, task=task.name, kind=name))
     os.makedirs(os.path.join(out_dir, "curves"), exist_ok=True)
-    shutil.copy(os.path.join(workdir, task.name, name, "metrics.jsonl"),
-                os.path.join(out_dir, "curves", f"{task.name}_{name}.jsonl"))
+    with open(os.path.join(out_dir, "curves", f"{task.name}_{name}.jsonl"),
+              "w") as f:
+      f.writelines(json.dumps(record) + "\n" for record in curve)
     bound = bind(make_logits_fn(task_training.model_config(
         task, kind, config.model.to_dict())), params)
     for entry in task_scores.decoder_grid(
@@ -239,11 +246,12 @@ def write_results(config, all_rows, summaries, closed, out_dir, seconds):
            f"d_model {config.model.d_model}, {config.model.num_layers} "
            f"layers; run took {seconds / 60:.1f} min.", "",
            "## Models", "",
-           "| task | model | params | steps | train s | valid loss | from |",
-           "|---|---|---|---|---|---|---|"]
+           "| task | model | params | steps | train s | valid loss | from "
+           "| source |",
+           "|---|---|---|---|---|---|---|---|"]
   lines += [f"| {s['task']} | {s['kind']} | {s['num_params']} | {s['steps']}"
-            f" | {s['train_s']:.0f} | {s['valid_loss']:.3f} | {_parent(s)} |"
-            for s in summaries]
+            f" | {s['train_s']:.0f} | {s['valid_loss']:.3f} | {_parent(s)} "
+            f"| {s['source']} |" for s in summaries]
   for name in dict.fromkeys(r["task"] for r in all_rows):
     rows = [r for r in all_rows if r["task"] == name]
     lines += ["", f"## {name}", "", task_report.markdown(rows)]

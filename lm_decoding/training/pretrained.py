@@ -102,7 +102,8 @@ def tokenizer_sha256(tokenizer: Tokenizer) -> str:
   return hashlib.sha256(tokenizer.model_proto).hexdigest()
 
 
-def _commit() -> str:
+def current_commit() -> str:
+  """The repository's HEAD commit, 'unknown' outside a git checkout."""
   try:
     return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
                           text=True, check=True,
@@ -210,7 +211,6 @@ def export(config: ml_collections.ConfigDict, workdir: str, name: str,
   check_export(name, stored_dtype, out_dir)
   out_dir = pathlib.Path(out_dir)
   out_dir.mkdir(parents=True, exist_ok=True)
-  _clear_leftovers(out_dir, name)
   tok_path = out_dir / TOKENIZER_FILE
   if tok_path.exists():
     if Tokenizer.load(str(tok_path)).model_proto != tokenizer.model_proto:
@@ -218,12 +218,13 @@ def export(config: ml_collections.ConfigDict, workdir: str, name: str,
                        "whole set again into an empty folder")
   else:
     pipeline.write_atomic(tok_path, tokenizer.model_proto)
-  manifest = {"name": name, "command": command, "commit": _commit(),
+  manifest = {"name": name, "command": command, "commit": current_commit(),
               "recipe": recipe(config),
               "tokenizer_sha256": tokenizer_sha256(tokenizer),
               "metrics": metrics}
-  return _write_member(name, load_trained_params(config, workdir), config,
-                       manifest, out_dir, stored_dtype)
+  return write_member(name, load_trained_params(config, workdir),
+                      train_lib.model_config(config), manifest, out_dir,
+                      stored_dtype)
 
 
 def convert(names: Sequence[str], stored_dtype: str, command: str,
@@ -256,10 +257,10 @@ def convert(names: Sequence[str], stored_dtype: str, command: str,
     raise ValueError(f"stored_dtype=None; allowed: one of {STORED_DTYPES}")
   out_dir = pathlib.Path(out_dir)
   loaded = [_load_float_member(name, stored_dtype, out_dir) for name in names]
-  conversion = {"command": command, "commit": _commit()}
-  return [_write_member(name, params, config,
-                        {**manifest, "conversion": conversion}, out_dir,
-                        stored_dtype)
+  conversion = {"command": command, "commit": current_commit()}
+  return [write_member(name, params, train_lib.model_config(config),
+                       {**manifest, "conversion": conversion}, out_dir,
+                       stored_dtype)
           for name, (manifest, config, params) in zip(names, loaded)]
 
 
@@ -289,14 +290,26 @@ def _load_float_member(name: str, stored_dtype: str, out_dir: pathlib.Path
   return manifest, config, params
 
 
-def _write_member(name: str, params: Any, config: ml_collections.ConfigDict,
-                  manifest: dict, out_dir: pathlib.Path,
-                  stored_dtype: str | None) -> pathlib.Path:
-  """Writes member `name` (`params`, rounded to `stored_dtype`, and
-  `manifest`) into `out_dir` by a staged swap (`export`)."""
+def write_member(name: str, params: Any, model_config, manifest: dict,
+                 out_dir: str | pathlib.Path,
+                 stored_dtype: str | None) -> pathlib.Path:
+  """Writes member `name` (`params` of the `TransformerConfig`
+  `model_config`, rounded to `stored_dtype` as `export` says, and
+  `manifest`, which gains `stored_dtype`) into `out_dir` (created if
+  missing) by a staged swap (`export`), after undoing what a stopped export
+  of `name` left (`_clear_leftovers`).
+
+  Returns:
+    The member folder, `out_dir / name`.
+  Raises:
+    ValueError: as `check_export`.
+  """
+  check_export(name, stored_dtype, out_dir)
+  out_dir = pathlib.Path(out_dir)
+  out_dir.mkdir(parents=True, exist_ok=True)
+  _clear_leftovers(out_dir, name)
   if stored_dtype == "int8":
-    params = quantization.quantize_params(params,
-                                          train_lib.model_config(config))
+    params = quantization.quantize_params(params, model_config)
   elif stored_dtype is not None:
     params = jax.tree.map(lambda x: x.astype(stored_dtype), params)
   if stored_dtype is not None:
@@ -373,13 +386,14 @@ def find(config: ml_collections.ConfigDict, name: str, tokenizer: Tokenizer,
         f"pretrained {name!r} was trained with another tokenizer (sha256 "
         f"{shipped_sha[:12]}, here {tokenizer_sha256(tokenizer)[:12]}: the "
         "corpus text, its split or the tokenizer training differ)")
-  params = _load_member(member, manifest, train_lib.model_config(config))
+  params = load_member(member, manifest, train_lib.model_config(config))
   return params, f"pretrained {name!r} (commit {manifest['commit'][:10]})"
 
 
-def _load_member(member: pathlib.Path, manifest: dict, model_config):
-  """The parameters of the member folder `member` as `model_config`'s
-  param_dtype, whatever dtype its manifest says they are stored in.
+def load_member(member: pathlib.Path, manifest: dict, model_config):
+  """The parameters of the member folder `member` (written by
+  `write_member`) as the `TransformerConfig` `model_config`'s param_dtype,
+  whatever dtype its manifest says they are stored in.
 
   Raises:
     CheckpointError: unreadable parameters, or an unknown stored_dtype.
@@ -486,7 +500,7 @@ def parent_params(config: ml_collections.ConfigDict, tokenizer: Tokenizer,
     raise ValueError(f"train.init_from={init_from!r}: the parent ({where}) "
                      "differs from this model in " + "; ".join(differences))
   if params is None and (member / MANIFEST_FILE).is_file():
-    params = _load_member(member, manifest, model_config)
+    params = load_member(member, manifest, model_config)
     commit = manifest.get("commit", "unknown")
   elif params is None:
     params = load_trained_params(parent, init_from)

@@ -68,6 +68,77 @@ def loss_options(task: Task, kind: str, block_length: int) -> dict:
   return options
 
 
+def _loss(task: Task, kind: str, block_length: int):
+  """`kind`'s task objective with its static options bound."""
+  return functools.partial(task_objectives.TASK_LOSSES[kind],
+                           **loss_options(task, kind, block_length))
+
+
+def valid_loss_fn(task: Task, kind: str, model: dict, block_length: int,
+                  rows: np.ndarray):
+  """The jitted valid loss of `kind`'s parameters on `rows` int32[R, P + T]:
+  the objective with a fixed key (nats per answer token, a float32
+  scalar), as training logs it.
+
+  Raises:
+    ValueError: as `model_config`.
+  """
+  loss = _loss(task, kind, block_length)
+  logits_fn = make_logits_fn(model_config(task, kind, model))
+  return jax.jit(lambda p: loss(logits_fn, p, rows, jax.random.key(0))[0])
+
+
+def read_curve(workdir: str) -> list[dict]:
+  """The training curve of the task model trained in `workdir`: the
+  records of its metrics.jsonl ({step, loss, valid_loss, train_s}), in
+  order.
+
+  Raises:
+    ValueError: no metrics.jsonl in `workdir`.
+  """
+  path = os.path.join(workdir, "metrics.jsonl")
+  if not os.path.isfile(path):
+    raise ValueError(f"{workdir} holds no metrics.jsonl: no task model "
+                     "trained there")
+  with open(path) as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+def finished_params(task: Task, kind: str, model: dict,
+                    train: ml_collections.ConfigDict, workdir: str):
+  """The parameters and curve of a task model whose training under
+  `workdir` (`train_task_model` with these options) has ended.
+
+  Returns:
+    (params, curve): the latest checkpoint's parameters (unboxed) and
+    `read_curve(workdir)`, whose last record is that checkpoint's.
+  Raises:
+    ValueError: no checkpoint or curve in `workdir`; the latest checkpoint
+      is not the curve's last record; or the run has not ended (below
+      train.num_steps steps and train.budget_s seconds: resume it first).
+    CheckpointError: the checkpoint does not fit `model` and `kind` (as
+      `Checkpoints.restore`).
+  """
+  step = _latest_step(workdir)
+  if step is None:
+    raise ValueError(f"{workdir} holds no checkpoint of a task model")
+  curve = read_curve(workdir)
+  last = curve[-1] if curve else {}
+  if last.get("step") != step:
+    raise ValueError(f"{workdir}: the latest checkpoint is step {step}, the "
+                     f"curve's last record step {last.get('step')}")
+  if step < train.num_steps and last["train_s"] < train.budget_s:
+    raise ValueError(
+        f"{workdir}: stopped at step {step} after {last['train_s']:.0f} s, "
+        f"below train.num_steps={train.num_steps} and train.budget_s="
+        f"{train.budget_s}: its training has not ended")
+  abstract = abstract_state(model_config(task, kind, model),
+                            make_optimizer(train))
+  with Checkpoints(os.path.join(workdir, "checkpoints"), keep=1) as ckpt:
+    state, _ = ckpt.restore(abstract, step)
+  return unbox(state.params), curve
+
+
 def parent_fits(init_from: str, state) -> dict:
   """Checks that the task model saved under the workdir `init_from` has
   `state`'s structure, shapes and dtypes (a TrainState or its abstract
@@ -143,17 +214,14 @@ def train_task_model(task: Task, kind: str, splits: dict[str, Split],
       (`parent_fits`; before anything is compiled).
   """
   model_cfg = model_config(task, kind, model)
-  loss = functools.partial(task_objectives.TASK_LOSSES[kind],
-                           **loss_options(task, kind, train.block_length))
+  loss = _loss(task, kind, train.block_length)
   optimizer = make_optimizer(train)
   lineage = {}
   if init_from and _latest_step(workdir) is None:
     lineage = parent_fits(init_from, abstract_state(model_cfg, optimizer))
   step_fn = make_train_step(model_cfg, loss, optimizer)
-  logits_fn = make_logits_fn(model_cfg)
-  valid_rows = splits["valid"].rows
-  eval_fn = jax.jit(lambda p: loss(logits_fn, p, valid_rows,
-                                   jax.random.key(0))[0])
+  eval_fn = valid_loss_fn(task, kind, model, train.block_length,
+                          splits["valid"].rows)
   rows = splits["train"].rows
   os.makedirs(workdir, exist_ok=True)
   log_path = os.path.join(workdir, "metrics.jsonl")
