@@ -62,9 +62,8 @@ def get_config() -> ml_collections.ConfigDict:
   # K=T, threshold without or with the prefix cache, factor) and
   # the margin ordering: each would take minutes a row here. The kept
   # threshold row still shows how many tokens a step commits (its NFE).
-  # Uniform diffusion too: the base set has no 'uniform' member yet.
   dropped = ("AR uncached |", "| steps=T", "kv_cache=none", "kv_cache=prefix",
-             "| factor |", "remasking=margin", "| uniform_eb |")
+             "| factor |", "remasking=margin")
   config.compare.decoders = tuple(
       d for d in config.compare.decoders
       if not any(piece in d for piece in dropped))

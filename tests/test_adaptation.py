@@ -284,12 +284,15 @@ def test_controls_spend_the_whole_compute_of_their_adapted_member(
     assert {n: members[n].train.num_steps for n in tiny_steps} == tiny_steps
 
 
-def test_lineage_puts_each_shipped_control_at_its_adapted_members_compute():
-  """The tiny set's lineage table (the record of docs/adaptation.md): an
+@pytest.mark.parametrize("set_name", ("", "base"))
+def test_lineage_puts_each_shipped_control_at_its_adapted_members_compute(
+    set_name):
+  """A shipped set's lineage table (the records of docs/adaptation.md): an
   adapted member's compute is its parent's tokens plus its own at four AR
   rows each (BD3-LM's [x_t ; x_0] and complementary masks), and each
   from-scratch control spent exactly that."""
-  rows = {r["member"]: r for r in pretrained.lineage_rows()}
+  rows = {r["member"]: r for r in pretrained.lineage_rows(
+      pretrained.set_dir(set_name))}
   adapted = rows["bd3lm4_from_ar"]
   assert adapted["compute_ar_tokens"] == (rows["ar"]["tokens"]
                                           + 4 * adapted["tokens"])

@@ -435,7 +435,8 @@ def test_every_shipped_member_is_its_configs_recipe(config_name, set_name):
 
 @pytest.mark.parametrize("set_name, name", [("", "ar"), ("", "evaluator"),
                                             ("", "uniform"), ("base", "ar"),
-                                            ("base", "evaluator")])
+                                            ("base", "evaluator"),
+                                            ("base", "uniform")])
 def test_rounded_members_reproduce_their_validation_loss(
     set_name, name, shipped_tokenizer, tmp_path):
   """A shipped AR (or uniform-diffusion: its bound on a fixed grid and
