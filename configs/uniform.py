@@ -1,18 +1,24 @@
 """Few-step study of uniform-noise diffusion (issue 27), T = 64, B = 16.
 
-configs/tiny.py's models and data. Two questions, one run:
+Two questions, one run:
   1. The Duo few-step claim (Sahoo et al. 2025): at K <= 8 steps, uniform
      diffusion's samples (uniform_eb on the 'uniform' member) have a lower
      gen-PPL than MDLM's (mdlm on 'mdlm') at equal entropy. Both at
      K = 1, 2, 4, 8, 16 over one canvas of T; uniform_eb at its reference
      temperatures (0.8 annealed to 0.4) and at a constant 1.0 (the
      temperature MDLM samples at), two points of its entropy-quality curve.
+     Each uniform_eb row reports its self-correction rate (accepted tokens
+     later accepted again with another token). The tiny set adds the
+     self-conditioned 'uniform_sc' at the reference temperatures.
   2. Entropy-bounded acceptance on the masked model (the EB-sampler's own
      setting) against threshold decoding: NFE and gen-PPL at several bounds
      and thresholds on 'mdlm', no blocks, no cache.
-AR cached is the quality reference. 23 rows scored at B = 16 (the prompts of
-the default grid's first 16), 2 timed runs each; quality is the point, not
-time.
+AR cached is the quality reference. Every row is scored at B = 16 (the
+prompts of the default grid's first 16), 2 timed runs each; quality is the
+point, not time.
+
+`configs/uniform.py` (the default, `:tiny`) uses configs/tiny.py's models;
+`configs/uniform.py:base` configs/base.py's.
 
 Usage:
   python experiments/compare_decoding.py --config=configs/uniform.py \
@@ -24,21 +30,31 @@ import pathlib
 
 import ml_collections
 
-_spec = importlib.util.spec_from_file_location(
-    "tiny", pathlib.Path(__file__).with_name("tiny.py"))
-tiny = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(tiny)
-
+_SIZES = ("tiny", "base")
 STEPS = (1, 2, 4, 8, 16)  # K, the few-step axis
 ENTROPY_BOUNDS = (0.1, 0.5, 2.0, 8.0)  # nats, entropy_bound on 'mdlm'
 THRESHOLDS = (0.9, 0.7, 0.5)  # tau, threshold on 'mdlm'
 
 
-def get_config() -> ml_collections.ConfigDict:
-  config = tiny.get_config()
+def _load(name: str):
+  spec = importlib.util.spec_from_file_location(
+      name, pathlib.Path(__file__).with_name(f"{name}.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def get_config(size: str = "tiny") -> ml_collections.ConfigDict:
+  if size not in _SIZES:
+    raise ValueError(f"configs/uniform.py:<size> must be one of {_SIZES}, "
+                     f"got {size!r}")
+  config = _load(size).get_config()
   config.compare.output_lengths = (64,)
   config.compare.batch_sizes = (16,)
   config.compare.timed_runs = 2
+  self_conditioned = () if size == "base" else tuple(
+      f"uniform SC EB K={{steps}} | uniform_eb | model=uniform_sc"
+      f" | steps={k}" for k in STEPS)
   config.compare.decoders = (
       "AR cached | ar | model=ar",
       *(f"MDLM K={{steps}} | mdlm | model=mdlm | steps={k}" for k in STEPS),
@@ -46,6 +62,7 @@ def get_config() -> ml_collections.ConfigDict:
         for k in STEPS),
       *("uniform EB K={steps} t={t_min}-{t_max} | uniform_eb | model=uniform"
         f" | steps={k} t_min=1.0 t_max=1.0" for k in STEPS),
+      *self_conditioned,
       *("EB masked bound={entropy_bound} | entropy_bound | model=mdlm"
         f" | entropy_bound={b}" for b in ENTROPY_BOUNDS),
       *("threshold tau={threshold} | threshold | model=mdlm"

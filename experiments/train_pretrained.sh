@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Retrains the shipped pretrained set (lm_decoding/pretrained/) from scratch:
-# AR, MDLM, BD3-LM and uniform diffusion on the tiny config's backbone, the larger evaluator AR
+# AR, MDLM, BD3-LM and uniform diffusion (also self-conditioned) on the tiny config's backbone, the larger evaluator AR
 # model with another seed, and the smaller AR drafts of speculative decoding
 # (config.drafts), all on the bundled corpus with one tokenizer and one
 # training budget (configs/tiny.py; pretrained.member_configs, which
@@ -23,7 +23,7 @@
 #
 # WORKDIR defaults to /tmp/pretrain. Without members the whole set is removed
 # first, tokenizer included (the retrained tokenizer differs from the shipped
-# one), and retrained. With members (ar mdlm bd3lm uniform evaluator
+# one), and retrained. With members (ar mdlm bd3lm uniform uniform_sc evaluator
 # draft_small draft_medium bd3lm4_from_ar bd3lm16_from_ar mdlm_from_ar bd3lm4_scratch
 # bd3lm16_scratch mdlm_scratch) only those are
 # retrained, on the set's own tokenizer
@@ -38,8 +38,8 @@ shift $(( $# > 0 ))
 config="${CONFIG:-configs/tiny.py}"
 set_dir="${SET_DIR:-lm_decoding/pretrained}"
 # The adapted members come after 'ar', their parent (train.init_from).
-all=(ar mdlm bd3lm uniform evaluator draft_small draft_medium bd3lm4_from_ar
-     bd3lm16_from_ar mdlm_from_ar bd3lm4_scratch bd3lm16_scratch mdlm_scratch)
+all=(ar mdlm bd3lm uniform uniform_sc evaluator draft_small draft_medium
+     bd3lm4_from_ar bd3lm16_from_ar mdlm_from_ar bd3lm4_scratch bd3lm16_scratch mdlm_scratch)
 stored="${STORED_DTYPE-bfloat16}"
 if [[ " bfloat16 int8 " != *" $stored "* && -n "$stored" ]]; then
   echo "STORED_DTYPE='$stored'; allowed: bfloat16, int8 or empty (as trained)" >&2

@@ -500,6 +500,14 @@ def test_uniform_eb_rows_run_cached_and_uncached(tokenizer):
   assert cached["gen_ppl"] > 1 and rows["uni 4 4 none"]["gen_ppl"] > 1
   assert (cached["forward_tokens"]["model"]
           < rows["uni 4 4 none"]["forward_tokens"]["model"])
+  # The self-correction rate: the scored (EOS-mode) decode's revisions over
+  # its acceptances, pooled over the rows.
+  args = comparison._decode_args(planned[0], 2, {"mdlm": model}, prompts, 0,
+                                 None, None)
+  stats = planned[0].eos_decoder.decode(*args).stats
+  assert stats["accepted"].sum() > 0
+  assert cached["self_correction"] == pytest.approx(
+      stats["revised"].sum() / stats["accepted"].sum())
 
 
 def test_report_opens_with_the_verdict_and_the_frontier(measured, tmp_path):

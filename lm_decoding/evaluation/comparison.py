@@ -16,8 +16,8 @@ fold_in(key, b), so a row decodes the same in any batch):
   role (the same work), else it is timed itself (e.g. an early-exit
   decoder), so real tokens/s = real tokens / minimum EOS-mode time, the same
   formula for every decoder.
-At the largest batch the EOS-mode samples are scored under the evaluator,
-and rows with an approximate KV cache (`kv_cache` other than "none") get
+At the largest batch the EOS-mode samples are scored under the evaluator
+(with the self-correction rate of a decoder that counts it), and rows with an approximate KV cache (`kv_cache` other than "none") get
 their approximation measured, untimed: the largest logit error of the cached
 window against an uncached pass (`denoise(measure_error=True)`), and token
 agreement with the same decoder with kv_cache="none" (same key, fixed
@@ -371,6 +371,17 @@ def _eos_columns(eos_fn, args: tuple, fixed: base.DecodeResult,
       empty=int(eos_counts(eos_tokens, eos_ids)[0]))
 
 
+def _self_correction(result: base.DecodeResult) -> dict:
+  """A decoder that counts revisions (`uniform_eb`'s stats 'revised' and
+  'accepted'): revised / accepted acceptances, pooled over the rows; {} for
+  the others."""
+  if "revised" not in result.stats:
+    return {}
+  accepted = int(jnp.sum(result.stats["accepted"]))
+  return dict(self_correction=int(jnp.sum(result.stats["revised"]))
+              / max(accepted, 1))
+
+
 def _cache_columns(p: Planned, args: tuple, fixed: base.DecodeResult,
                    fixed_tokens: Mapping[tuple, jax.Array], mesh: Mesh | None,
                    rules) -> dict:
@@ -453,6 +464,7 @@ def run(planned: Sequence[Planned], models: Mapping[str, Model],
       scores, texts = _quality(evaluator, tokenizer, eos.tokens[:b],
                                np.asarray(eos.lengths[:b]), args[1], args[2])
       row.update(scores)
+      row.update(_self_correction(eos))
       samples[p.label, t] = texts[:SAMPLES_SHOWN]
       if p.cached:
         row.update(_cache_columns(p, args, fixed, fixed_tokens, mesh, rules))

@@ -99,6 +99,10 @@ QUALITY_COLUMNS = (
      "earlier one, averaged"),
     ("distinct_2", "distinct-2", 3, "unique bigrams / bigrams over all "
      "samples"),
+    ("self_correction", "self-corr", 3, "acceptances that replaced an "
+     "earlier accepted token at the same position / acceptances, pooled over "
+     "the samples (uniform_eb's stats 'revised' / 'accepted'); '—' for "
+     "decoders that do not count it"),
     ("all_eos", "all-EOS", 0, "rows that are EOS at every position in fixed "
      "length mode"),
     ("empty", "empty", 0, "rows whose first token is EOS"),

@@ -536,7 +536,10 @@ def member_configs(config: ml_collections.ConfigDict
   'ar' (causal), 'mdlm' (bidirectional), 'bd3lm' (block diffusion with
   blocks of `config.train.block_length`) and 'uniform' (uniform-noise
   diffusion, bidirectional) share the backbone shape, data and training
-  budget of `config`, each with its objective (which sets the attention); 'evaluator' is a larger causal model with another seed
+  budget of `config`, each with its objective (which sets the attention);
+  'uniform_sc' is 'uniform' with self-conditioning (its previous prediction
+  fed back, `TransformerConfig.self_conditioning`; the same steps, a third
+  more forward work per step); 'evaluator' is a larger causal model with another seed
   (`config.evaluator`) that scores samples and is never decoded. Each entry
   of `config.drafts` (if present; e.g. 'draft_small') is a smaller causal
   model, the draft of speculative decoding (Leviathan et al. 2023): the
@@ -562,6 +565,9 @@ def member_configs(config: ml_collections.ConfigDict
     elif name in drafts:
       member.model.update(drafts[name].to_dict())
     members[name] = member
+  members["uniform_sc"] = ml_collections.ConfigDict(
+      members["uniform"].to_dict())
+  members["uniform_sc"].model.self_conditioning = True
   for name, (objective, block_length) in ADAPTED_MEMBERS.items():
     members[name] = adapted_config(members["ar"], objective, block_length)
   for name, adapted in CONTROL_MEMBERS.items():
