@@ -18,20 +18,13 @@ Usage:
       --workdir=/tmp/adapted_compare
 """
 
-import importlib.util
 import pathlib
 
 import ml_collections
 
+from lm_decoding.config_reference import load_config
+
 _SIZES = ("tiny", "base")
-
-
-def _load(name: str):
-  spec = importlib.util.spec_from_file_location(
-      name, pathlib.Path(__file__).with_name(f"{name}.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
 
 
 def adapted_decoders() -> tuple[str, ...]:
@@ -65,7 +58,7 @@ def get_config(size: str = "tiny") -> ml_collections.ConfigDict:
   if size not in _SIZES:
     raise ValueError(f"configs/adapted.py:<size> must be one of {_SIZES}, "
                      f"got {size!r}")
-  config = _load(size).get_config()
+  config = load_config(pathlib.Path(__file__).with_name(f"{size}.py"))
   if size == "tiny":
     config.compare.decoders = (
         "AR cached | ar | model=ar",

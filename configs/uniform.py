@@ -8,8 +8,11 @@ Two questions, one run:
      temperatures (0.8 annealed to 0.4) and at a constant 1.0 (the
      temperature MDLM samples at), two points of its entropy-quality curve.
      Each uniform_eb row reports its self-correction rate (accepted tokens
-     later accepted again with another token). The tiny set adds the
-     self-conditioned 'uniform_sc' at the reference temperatures.
+     later accepted again with another token). uniform_ancestral is the
+     sampler of the claim itself (UDLM/Duo's reverse steps, temperature 1,
+     the draws of the last step as output), at the same K. The tiny set
+     adds the self-conditioned 'uniform_sc' under uniform_eb at the
+     reference temperatures.
   2. Entropy-bounded acceptance on the masked model (the EB-sampler's own
      setting) against threshold decoding: NFE and gen-PPL at several bounds
      and thresholds on 'mdlm', no blocks, no cache.
@@ -25,10 +28,11 @@ Usage:
       --workdir=/tmp/uniform_few_step
 """
 
-import importlib.util
 import pathlib
 
 import ml_collections
+
+from lm_decoding.config_reference import load_config
 
 _SIZES = ("tiny", "base")
 STEPS = (1, 2, 4, 8, 16)  # K, the few-step axis
@@ -36,19 +40,11 @@ ENTROPY_BOUNDS = (0.1, 0.5, 2.0, 8.0)  # nats, entropy_bound on 'mdlm'
 THRESHOLDS = (0.9, 0.7, 0.5)  # tau, threshold on 'mdlm'
 
 
-def _load(name: str):
-  spec = importlib.util.spec_from_file_location(
-      name, pathlib.Path(__file__).with_name(f"{name}.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
 def get_config(size: str = "tiny") -> ml_collections.ConfigDict:
   if size not in _SIZES:
     raise ValueError(f"configs/uniform.py:<size> must be one of {_SIZES}, "
                      f"got {size!r}")
-  config = _load(size).get_config()
+  config = load_config(pathlib.Path(__file__).with_name(f"{size}.py"))
   config.compare.output_lengths = (64,)
   config.compare.batch_sizes = (16,)
   config.compare.timed_runs = 2
@@ -62,6 +58,8 @@ def get_config(size: str = "tiny") -> ml_collections.ConfigDict:
         for k in STEPS),
       *("uniform EB K={steps} t={t_min}-{t_max} | uniform_eb | model=uniform"
         f" | steps={k} t_min=1.0 t_max=1.0" for k in STEPS),
+      *(f"uniform ancestral K={{steps}} | uniform_ancestral | model=uniform"
+        f" | steps={k}" for k in STEPS),
       *self_conditioned,
       *("EB masked bound={entropy_bound} | entropy_bound | model=mdlm"
         f" | entropy_bound={b}" for b in ENTROPY_BOUNDS),

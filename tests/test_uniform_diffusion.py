@@ -18,7 +18,7 @@ from transformers.models.diffusion_gemma import generation_diffusion_gemma as re
 import stubs
 from lm_decoding.decoding import base, make_decoder
 from lm_decoding.decoding.uniform_diffusion import (
-    cache_error, entropy, entropy_bounded)
+    ancestral_posterior, cache_error, entropy, entropy_bounded)
 from lm_decoding.models import TransformerConfig, make_logits_fn
 from lm_decoding.models.transformer import ModelLogitsFn
 
@@ -330,3 +330,83 @@ def test_entropy_matches_torch():
       entropy(jnp.asarray(logits)),
       torch.distributions.Categorical(logits=torch.tensor(logits)).entropy(),
       rtol=1e-6)
+
+
+# ---- uniform_ancestral: UDLM / Duo's ancestral sampler ----------------------
+
+
+def test_ancestral_posterior_is_bayes_rule_on_the_forward_process():
+  """log q(z_s | z_t, x_theta) against Bayes' rule with the explicit V x V
+  transition matrices, float64, at the first (alpha_t = 0), a middle and the
+  last (alpha_s = 1) step."""
+  rng = np.random.default_rng(0)
+  log_p = jax.nn.log_softmax(jnp.asarray(rng.normal(size=(5, V)) * 2,
+                                         jnp.float32))
+  z = jnp.asarray(rng.integers(0, V, 5), jnp.int32)
+  p = np.exp(np.asarray(log_p, np.float64))
+  for alpha_t, alpha_s in ((0.0, 0.25), (0.3, 0.7), (0.75, 1.0)):
+    ratio = alpha_t / alpha_s
+    forward = ratio * np.eye(V) + (1 - ratio) / V  # [y, z]: q(z_t=z | z_s=y)
+    prior = alpha_s * p + (1 - alpha_s) / V  # [w, y]: q(z_s=y | x_theta)
+    joint = prior * forward[:, np.asarray(z)].T
+    want = joint / joint.sum(-1, keepdims=True)
+    got = np.exp(np.asarray(ancestral_posterior(log_p, z, alpha_t, alpha_s),
+                            np.float64))
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-7)
+
+
+def _position_stub(table):
+  return stubs.PositionLogitsFn(np.asarray(table, np.float32))
+
+
+def _ancestral(stub, batch, output_length, **options):
+  decoder = make_decoder("uniform_ancestral", output_length=output_length,
+                         eos_ids=(), mask_id=MASK, **options)
+  prompts = jnp.full((batch, 1), 5, jnp.int32)
+  return decoder.decode(base.bind(stub, None), prompts,
+                        jnp.ones((batch,), jnp.int32), KEY)
+
+
+def test_ancestral_one_step_draws_from_the_denoiser():
+  """K = 1 runs t = 1 -> 0: the posterior is x_theta itself, so each
+  position's draws follow softmax(logits), MASK excluded (chi-square)."""
+  from scipy import stats as scipy_stats
+  table = np.random.default_rng(1).normal(size=(8, V)) * 1.5
+  rows = 4000
+  result = _ancestral(_position_stub(table), rows, 4, steps=1)
+  assert int(result.nfe) == 1
+  tokens = np.asarray(result.tokens)
+  for position in range(4):
+    logits = table[1 + position].copy()
+    logits[MASK] = -np.inf
+    probs = np.exp(logits - logits.max())
+    probs /= probs.sum()
+    counts = np.bincount(tokens[:, position], minlength=V)
+    assert counts[MASK] == 0
+    support = probs > 0
+    assert scipy_stats.chisquare(
+        counts[support], rows * probs[support]).pvalue > 1e-3
+
+
+@pytest.mark.parametrize("steps, block_length", [(1, None), (2, None),
+                                                 (6, None), (4, 2)])
+def test_ancestral_with_a_certain_denoiser_outputs_its_answer(steps,
+                                                              block_length):
+  """x_theta one-hot on a target at every position: the last step (alpha_s
+  = 1) draws the target whatever the canvas, at any K and block length."""
+  target = np.array([7, 2, 9, 3])
+  table = np.full((8, V), -30.0)
+  table[1 + np.arange(4), target] = 30.0
+  result = _ancestral(_position_stub(table), 3, 4, steps=steps,
+                      block_length=block_length)
+  np.testing.assert_array_equal(result.tokens, np.tile(target, (3, 1)))
+  assert set(result.stats) == {"steps"}
+
+
+@pytest.mark.parametrize("options, match", [
+    (dict(t_min=1.5, t_max=1.0), "t_min"),
+    (dict(kv_cache="dual"), "kv_cache"),
+    (dict(steps=0), "steps")])
+def test_ancestral_bad_options_raise_at_construction(options, match):
+  with pytest.raises(ValueError, match=match):
+    make_decoder("uniform_ancestral", output_length=8, **options)

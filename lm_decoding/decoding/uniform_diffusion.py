@@ -1,4 +1,5 @@
-"""Uniform-noise diffusion decoding: DiffusionGemma's entropy-bounded sampler.
+"""Uniform-noise diffusion decoding: DiffusionGemma's entropy-bounded sampler
+(`uniform_eb`) and UDLM/Duo's ancestral sampler (`uniform_ancestral`).
 
 A canvas of W positions starts from tokens drawn uniformly from the whole
 vocabulary (no MASK) and is denoised for at most K_b steps. Step k of a
@@ -62,6 +63,13 @@ Deliberate differences from the reference (transformers 5.24):
 Randomness: row b's draws at global step s and absolute position p come
 from fold_in(fold_in(row_key[b], s), p), the canvas at block n's start from
 fold_in(fold_in(row_key[b], 2^31 - 1), n) (as `iterative.step_rows`).
+
+`uniform_ancestral` (`UniformAncestralDecoder`) runs the same canvas loop
+(blocks, prefix cache, self-conditioning input, keys) with another step: no
+acceptance, renoising or stop; every position draws z_s from the reverse
+step q(z_s | z_t, x_theta) of the forward process (`ancestral_posterior`),
+from t = 1 down to s = 0 in K_b equal steps, and the last draws are the
+output (UDLM, Schiff et al. 2024; Duo, Sahoo et al. 2025).
 """
 
 from __future__ import annotations
@@ -211,6 +219,75 @@ def _canvas_step(decoder, k, global_step, logits_BxWxV, canvas, start_B,
   return new
 
 
+def ancestral_posterior(log_p_WxV: jax.Array, z_W: jax.Array,
+                        alpha_t: jax.Array, alpha_s: jax.Array) -> jax.Array:
+  """float32[W, V] log q(z_s | z_t, x_theta): uniform-state diffusion's
+  reverse step (UDLM, Schiff et al. 2024; Duo, Sahoo et al. 2025).
+
+  Bayes' rule on the forward process q(z_t = z | z_s = y) = alpha_ts [y = z]
+  + (1 - alpha_ts) / V (alpha_ts = alpha_t / alpha_s) and q(z_s = y | x) =
+  alpha_s x_y + (1 - alpha_s) / V with the denoiser's x_theta in place of
+  the clean one-hot x:
+    q(z_s = y | z_t, x_theta) oc (alpha_ts [y = z] + (1 - alpha_ts) / V)
+                                 (alpha_s x_theta_y + (1 - alpha_s) / V).
+
+  Args:
+    log_p_WxV: float32[W, V] log x_theta.
+    z_W: int32[W] z_t.
+    alpha_t, alpha_s: float32[] signal levels, 0 <= alpha_t < alpha_s <= 1.
+  """
+  vocab = log_p_WxV.shape[-1]
+  ratio = alpha_t / alpha_s
+  ids_WxV = jax.lax.broadcasted_iota(jnp.int32, log_p_WxV.shape, 1)
+  log_likelihood = jnp.where(ids_WxV == z_W[:, None],
+                             jnp.log(ratio + (1.0 - ratio) / vocab),
+                             jnp.log((1.0 - ratio) / vocab))
+  log_prior = jnp.logaddexp(jnp.log(alpha_s) + log_p_WxV,
+                            jnp.log((1.0 - alpha_s) / vocab))
+  return jax.nn.log_softmax(log_likelihood + log_prior, -1)
+
+
+def _ancestral_step(decoder, k, global_step, logits_BxWxV, canvas, start_B,
+                    keys_B, vocab, steps):
+  """One reverse step of every row from t = 1 - k / K_b to s = t - 1 / K_b
+  (alpha_t = 1 - t, the linear schedule of the bound): each position draws
+  z_s from `ancestral_posterior` of softmax(processed), MASK excluded."""
+  tau = temperature(decoder.t_min, decoder.t_max, k, steps)
+  processed_BxWxV = logits_BxWxV.astype(jnp.float32).at[
+      ..., decoder.mask_id].set(-jnp.inf) / tau
+  # t and s from the count of steps left, so that s is exactly 0 at the
+  # last step (k / K rounds above 1 when XLA multiplies by 1 / K)
+  left = steps - jnp.asarray(k, jnp.float32)
+  alpha_t = jnp.maximum(1.0 - left / steps, 0.0)
+  alpha_s = 1.0 - (left - 1.0) / steps
+  width = canvas.window.shape[1]
+
+  def row(processed_WxV, z_W, start, key):
+    step_key = jax.random.fold_in(key, global_step)
+    keys_W = jax.vmap(lambda p: jax.random.fold_in(step_key, p))(
+        start + jnp.arange(width))
+    posterior_WxV = ancestral_posterior(
+        jax.nn.log_softmax(processed_WxV, -1), z_W, alpha_t, alpha_s
+    ).at[:, decoder.mask_id].set(-jnp.inf)
+    return jax.vmap(lambda key, x: sample(key, x[None], decoder.sampling)[0])(
+        keys_W, posterior_WxV).astype(jnp.int32)
+
+  drawn = jax.vmap(row)(processed_BxWxV, canvas.window, start_B, keys_B)
+  new = canvas.replace(
+      window=drawn, argmax=drawn, steps=canvas.steps + 1,
+      previous=None if canvas.previous is None
+      else jax.nn.softmax(processed_BxWxV, -1))
+  if canvas.trace is not None:
+    record = dict(canvas_in=canvas.window, drawn=drawn,
+                  noise=jnp.full_like(drawn, -1),
+                  accepted=jnp.ones(drawn.shape, bool), canvas_out=drawn,
+                  argmax=drawn, live=jnp.ones(drawn.shape[:1], bool),
+                  stop=jnp.zeros(drawn.shape[:1], bool))
+    new = new.replace(trace={name: canvas.trace[name].at[global_step].set(
+        value) for name, value in record.items()})
+  return new
+
+
 @debug.jit(static_argnames=("decoder", "trace", "measure_error"))
 def _generate(decoder, models, prompts, prompt_lengths, keys_B, trace,
               measure_error=False):
@@ -296,8 +373,8 @@ def _generate(decoder, models, prompts, prompt_lengths, keys_B, trace,
               live_B[:, None, None], jnp.abs(logits - exact), 0.0).max())
       else:
         logits, _, cost = full(cost, canvas)
-      canvas = _canvas_step(decoder, k, n * steps + k, logits, canvas,
-                            start_B, keys_B, vocab, steps)
+      canvas = decoder.canvas_step(k, n * steps + k, logits, canvas,
+                                   start_B, keys_B, vocab, steps)
       return k + 1, canvas, cache, cost, error
 
     _, canvas, _, cost, error = jax.lax.while_loop(
@@ -329,23 +406,17 @@ def _generate(decoder, models, prompts, prompt_lengths, keys_B, trace,
           records)
 
 
-@register("uniform_eb")
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class UniformEntropyBoundDecoder(ScheduledDecoder):
-  """DiffusionGemma's sampler on a uniform-noise canvas (module docstring).
+class UniformCanvasDecoder(ScheduledDecoder):
+  """A sampler on a uniform-noise canvas (module docstring): the canvas loop
+  of `uniform_eb` and `uniform_ancestral`, which differ in their step
+  (`canvas_step`).
 
   `steps` is the step budget over the whole output, K_b = steps / N per
   block (the reference's max_denoising_steps with one block).
 
   Attributes (besides `IterativeDecoder`'s):
-    entropy_bound: > 0 nats, the EB-sampler's bound (reference default 0.1).
-    t_min, t_max: the temperature schedule, 0 <= t_min <= t_max, t_max > 0
-      (reference defaults 0.4, 0.8).
-    stability_threshold: >= 0 steps the argmax canvas must have held.
-    confidence_threshold: > 0 nats, the mean entropy below which a stable
-      row stops (reference default 0.005).
-    early_stop: the stable-and-confident stop (False: every block runs its
-      K_b steps).
+    t_min, t_max: the temperature schedule, 0 <= t_min <= t_max, t_max > 0.
     kv_cache: "none" or "prefix" (module docstring); reuse_logits and
       cache_refresh do not apply (the canvas changes at every step).
   Raises:
@@ -354,26 +425,17 @@ class UniformEntropyBoundDecoder(ScheduledDecoder):
   """
 
   steps: int = 48
-  entropy_bound: float = 0.1
   t_min: float = 0.4
   t_max: float = 0.8
-  stability_threshold: int = 1
-  confidence_threshold: float = 0.005
   sampling: SamplingConfig = SamplingConfig(temperature=1.0)
+  stability_threshold = 0  # argmax canvases kept (`Canvas.history`)
 
   def __post_init__(self):
     super().__post_init__()
-    for name in ("entropy_bound", "confidence_threshold"):
-      value = getattr(self, name)
-      if not is_number(value) or not value > 0:
-        raise ValueError(f"{name}={value!r} must be a number > 0")
     if not (is_number(self.t_min) and is_number(self.t_max)
             and 0 <= self.t_min <= self.t_max and self.t_max > 0):
       raise ValueError(f"t_min={self.t_min!r} and t_max={self.t_max!r} must "
                        "satisfy 0 <= t_min <= t_max, t_max > 0")
-    if not is_count(self.stability_threshold, 0):
-      raise ValueError(f"stability_threshold={self.stability_threshold!r} "
-                       "must be an integer >= 0")
     if self.kv_cache not in ("none", "prefix"):
       raise ValueError(f"kv_cache={self.kv_cache!r}; allowed: ('none', "
                        "'prefix') (the canvas cannot see a cached suffix)")
@@ -382,9 +444,14 @@ class UniformEntropyBoundDecoder(ScheduledDecoder):
                        f"{self.attention!r} must be 'block' and "
                        "'bidirectional'")
 
+  def canvas_step(self, k, global_step, logits_BxWxV, canvas, start_B, keys_B,
+                  vocab, steps) -> Canvas:
+    """The canvas after step k of a block (global step `global_step`)."""
+    raise NotImplementedError
+
   def select(self, step):
-    raise ValueError("uniform_eb has no masked positions to select; it runs "
-                     "its own canvas loop (decode)")
+    raise ValueError(f"{self.registry_name} has no masked positions to "
+                     "select; it runs its own canvas loop (decode)")
 
   def run(self, models: Mapping[str, Model], prompts: jax.Array,
           prompt_lengths: jax.Array, key: jax.Array, trace: bool = False,
@@ -397,7 +464,8 @@ class UniformEntropyBoundDecoder(ScheduledDecoder):
     the same canvas (extra, uncounted passes; 0 for kv_cache "none")."""
     prompts, prompt_lengths = self._check(models, prompts, prompt_lengths)
     if token_shift(models["model"].logits_fn):
-      raise ValueError("uniform_eb decodes models without a token shift")
+      raise ValueError(f"{self.registry_name} decodes models without a "
+                       "token shift")
     return _generate(self, models, prompts, prompt_lengths,
                      base.row_keys(key, prompts.shape[0]), trace,
                      measure_error)
@@ -408,11 +476,8 @@ class UniformEntropyBoundDecoder(ScheduledDecoder):
 
     Returns:
       `DecodeResult`; committed int32[K, B] is W at each block's first
-      step slot (its canvas is committed whole); stats: accepted and
-      revised int32[B] (acceptances, and those that replaced an earlier
-      accepted token at the same position: the self-correction count),
-      steps int32[B] (steps each row ran), self_correction float32[B]
-      = revised / accepted.
+      step slot (its canvas is committed whole); stats: steps int32[B]
+      (steps each row ran) and the subclass's (`_stats`).
     Raises:
       ValueError: as `IterativeDecoder.denoise`.
     """
@@ -422,18 +487,91 @@ class UniformEntropyBoundDecoder(ScheduledDecoder):
     steps = self.max_block_steps(width)
     committed = jnp.zeros((self.num_blocks() * steps, tokens.shape[0]),
                           jnp.int32).at[::steps].set(width)
-    rate = stats["revised"] / jnp.maximum(stats["accepted"], 1)
-    return base.result(tokens, lengths, committed, cost,
-                       self_correction=rate.astype(jnp.float32), **stats)
+    return base.result(tokens, lengths, committed, cost, **self._stats(stats))
+
+  def _stats(self, stats: dict) -> dict:
+    return {"steps": stats["steps"]}
 
   def denoise(self, *args, **kwargs):
-    raise ValueError("uniform_eb has no masked loop; use decode or run")
+    raise ValueError(f"{self.registry_name} has no masked loop; use decode "
+                     "or run")
 
   def infill(self, *args, **kwargs):
-    raise ValueError("uniform_eb does not infill; use decode or run")
+    raise ValueError(f"{self.registry_name} does not infill; use decode or "
+                     "run")
 
 
-def cache_error(decoder: UniformEntropyBoundDecoder,
+@register("uniform_eb")
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class UniformEntropyBoundDecoder(UniformCanvasDecoder):
+  """DiffusionGemma's sampler on a uniform-noise canvas (module docstring).
+
+  Attributes (besides `UniformCanvasDecoder`'s):
+    entropy_bound: > 0 nats, the EB-sampler's bound (reference default 0.1).
+    t_min, t_max: reference defaults 0.4, 0.8.
+    stability_threshold: >= 0 steps the argmax canvas must have held.
+    confidence_threshold: > 0 nats, the mean entropy below which a stable
+      row stops (reference default 0.005).
+    early_stop: the stable-and-confident stop (False: every block runs its
+      K_b steps).
+  Raises:
+    ValueError: as `UniformCanvasDecoder`, or an option above outside its
+      range.
+  """
+
+  entropy_bound: float = 0.1
+  stability_threshold: int = 1
+  confidence_threshold: float = 0.005
+
+  def __post_init__(self):
+    super().__post_init__()
+    for name in ("entropy_bound", "confidence_threshold"):
+      value = getattr(self, name)
+      if not is_number(value) or not value > 0:
+        raise ValueError(f"{name}={value!r} must be a number > 0")
+    if not is_count(self.stability_threshold, 0):
+      raise ValueError(f"stability_threshold={self.stability_threshold!r} "
+                       "must be an integer >= 0")
+
+  def canvas_step(self, *args) -> Canvas:
+    return _canvas_step(self, *args)
+
+  def _stats(self, stats: dict) -> dict:
+    """accepted and revised int32[B] (acceptances, and those that replaced
+    an earlier accepted token at the same position: the self-correction
+    count), steps int32[B], self_correction float32[B] = revised /
+    accepted."""
+    rate = stats["revised"] / jnp.maximum(stats["accepted"], 1)
+    return dict(self_correction=rate.astype(jnp.float32), **stats)
+
+
+@register("uniform_ancestral")
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class UniformAncestralDecoder(UniformCanvasDecoder):
+  """Ancestral sampling of uniform-state diffusion (UDLM, Schiff et al.
+  2024, arXiv:2412.10193; Duo, Sahoo et al. 2025, arXiv:2506.10892): the
+  sampler of their few-step claim. From a uniform canvas at t = 1, each of
+  the K_b steps of a block draws every position from the reverse step
+  q(z_s | z_t, x_theta) (`ancestral_posterior`) with s = t - 1 / K_b, on
+  the linear schedule alpha_t = 1 - t of the bound; the last step lands at
+  s = 0 and its draws are the output. Nothing is accepted or frozen: every
+  position may change at every step. No early stop; the prefix cache,
+  blocks and self-conditioning as `uniform_eb`.
+
+  Differences from the references: MASK is never drawn (its share of the
+  posterior, (1 - alpha_s) / V at most, is dropped), and the temperature
+  divides the denoiser's logits (t_min = t_max = 1, the default, is the
+  exact posterior) before the posterior is formed.
+  """
+
+  t_min: float = 1.0
+  t_max: float = 1.0
+
+  def canvas_step(self, *args) -> Canvas:
+    return _ancestral_step(self, *args)
+
+
+def cache_error(decoder: UniformCanvasDecoder,
                 models: Mapping[str, Model], prompts: jax.Array,
                 prompt_lengths: jax.Array, key: jax.Array) -> jax.Array:
   """float32[]: the largest |logit| difference between kv_cache="prefix"'s
@@ -445,7 +583,7 @@ def cache_error(decoder: UniformEntropyBoundDecoder,
   canvas (and self-conditioning input) cached and through an uncounted full
   pass; rows already stopped are left out. The prefix cache is exact, so
   this is floating-point rounding only. Arguments and errors as
-  `UniformEntropyBoundDecoder.run`.
+  `UniformCanvasDecoder.run`.
   """
   decoder = dataclasses.replace(decoder, kv_cache="prefix")
   return decoder.run(models, prompts, prompt_lengths, key,

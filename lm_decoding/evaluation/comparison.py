@@ -17,8 +17,9 @@ fold_in(key, b), so a row decodes the same in any batch):
   decoder), so real tokens/s = real tokens / minimum EOS-mode time, the same
   formula for every decoder.
 At the largest batch the EOS-mode samples are scored under the evaluator
-(with the self-correction rate of a decoder that counts it), and rows with an approximate KV cache (`kv_cache` other than "none") get
-their approximation measured, untimed: the largest logit error of the cached
+(with the self-correction rate of a decoder that counts it), and rows with
+an approximate KV cache (`kv_cache` other than "none") get their
+approximation measured, untimed: the largest logit error of the cached
 window against an uncached pass (`denoise(measure_error=True)`), and token
 agreement with the same decoder with kv_cache="none" (same key, fixed
 length).
@@ -197,7 +198,7 @@ def expected_work(decoder, batch: int, prompt_len: int) -> Work:
       return Work(blocks * per_block * full, drawn)
     rest = (per_block - 1) * batch
     if decoder.kv_cache == "dual" or isinstance(
-        decoder, uniform_diffusion.UniformEntropyBoundDecoder):
+        decoder, uniform_diffusion.UniformCanvasDecoder):
       # a window per cached step (uniform_eb's prefix cache: the canvas)
       return Work(blocks * (full + rest * width), drawn)
     return Work(sum(full + rest * (t - n * width) for n in range(blocks)),
@@ -389,7 +390,7 @@ def _cache_columns(p: Planned, args: tuple, fixed: base.DecodeResult,
   its token agreement with its uncached reference (decoded here unless the
   reference row already ran)."""
   b = args[1].shape[0]
-  if isinstance(p.decoder, uniform_diffusion.UniformEntropyBoundDecoder):
+  if isinstance(p.decoder, uniform_diffusion.UniformCanvasDecoder):
     error = uniform_diffusion.cache_error(p.decoder, *args)  # no masked loop
   else:
     error = p.decoder.denoise(*args, measure_error=True).max_logit_error
