@@ -405,6 +405,7 @@ def test_ancestral_with_a_certain_denoiser_outputs_its_answer(steps,
 
 @pytest.mark.parametrize("options, match", [
     (dict(t_min=1.5, t_max=1.0), "t_min"),
+    (dict(t_max=float("inf")), "t_max"),
     (dict(kv_cache="dual"), "kv_cache"),
     (dict(steps=0), "steps")])
 def test_ancestral_bad_options_raise_at_construction(options, match):

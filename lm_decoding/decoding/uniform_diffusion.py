@@ -75,6 +75,7 @@ output (UDLM, Schiff et al. 2024; Duo, Sahoo et al. 2025).
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Mapping
 
 import flax.struct
@@ -416,7 +417,8 @@ class UniformCanvasDecoder(ScheduledDecoder):
   block (the reference's max_denoising_steps with one block).
 
   Attributes (besides `IterativeDecoder`'s):
-    t_min, t_max: the temperature schedule, 0 <= t_min <= t_max, t_max > 0.
+    t_min, t_max: the temperature schedule, 0 <= t_min <= t_max, t_max > 0
+      and finite.
     kv_cache: "none" or "prefix" (module docstring); reuse_logits and
       cache_refresh do not apply (the canvas changes at every step).
   Raises:
@@ -433,9 +435,9 @@ class UniformCanvasDecoder(ScheduledDecoder):
   def __post_init__(self):
     super().__post_init__()
     if not (is_number(self.t_min) and is_number(self.t_max)
-            and 0 <= self.t_min <= self.t_max and self.t_max > 0):
+            and 0 <= self.t_min <= self.t_max and 0 < self.t_max < math.inf):
       raise ValueError(f"t_min={self.t_min!r} and t_max={self.t_max!r} must "
-                       "satisfy 0 <= t_min <= t_max, t_max > 0")
+                       "satisfy 0 <= t_min <= t_max, t_max > 0 and finite")
     if self.kv_cache not in ("none", "prefix"):
       raise ValueError(f"kv_cache={self.kv_cache!r}; allowed: ('none', "
                        "'prefix') (the canvas cannot see a cached suffix)")
@@ -559,9 +561,12 @@ class UniformAncestralDecoder(UniformCanvasDecoder):
   blocks and self-conditioning as `uniform_eb`.
 
   Differences from the references: MASK is never drawn (its share of the
-  posterior, (1 - alpha_s) / V at most, is dropped), and the temperature
-  divides the denoiser's logits (t_min = t_max = 1, the default, is the
-  exact posterior) before the posterior is formed.
+  posterior is dropped; its x_theta is 0, so the share is (1 - alpha_s) /
+  V or less, except where the canvas itself holds MASK, which only the
+  first step's uniform draw can), and the temperature divides the
+  denoiser's logits (t_min = t_max = 1, the default, is the exact
+  posterior) before the posterior is formed; temperatures below about
+  1e-8 overflow the float32 posterior. `early_stop` does not apply.
   """
 
   t_min: float = 1.0
