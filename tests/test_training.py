@@ -314,8 +314,9 @@ def test_entry_point_bad_input(call, error, match, tmp_path, monkeypatch):
      r"^error: train.num_steps=0 must be an integer >= 1$"),
     ("train.py", ["--member=draft_huge"],
      r"^error: --member='draft_huge'; the config's members: ar, mdlm, bd3lm, "
-     r"uniform, evaluator, draft_medium, draft_small, bd3lm4_from_ar, "
-     r"bd3lm16_from_ar, mdlm_from_ar, bd3lm4_scratch, bd3lm16_scratch, mdlm_scratch$"),
+     r"uniform, evaluator, draft_medium, draft_small, uniform_sc, "
+     r"bd3lm4_from_ar, bd3lm16_from_ar, mdlm_from_ar, bd3lm4_scratch, "
+     r"bd3lm16_scratch, mdlm_scratch$"),
     ("train.py", ["--config.data.path=/no/such/file.txt"],
      r"^error: data.path='/no/such/file.txt' does not exist"),
     ("train.py", ["--export_pretrained=.", "--export_dir=/tmp/no_such_set"],
