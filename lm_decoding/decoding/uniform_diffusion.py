@@ -165,12 +165,18 @@ def _attention(valid_BxL, start_B, end_B, num_queries, first_query_B):
   return seen & valid_BxL[:, None, :]
 
 
+def _processed(decoder, logits_BxWxV, k, steps) -> jax.Array:
+  """float32[B, W, V]: the logits at step k's temperature (module docstring,
+  item 2), MASK at -inf."""
+  tau = temperature(decoder.t_min, decoder.t_max, k, steps)
+  return logits_BxWxV.astype(jnp.float32).at[
+      ..., decoder.mask_id].set(-jnp.inf) / tau
+
+
 def _canvas_step(decoder, k, global_step, logits_BxWxV, canvas, start_B,
                  keys_B, vocab, steps):
   """One step of every row (module docstring, items 2-6)."""
-  tau = temperature(decoder.t_min, decoder.t_max, k, steps)
-  logits = logits_BxWxV.astype(jnp.float32)
-  processed_BxWxV = logits.at[..., decoder.mask_id].set(-jnp.inf) / tau
+  processed_BxWxV = _processed(decoder, logits_BxWxV, k, steps)
   width = canvas.window.shape[1]
 
   def row(processed_WxV, start, key):
@@ -253,9 +259,7 @@ def _ancestral_step(decoder, k, global_step, logits_BxWxV, canvas, start_B,
   """One reverse step of every row from t = 1 - k / K_b to s = t - 1 / K_b
   (alpha_t = 1 - t, the linear schedule of the bound): each position draws
   z_s from `ancestral_posterior` of softmax(processed), MASK excluded."""
-  tau = temperature(decoder.t_min, decoder.t_max, k, steps)
-  processed_BxWxV = logits_BxWxV.astype(jnp.float32).at[
-      ..., decoder.mask_id].set(-jnp.inf) / tau
+  processed_BxWxV = _processed(decoder, logits_BxWxV, k, steps)
   # t and s from the count of steps left, so that s is exactly 0 at the
   # last step (k / K rounds above 1 when XLA multiplies by 1 / K)
   left = steps - jnp.asarray(k, jnp.float32)
