@@ -62,6 +62,7 @@ def get_config(size: str = "tiny") -> ml_collections.ConfigDict:
   if size == "tiny":
     config.compare.decoders = (
         "AR cached | ar | model=ar",
+        "AR greedy temp={temperature} | ar | model=ar | temperature=0",
         "BD3-LM block={block_length} K={steps} | bd3lm | model=bd3lm"
         " | block_length=16 steps=T",
         "threshold tau={threshold} block={block_length} cache={kv_cache}"

@@ -29,7 +29,7 @@ def get_config() -> ml_collections.ConfigDict:
   # order, and the other settings of each family between them.
   (ar_cached, ar_uncached, mdlm_8, uniform_32, llada_margin, threshold_dual,
    maskgit, remdm, bd3lm, speculative, prompt_lookup,
-   skeleton) = config.compare.decoders
+   skeleton, *greedy) = config.compare.decoders
   config.compare.decoders = (
       ar_cached, ar_uncached, mdlm_8,
       "MDLM K={steps} | mdlm | model=mdlm | steps=32",
@@ -48,6 +48,6 @@ def get_config() -> ml_collections.ConfigDict:
       " | threshold=0.9 block_length=32 kv_cache=prefix",
       threshold_dual,
       "factor f={factor} block={block_length} | factor | model=mdlm | factor=1.0 block_length=32",
-      maskgit, remdm, bd3lm, speculative, prompt_lookup, skeleton,
+      maskgit, remdm, bd3lm, speculative, prompt_lookup, skeleton, *greedy,
   )
   return config

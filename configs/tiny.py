@@ -93,9 +93,13 @@ def get_config() -> ml_collections.ConfigDict:
   config.compare.temperature = 1.0      # one sampling temperature for every decoder
   config.compare.timed_runs = 3         # timed runs per row: minimum, median and spread
   config.compare.baseline = "AR cached"  # the entry the verdict, crossover and K* compare against
-  # The verdict's quality tolerance against AR sampling (the baseline): a
-  # decoder counts when its gen-PPL is at most this fraction above the
-  # baseline's and its entropy at most this many nats below.
+  # The entry greedy rows (temperature 0, or no sampling) are judged against
+  # instead ('' = none: every row against the baseline); it sets temperature=0.
+  config.compare.greedy_baseline = "AR greedy temp=0"
+  # The verdict's quality tolerance against the row's reference (AR sampling,
+  # or AR greedy for greedy rows): a decoder counts when its gen-PPL is at
+  # most this fraction above the reference's and its entropy at most this
+  # many nats below.
   config.compare.tolerance_gen_ppl = 0.10
   config.compare.tolerance_entropy = 0.10
   config.compare.pretrained_set = ""    # '' = lm_decoding/pretrained; 'base' its subfolder
@@ -130,5 +134,12 @@ def get_config() -> ml_collections.ConfigDict:
       "MDLM K={draft_steps} skeleton + AR polish p>={threshold} gamma={gamma}"
       " | skeleton_polish | target=ar draft=mdlm | draft_steps=32 threshold=0.01"
       " gamma=8",
+      # Greedy rows, judged against AR greedy (compare.greedy_baseline) as
+      # Fast-dLLM compares greedy with greedy; last, so the grids that
+      # derive from this one keep them at the end.
+      "AR greedy temp={temperature} | ar | model=ar | temperature=0",
+      "threshold tau={threshold} block={block_length} cache={kv_cache}"
+      " temp={temperature} | threshold | model=mdlm | threshold=0.9"
+      " block_length=32 kv_cache=dual temperature=0",
   )
   return config

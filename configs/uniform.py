@@ -51,6 +51,7 @@ def get_config(size: str = "tiny") -> ml_collections.ConfigDict:
   self_conditioned = () if size == "base" else tuple(
       f"uniform SC EB K={{steps}} | uniform_eb | model=uniform_sc"
       f" | steps={k}" for k in STEPS)
+  config.compare.greedy_baseline = ""  # no greedy row: all against AR sampling
   config.compare.decoders = (
       "AR cached | ar | model=ar",
       *(f"MDLM K={{steps}} | mdlm | model=mdlm | steps={k}" for k in STEPS),

@@ -92,8 +92,9 @@ def plan(config, workdir: str):
       cmp, {name: m.model.max_len for name, m in members.items()})
   parsed = entries.parse_entries(cmp.decoders)
   entries.check_baseline(cmp.baseline, parsed)
-  planned = entries.plan(parsed, cmp.output_lengths, cmp.temperature,
-                         members)
+  planned = entries.judged_against(
+      entries.plan(parsed, cmp.output_lengths, cmp.temperature, members),
+      cmp.baseline, cmp.greedy_baseline)
   pretrained.set_dir(cmp.pretrained_set)
   check_workdir(workdir)
   return planned, members
@@ -143,8 +144,8 @@ def main(argv):
       "- models (validation perplexity; a bound for diffusion objectives):",
       *[f"  - {line}" for line in lines],
       f"- prompts: {len(prompts)} held-out test documents, first "
-      f"{cmp.prompt_len} tokens (P); one sampling temperature for every "
-      f"decoder: {cmp.temperature}; output lengths T = "
+      f"{cmp.prompt_len} tokens (P); sampling temperature "
+      f"{cmp.temperature} for every decoder whose entry sets none; output lengths T = "
       f"{tuple(cmp.output_lengths)}, batch sizes B = {tuple(cmp.batch_sizes)}",
       f"- timings: {cmp.timed_runs} timed runs per row right after "
       "compiling, compile time apart; speeds are compared on the minimum",

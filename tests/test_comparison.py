@@ -186,7 +186,8 @@ DEFAULT_GRID = [
     "LLaDA margin K=32 block=32",
     "threshold tau=0.9 block=32 cache=dual", "MaskGIT K=32", "ReMDM K=32",
     "BD3-LM block=16 K=256", "speculative small draft gamma=4",
-    "prompt lookup gamma=4", "MDLM K=32 skeleton + AR polish p>=0.01 gamma=8"]
+    "prompt lookup gamma=4", "MDLM K=32 skeleton + AR polish p>=0.01 gamma=8",
+    "AR greedy temp=0", "threshold tau=0.9 block=32 cache=dual temp=0"]
 
 
 def test_default_grid_is_pinned(job, tmp_path):
@@ -196,9 +197,11 @@ def test_default_grid_is_pinned(job, tmp_path):
                           "evaluator"}
   assert [p.label for p in planned] == DEFAULT_GRID
   assert {p.output_length for p in planned} == {256}
+  assert [p.judged_against for p in planned] == ["AR cached"] * 12 + [
+      "AR greedy temp=0"] * 2
   cmp = config.compare
-  assert (cmp.batch_sizes, cmp.timed_runs, cmp.baseline) == (
-      (1, 8), 3, "AR cached")
+  assert (cmp.batch_sizes, cmp.timed_runs, cmp.baseline,
+          cmp.greedy_baseline) == ((1, 8), 3, "AR cached", "AR greedy temp=0")
   assert (cmp.tolerance_gen_ppl, cmp.tolerance_entropy) == (0.10, 0.10)
 
 
@@ -206,7 +209,7 @@ def test_full_grid_holds_every_default_entry_at_three_lengths(job,
                                                               tmp_path):
   tiny, full = load_config("tiny"), load_config("full")
   assert set(tiny.compare.decoders) < set(full.compare.decoders)
-  assert len(full.compare.decoders) == 22
+  assert len(full.compare.decoders) == 24
   planned, _ = job.plan(full, str(tmp_path))
   assert full.compare.output_lengths == (32, 128, 256)
   assert {p.output_length for p in planned} == {32, 128, 256}
@@ -366,8 +369,13 @@ def measured(tokenizer):
   texts = ["AR cached | ar | model=ar",
            "MDLM K={steps} | mdlm | model=mdlm | steps=8",
            "MDLM K={steps} | mdlm | model=mdlm | steps=T",
-           "thr {kv_cache} | threshold | model=mdlm | kv_cache=dual"]
-  planned = entries.plan(entries.parse_entries(texts), (T,), 1.0, MEMBERS)
+           "thr {kv_cache} | threshold | model=mdlm | kv_cache=dual",
+           "AR greedy temp={temperature} | ar | model=ar | temperature=0",
+           "AR exit temp={temperature} | ar_early_exit | model=ar"
+           " | temperature=0"]
+  planned = entries.judged_against(
+      entries.plan(entries.parse_entries(texts), (T,), 1.0, MEMBERS),
+      "AR cached", "AR greedy temp=0")
   models = {"ar": transformer("causal", 0, eos_boost=40.0),
             "mdlm": transformer("bidirectional", 1, eos_boost=40.0)}
   prompts = np.random.default_rng(0).integers(5, VOCAB, (2, 4)).astype(
@@ -403,6 +411,13 @@ def test_run_counts_times_and_scores_every_row(measured):
       assert r["gen_ppl"] > 1 and r["entropy"] >= 0
   assert result.human["gen_ppl"] > 1
   assert set(result.samples) == {(p.label, T) for p in planned}
+  # Greedy rows carry their reference and their agreement with its tokens:
+  # the early-exit loop decodes AR greedy's tokens exactly.
+  assert rows["AR exit temp=0", 2]["judged_against"] == "AR greedy temp=0"
+  assert rows["AR exit temp=0", 2]["greedy_agreement"] == 1.0
+  assert rows["MDLM K=8", 2]["judged_against"] == "AR cached"
+  assert not any("greedy_agreement" in r for (label, b), r in rows.items()
+                 if b == 1 or label in ("AR greedy temp=0", "MDLM K=8"))
   assert printed.count(f" | T={T} ") == len(rows)  # one line per row
 
 
@@ -521,10 +536,14 @@ def test_report_opens_with_the_verdict_and_the_frontier(measured, tmp_path):
     assert f.read(8) == b"\x89PNG\r\n\x1a\n"
   lines = frontier.summarize(result.rows, "AR cached",
                              frontier.Tolerance()).lines
-  assert len(lines) == 1 + 2 * 2  # the tolerance, then 2 lines per B
+  assert len(lines) == 1 + 2 * 2 * 2  # the tolerance, 2 lines per B, ref
   assert lines[0].startswith("Verdict: 'within tolerance' of AR sampling")
-  for b, line in zip((1, 1, 2, 2), lines[1:]):
-    assert line.startswith(f"T={T} B={b}: ")
+  assert "held to AR greedy (AR greedy temp=0)" in lines[0]
+  for b, greedy, line in zip((1, 1, 1, 1, 2, 2, 2, 2), (0, 0, 1, 1) * 2,
+                             lines[1:]):
+    where = f"T={T} B={b}" + (", greedy vs AR greedy temp=0" if greedy
+                              else "")
+    assert line.startswith(where + ": ")
   assert "Pareto front: " in lines[1]
   assert "fastest within tolerance: " in lines[2]
   text = open(paths["report"]).read()
@@ -679,3 +698,31 @@ def test_crossover_sentence_and_break_even_steps():
   # K* from the full-pass row with the most NFE (not the cached one).
   assert report.break_even_steps(rows, "AR cached") == {
       (1, 32): pytest.approx(5.0), (1, 64): pytest.approx(10.0)}
+
+
+def test_greedy_rows_are_judged_against_the_greedy_baseline():
+  """Rows at temperature 0 (and decoders that do not sample) are judged
+  against compare.greedy_baseline's row, samplers against the baseline; a
+  greedy row without a greedy baseline entry is refused by name."""
+  texts = ["AR cached | ar | model=ar",
+           "AR greedy temp={temperature} | ar | model=ar | temperature=0",
+           "beam {num_beams} | ar_beam | model=ar | num_beams=2",
+           "MDLM K={steps} temp={temperature} | mdlm | model=mdlm | steps=4"
+           " temperature=0"]
+  parsed = entries.parse_entries(texts)
+  planned = entries.judged_against(
+      entries.plan(parsed, (8,), 1.0, MEMBERS), "AR cached",
+      "AR greedy temp=0")
+  assert [p.judged_against for p in planned] == [
+      "AR cached", "AR greedy temp=0", "AR greedy temp=0", "AR greedy temp=0"]
+  assert planned[3].decoder.sampling.temperature == 0
+  assert [p.judged_against for p in entries.judged_against(
+      entries.plan(parsed, (8,), 1.0, MEMBERS), "AR cached")] == [
+          "AR cached"] * 4
+  with pytest.raises(ValueError, match="compare.greedy_baseline='AR cached'"):
+    entries.judged_against(entries.plan(parsed, (8,), 1.0, MEMBERS),
+                           "AR cached", "AR cached")
+  with pytest.raises(ValueError, match="'ar_beam' does not sample"):
+    entries.plan(entries.parse_entries(
+        ["b {num_beams} {temperature} | ar_beam | model=ar | num_beams=2"
+         " temperature=0"]), (8,), 1.0, MEMBERS)

@@ -129,3 +129,53 @@ def test_missing_baseline_and_bad_tolerances_raise():
     Tolerance(gen_ppl=0)
   with pytest.raises(ValueError, match="compare.tolerance_entropy=True"):
     Tolerance(entropy=True)
+
+
+# ---- two references: samplers against AR sampling, greedy against AR greedy --
+
+
+def gpt(label, ms, ppl, entropy=2.5, b=1):
+  """A greedy row: judged against 'AR greedy'."""
+  return Point(label=label, batch_size=b, output_length=256, ms=ms,
+               gen_ppl=ppl, entropy=entropy, tpf=1.0, reference="AR greedy")
+
+
+def test_greedy_rows_are_judged_against_ar_greedy_only():
+  """A threshold row at AR greedy's quality is within tolerance of AR greedy
+  although it fails AR sampling's entropy; AR sampling's verdict does not
+  see it, nor does AR greedy's see a sampler."""
+  greedy_ar = gpt("AR greedy", 90.0, 20.0)
+  points = [AR, pt("sampler ok", 50.0, 410.0), greedy_ar,
+            gpt("threshold", 30.0, 21.0, 2.45), gpt("worse", 10.0, 40.0)]
+  sampling, greedy = frontier.verdicts(points, "AR", TOL)
+  assert sampling.judged_against == "AR" and greedy.judged_against == (
+      "AR greedy")
+  assert sampling.fastest.label == "sampler ok"
+  assert labels(sampling.front) == ["sampler ok", "AR"]
+  assert greedy.fastest.label == "threshold"
+  assert greedy.speedup(greedy.fastest) == pytest.approx(3.0)
+  assert labels(greedy.front) == ["worse", "threshold", "AR greedy"]
+  lines = frontier.verdict_lines([sampling, greedy], "AR", TOL)
+  assert "held to AR greedy (AR greedy)" in lines[0]
+  assert lines[3] == "T=256 B=1, greedy vs AR greedy: Pareto front: worse " \
+      "(10 ms, gen-PPL 40, TPF 1.00); threshold (30 ms, gen-PPL 21, " \
+      "TPF 1.00); AR greedy (90 ms, gen-PPL 20, TPF 1.00)"
+  assert lines[4].startswith("T=256 B=1, greedy vs AR greedy: fastest "
+                             "within tolerance: threshold, 3.00x faster "
+                             "than AR greedy")
+
+
+def test_greedy_rows_without_their_reference_get_no_verdict():
+  """Greedy rows whose reference row is absent are not judged at all (never
+  silently against AR sampling)."""
+  found = frontier.verdicts([AR, gpt("threshold", 30.0, 21.0)], "AR", TOL)
+  assert [v.judged_against for v in found] == ["AR"]
+  assert labels(found[0].front) == ["AR"]
+
+
+def test_points_read_the_reference_column():
+  rows = [dict(decoder="AR", batch_size=1, output_length=8, ms_min=1.0,
+               nfe=8, gen_ppl=10.0, entropy=2.0),
+          dict(decoder="g", batch_size=1, output_length=8, ms_min=1.0,
+               nfe=4, gen_ppl=10.0, entropy=2.0, judged_against="AR greedy")]
+  assert [p.reference for p in frontier.points(rows)] == ["", "AR greedy"]

@@ -49,7 +49,10 @@ def test_config_keeps_the_cost_rows_at_a_size_above_the_caches():
       "LLaDA K={steps} block={block_length}",
       "threshold tau={threshold} block={block_length} cache={kv_cache}",
       "BD3-LM block={block_length} K={steps}",
-      "speculative small draft gamma={gamma}"]
+      "speculative small draft gamma={gamma}",
+      "AR greedy temp={temperature}",
+      "threshold tau={threshold} block={block_length} cache={kv_cache}"
+      " temp={temperature}"]
   assert "kv_cache=dual" in config.compare.decoders[5]
   assert (config.compare.batch_sizes, config.compare.output_lengths) == (
       (1, 8, 32), (128, 256))
@@ -65,7 +68,7 @@ def test_config_plans_every_row(tmp_path):
   job = _loading.load("compare_decoding",
                       ROOT / "experiments" / "compare_decoding.py")
   planned, _ = job.plan(_config(), str(tmp_path / "full"))
-  assert len(planned) == 16  # 8 rows x 2 output lengths, none merged
+  assert len(planned) == 20  # 10 rows x 2 output lengths, none merged
   planned, _ = job.plan(_config("smoke"), str(tmp_path / "smoke"))
   assert sorted({m for p in planned for _, m in p.roles}) == ["ar", "mdlm"]
   with pytest.raises(ValueError, match="preset='gpu'"):

@@ -43,7 +43,7 @@ from lm_decoding.decoding import (
     autoregressive, base, bd3lm, hybrid, iterative, sharded, speculative,
     uniform_diffusion)
 from lm_decoding.decoding.rows import eos_counts
-from lm_decoding.evaluation import cost, quality
+from lm_decoding.evaluation import cost, entries, quality
 from lm_decoding.evaluation.entries import Planned
 from lm_decoding.models import Model, count_params
 from lm_decoding.parallel import sharding
@@ -347,6 +347,7 @@ def _cost_row(p: Planned, b: int, fixed: base.DecodeResult,
       for r, c in row["calls"].items())
   row["cached"] = p.cached
   row["reference"] = p.reference_label
+  row["judged_against"] = p.judged_against
   row["ms_per_token"] = row["ms_min"] / t
   return row
 
@@ -401,6 +402,24 @@ def _cache_columns(p: Planned, args: tuple, fixed: base.DecodeResult,
               agreement=float(jnp.mean(fixed.tokens == reference)))
 
 
+def _greedy_agreement(rows: Sequence[dict], planned: Sequence[Planned],
+                      fixed_tokens: Mapping[tuple, jax.Array],
+                      quality_batch: int) -> None:
+  """Adds "greedy_agreement" to each greedy row at the largest batch that is
+  judged against another greedy row (AR greedy): the fraction of its fixed-length
+  tokens [B, T] equal to that row's, position by position (same prompts; a
+  decoder that reproduces AR greedy scores 1)."""
+  greedy = {(p.label, p.output_length) for p in planned
+            if entries.greedy(p.decoder)}
+  for row, p in zip(rows, planned):
+    own = p.label, p.output_length, quality_batch
+    other = p.judged_against, p.output_length, quality_batch
+    if (row["batch_size"] == quality_batch and own[:2] in greedy
+        and other[:2] in greedy and other != own):
+      row["greedy_agreement"] = float(jnp.mean(
+          fixed_tokens[own] == fixed_tokens[other]))
+
+
 def run(planned: Sequence[Planned], models: Mapping[str, Model],
         evaluator: Model, tokenizer: Tokenizer, prompts: np.ndarray,
         references: Sequence[str], batch_sizes: Sequence[int], runs: int,
@@ -453,6 +472,7 @@ def run(planned: Sequence[Planned], models: Mapping[str, Model],
     timing, _, fixed = cost.measure(
         _jit_decode(p.decoder, args, mesh, rules), args, 0, runs)
     fixed_tokens[p.decoder, p.roles, b] = fixed.tokens
+    fixed_tokens[p.label, t, b] = fixed.tokens
     eos_fn = _jit_decode(p.eos_decoder, args, mesh, rules)
     if b == quality_batch:  # first: work runs the largest batch first
       eos = eos_fn(*args)
@@ -477,6 +497,8 @@ def run(planned: Sequence[Planned], models: Mapping[str, Model],
     if progress:
       tqdm.tqdm.write(_summary(row))
   bar.close()
+  _greedy_agreement(rows, [planned[i] for i, _ in work], fixed_tokens,
+                    quality_batch)
   human = _human(evaluator, tokenizer, prompts[:quality_batch],
                  references[:quality_batch],
                  max(p.output_length for p in planned))

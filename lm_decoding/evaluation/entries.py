@@ -25,8 +25,15 @@ is the template formatted with the values used, the series label (plots,
 notes) with the values as written ("MDLM K=T"). Entries that resolve to the
 same decoder (same class and options after defaults, same bindings) at some
 T run once there; `Planned.series` lists every entry a row stands for. The
-harness sets the output length, `eos_ids` and `sampling` (one temperature
-for every decoder) itself: entries cannot set them.
+harness sets the output length, `eos_ids` and `sampling` itself: entries
+cannot set them. The sampling temperature is `compare.temperature` for every
+decoder but those whose entry sets `temperature` (e.g. `temperature=0`:
+greedy), shown in the label like any option.
+
+Two references (`judged_against`): a row that decodes greedily (temperature
+0, or a decoder that does not sample) is judged against
+`compare.greedy_baseline` (AR greedy) when that is set; every other row
+against `compare.baseline` (AR sampling).
 
 Every check here is pure and fast: the main job runs them all (`plan`,
 `check_options`, `check_baseline`) before any data preparation or training.
@@ -43,7 +50,7 @@ from typing import Any
 
 from lm_decoding.checks import is_count
 from lm_decoding.decoding import base
-from lm_decoding.decoding.sampling import SamplingConfig
+from lm_decoding.decoding.sampling import SamplingConfig, is_greedy
 from lm_decoding.evaluation import frontier
 from lm_decoding.special_tokens import EOS_ID
 
@@ -191,7 +198,9 @@ def build(entry: Entry, output_length: int, temperature: float,
 
   Raises:
     ValueError: unknown decoder, an option it does not take or out of
-      range (the decoder's own check), roles other than the decoder's.
+      range (the decoder's own check; `temperature` by `SamplingConfig`),
+      `temperature` on a decoder that does not sample, roles other than the
+      decoder's.
   """
   cls = base.decoder_class(entry.name)
   fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -202,8 +211,12 @@ def build(entry: Entry, output_length: int, temperature: float,
     options["block_length"] = None  # one block: the decoder's own default
   options["output_length"] = output_length
   options["eos_ids"] = eos_ids
+  temperature = options.pop("temperature", temperature)
   if "sampling" in fields:
     options["sampling"] = SamplingConfig(temperature=temperature)
+  elif "temperature" in dict(entry.options):
+    raise ValueError(f"decoder {entry.name!r} does not sample; remove "
+                     "temperature")
   decoder = base.make_decoder(entry.name, **options)
   roles = {r for r, _ in entry.roles}
   if roles != set(decoder.roles):
@@ -229,6 +242,8 @@ class Planned:
       decoder with kv_cache="none" (token agreement); else None.
     reference_label: the label of the planned row that is `reference`, if
       one is (its speed-up is reported), else None.
+    judged_against: the label of the row whose quality the verdict holds
+      this one to (`judged_against`); '' until then.
   """
 
   label: str
@@ -239,6 +254,7 @@ class Planned:
   eos_decoder: Any
   reference: Any = None
   reference_label: str | None = None
+  judged_against: str = ""
 
   @property
   def cached(self) -> bool:
@@ -356,3 +372,47 @@ def check_baseline(baseline: str, entries: Sequence[Entry]) -> None:
   if baseline not in series:
     raise ValueError(f"compare.baseline={baseline!r} must be the label of an "
                      f"entry of compare.decoders: {series}")
+
+
+def greedy(decoder: Any) -> bool:
+  """Whether a decoder config decodes greedily: its sampling temperature is
+  greedy (`sampling.is_greedy`), or it does not sample (beam search)."""
+  sampling = getattr(decoder, "sampling", None)
+  return sampling is None or bool(is_greedy(sampling.temperature))
+
+
+def judged_against(planned: Sequence[Planned], baseline: str,
+                   greedy_baseline: str = "") -> list[Planned]:
+  """`planned` with `judged_against` set: at each T, the label of the row
+  that stands for `greedy_baseline` for greedy rows (when it is set), else
+  the row that stands for `baseline`.
+
+  Args:
+    planned: from `plan`.
+    baseline: the series label of AR sampling (`check_baseline`).
+    greedy_baseline: the series label of AR greedy, or '' (every row is
+      judged against `baseline`).
+  Raises:
+    ValueError: greedy rows are planned and `greedy_baseline` is set but is
+      no entry, or its entry does not decode greedily (it names
+      compare.greedy_baseline).
+  """
+  def row(series: str, t: int) -> Planned | None:
+    return next((p for p in planned
+                 if p.output_length == t and series in p.series), None)
+  out = []
+  for p in planned:
+    ref = baseline
+    if greedy_baseline and greedy(p.decoder):
+      ref = greedy_baseline
+      found = row(ref, p.output_length)
+      if found is None or not greedy(found.decoder):
+        raise ValueError(
+            f"compare.greedy_baseline={greedy_baseline!r} must be the label "
+            "of an entry of compare.decoders that decodes greedily (e.g. 'AR "
+            "greedy temp={temperature} | ar | model=ar | temperature=0'), "
+            f"since {p.label!r} does; or '' to judge every row against "
+            "compare.baseline")
+    out.append(dataclasses.replace(
+        p, judged_against=row(ref, p.output_length).label))
+  return out

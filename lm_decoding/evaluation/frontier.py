@@ -10,20 +10,27 @@ scored batch size, "gen_ppl" and "entropy").
   the largest batch only (EOS mode, `comparison.run`); a row decodes the
   same in any batch (per-row keys), so those scores stand for the decoder
   at every B.
-- Quality is judged against AR sampling (the baseline, cached AR): a
-  decoder is within `Tolerance` when its gen-PPL under the evaluator is at
-  most (1 + gen_ppl) times the baseline's and its entropy at most `entropy`
-  nats below. Both bounds are one-sided: a lower gen-PPL or a higher
+- Two references: samplers are judged against AR sampling (the baseline,
+  cached AR at the one temperature), greedy and deterministic decoders
+  (temperature 0: AR greedy, threshold / confidence orderings at
+  temperature 0, Jacobi, self-speculation) against AR greedy on the same
+  prompts (`compare.greedy_baseline`), as Fast-dLLM, dParallel and d3LLM
+  compare greedy with greedy. A row names its reference in
+  "judged_against" (`entries.judged_against`); rows without one are held to
+  the baseline. A decoder is within `Tolerance` when its gen-PPL under the
+  evaluator is at most (1 + gen_ppl) times its reference's and its entropy
+  at most `entropy` nats below. Both bounds are one-sided: a lower gen-PPL or a higher
   entropy is no fault. Entropy guards gen-PPL: repetitive text scores a
   flattering gen-PPL at a low entropy (Zheng et al. 2024).
-- The Pareto front at one (B, T): among the decoders within the entropy
+- The Pareto front at one (B, T) and reference: among the decoders within the entropy
   tolerance, those no other beats on both latency and gen-PPL (lower both;
   a point equal on both to another is kept, as neither beats it).
-- The verdict at one (B, T): the front, and the fastest decoder other than
-  the baseline that is within tolerance and faster than the baseline, with
-  its speed-up (baseline ms / its ms); if there is none, the nearest miss:
-  the faster-than-baseline decoder with the smallest tolerance excess, else
-  (none is faster) the least slow decoder within tolerance.
+- The verdict at one (B, T) and reference: the front, and the fastest
+  decoder other than the reference that is within tolerance and faster than
+  the reference, with its speed-up (reference ms / its ms); if there is
+  none, the nearest miss: the faster-than-reference decoder with the
+  smallest tolerance excess, else (none is faster) the least slow decoder
+  within tolerance.
 """
 
 from __future__ import annotations
@@ -87,6 +94,8 @@ class Point:
     gen_ppl: gen-PPL of its samples under the evaluator.
     entropy: mean unigram entropy of its samples, nats.
     tpf: tokens per forward, T / NFE (generated tokens per row per call).
+    reference: the label of the row it is judged against ('' = the
+      comparison's baseline, AR sampling).
   """
 
   label: str
@@ -96,6 +105,7 @@ class Point:
   gen_ppl: float
   entropy: float
   tpf: float
+  reference: str = ""
 
 
 def points(rows: Sequence[dict]) -> list[Point]:
@@ -115,7 +125,8 @@ def points(rows: Sequence[dict]) -> list[Point]:
     out.append(Point(label=r["decoder"], batch_size=r["batch_size"],
                      output_length=r["output_length"], ms=r["ms_min"],
                      gen_ppl=q["gen_ppl"], entropy=q["entropy"],
-                     tpf=r["output_length"] / r["nfe"]))
+                     tpf=r["output_length"] / r["nfe"],
+                     reference=r.get("judged_against") or ""))
   return out
 
 
@@ -137,18 +148,22 @@ class Verdict:
   """What one (B, T) says (see the module docstring).
 
   Attributes:
-    reference: the baseline's point (AR sampling).
+    reference: the reference's point (AR sampling, or AR greedy for the
+      greedy decoders).
     front: the Pareto front, by ms.
     fastest: the fastest decoder within tolerance and faster than the
       baseline, or None.
     nearest_miss: when `fastest` is None, the nearest miss (or None when no
       other decoder was measured); else None.
+    group: every point judged here (the reference's among them), in the
+      order of `points`.
   """
 
   reference: Point
   front: tuple[Point, ...]
   fastest: Point | None
   nearest_miss: Point | None
+  group: tuple[Point, ...] = ()
 
   @property
   def batch_size(self) -> int:
@@ -159,24 +174,37 @@ class Verdict:
     return self.reference.output_length
 
   def speedup(self, point: Point) -> float:
-    """Baseline ms / the point's ms (> 1: faster than the baseline)."""
+    """Reference ms / the point's ms (> 1: faster than the reference)."""
     return self.reference.ms / point.ms
+
+  @property
+  def judged_against(self) -> str:
+    """The reference's label."""
+    return self.reference.label
 
 
 def verdicts(all_points: Sequence[Point], baseline: str,
              tolerance: Tolerance) -> list[Verdict]:
-  """One `Verdict` per (B, T) where the baseline has a point, by (T, B).
+  """One `Verdict` per (B, T) and reference that has a point there, by (T,
+  B), the baseline's first.
 
+  Args:
+    all_points: from `points`; a point's `reference` ('' = `baseline`)
+      says which group it is judged in.
+    baseline: the label of AR sampling's row.
+    tolerance: the quality tolerance.
   Raises:
     ValueError: no point of the baseline (the label is named).
   """
-  groups: dict[tuple[int, int], list[Point]] = {}
+  groups: dict[tuple[int, int, bool, str], list[Point]] = {}
   for p in all_points:
-    groups.setdefault((p.output_length, p.batch_size), []).append(p)
+    ref = p.reference or baseline
+    groups.setdefault((p.output_length, p.batch_size, ref != baseline, ref),
+                      []).append(p)
   out = []
   for key in sorted(groups):
     group = groups[key]
-    reference = next((p for p in group if p.label == baseline), None)
+    reference = next((p for p in group if p.label == key[3]), None)
     if reference is None:
       continue
     others = [p for p in group if p is not reference]
@@ -194,8 +222,8 @@ def verdicts(all_points: Sequence[Point], baseline: str,
       miss = (min(within, key=lambda p: p.ms) if within
               else min(others, key=lambda p: tolerance.excess(p, reference)))
     out.append(Verdict(reference=reference, front=tuple(front),
-                       fastest=fastest, nearest_miss=miss))
-  if not out:
+                       fastest=fastest, nearest_miss=miss, group=tuple(group)))
+  if not any(v.judged_against == baseline for v in out):
     raise ValueError(f"baseline={baseline!r} has no scored row; labels: "
                      f"{sorted({p.label for p in all_points})}")
   return out
@@ -215,16 +243,24 @@ def verdict_lines(found: Sequence[Verdict], baseline: str,
                   tolerance: Tolerance) -> list[str]:
   """The verdict in a few lines of text (console and report.md).
 
-  The first line states the tolerance; then per (T, B) one line for the
-  front and one for the fastest decoder within tolerance (or "none on this
-  hardware" and the nearest miss).
+  The first line states the tolerance and the references; then per (T, B)
+  and reference one line for the front and one for the fastest decoder
+  within tolerance (or "none on this hardware" and the nearest miss). Lines
+  of the greedy reference say "greedy vs <its label>".
   """
+  greedy = sorted({v.judged_against for v in found} - {baseline})
   lines = [f"Verdict: 'within tolerance' of AR sampling ({baseline}) means "
            f"{tolerance.describe(baseline)}; the Pareto front (ms per "
            "sequence, gen-PPL) is over the decoders within the entropy "
-           "tolerance; quality is scored at the largest batch."]
+           "tolerance; quality is scored at the largest batch."
+           + (f" Greedy and deterministic decoders (temperature 0) are held "
+              f"to AR greedy ({', '.join(greedy)}) the same way, with their "
+              f"agreement with its tokens reported." if greedy else "")]
   for v in found:
+    ref = v.judged_against
     where = f"T={v.output_length} B={v.batch_size}"
+    if ref != baseline:
+      where += f", greedy vs {ref}"
     front = "; ".join(f"{p.label} ({_ms(p.ms)} ms, gen-PPL {p.gen_ppl:.0f}, "
                       f"TPF {p.tpf:.2f})" for p in v.front)
     lines.append(f"{where}: Pareto front: {front}")
@@ -232,7 +268,7 @@ def verdict_lines(found: Sequence[Verdict], baseline: str,
       p = v.fastest
       lines.append(
           f"{where}: fastest within tolerance: {p.label}, "
-          f"{v.speedup(p):.2f}x faster than {baseline} ({_ms(p.ms)} vs "
+          f"{v.speedup(p):.2f}x faster than {ref} ({_ms(p.ms)} vs "
           f"{_ms(v.reference.ms)} ms; {_quality(p, v.reference)})")
     elif v.nearest_miss is None:
       lines.append(f"{where}: fastest within tolerance: none on this "
@@ -242,7 +278,7 @@ def verdict_lines(found: Sequence[Verdict], baseline: str,
       lines.append(
           f"{where}: fastest within tolerance: none on this hardware; "
           f"nearest miss: {p.label}, {v.speedup(p):.2f}x the speed of "
-          f"{baseline} ({_ms(p.ms)} vs {_ms(v.reference.ms)} ms; "
+          f"{ref} ({_ms(p.ms)} vs {_ms(v.reference.ms)} ms; "
           f"{_quality(p, v.reference)})")
   return lines
 

@@ -99,6 +99,12 @@ QUALITY_COLUMNS = (
      "earlier one, averaged"),
     ("distinct_2", "distinct-2", 3, "unique bigrams / bigrams over all "
      "samples"),
+    ("judged_against", "judged against", 0, "the row the verdict holds "
+     "this one's quality to: AR sampling (compare.baseline), or AR greedy "
+     "(compare.greedy_baseline) for rows decoding at temperature 0"),
+    ("greedy_agreement", "agree w/ greedy", 3, "fraction of the fixed-length "
+     "tokens [B, T] equal to AR greedy's on the same prompts, position by "
+     "position (greedy rows; '—' for samplers)"),
     ("self_correction", "self-corr", 3, "acceptances that replaced an "
      "earlier accepted token at the same position / acceptances, pooled over "
      "the samples (uniform_eb's stats 'revised' / 'accepted'); '—' for "
@@ -246,7 +252,8 @@ def _figure(**options) -> Figure:
 
 
 def _panels(keys, width=6.0, height=4.8):
-  """A figure with one panel per (T, B) key, T down and B across."""
+  """A figure with one panel per (down, across) key: (T, B), or ((T,
+  reference), B) for one row of panels per reference."""
   lengths = sorted({t for t, _ in keys})
   batches = sorted({b for _, b in keys})
   fig = _figure(figsize=(width * len(batches), height * len(lengths)),
@@ -254,6 +261,19 @@ def _panels(keys, width=6.0, height=4.8):
   axes = fig.subplots(len(lengths), len(batches), squeeze=False)
   return fig, {(t, b): axes[i][j] for i, t in enumerate(lengths)
                for j, b in enumerate(batches)}
+
+
+def _by_panel(found: Sequence[frontier.Verdict], baseline: str) -> dict:
+  """{((T, greedy, reference), B): verdict}: one row of panels per T and
+  reference, AR sampling's first."""
+  return {((v.output_length, v.judged_against != baseline, v.judged_against),
+           v.batch_size): v for v in found}
+
+
+def _title(key, baseline: str) -> str:
+  (t, _, ref), b = key
+  return f"T={t}, batch {b}" + ("" if ref == baseline else
+                                f", greedy vs {ref}")
 
 
 def plot_frontier(found: Sequence[frontier.Verdict],
@@ -264,9 +284,11 @@ def plot_frontier(found: Sequence[frontier.Verdict],
   Entropy is the colour (one scale for all panels); decoders outside the
   entropy tolerance are hollow (they cannot be on the front); the Pareto
   front is a step line; each point is annotated with its label and TPF;
-  the dashed line is the gen-PPL tolerance above the baseline.
+  the dashed line is the gen-PPL tolerance above the panel's reference (the
+  baseline, AR sampling; a second row of panels holds the greedy decoders
+  against AR greedy).
   """
-  by_key = {(v.output_length, v.batch_size): v for v in found}
+  by_key = _by_panel(found, baseline)
   fig, axes = _panels(by_key, width=7.5, height=5.5)
   entropies = [p.entropy for p in all_points]
   norm = matplotlib.colors.Normalize(min(entropies), max(entropies))
@@ -277,12 +299,10 @@ def plot_frontier(found: Sequence[frontier.Verdict],
       ax.set_visible(False)
       continue
     ref = v.reference
-    pts = [p for p in all_points
-           if (p.output_length, p.batch_size) == key]
-    for p in pts:
+    for p in v.group:
       kept = tolerance.keeps_entropy(p, ref)
       ax.scatter([p.ms], [p.gen_ppl], s=60, zorder=3,
-                 marker="*" if p.label == baseline else "o",
+                 marker="*" if p is ref else "o",
                  facecolors=cmap(norm(p.entropy)) if kept else "none",
                  edgecolors=cmap(norm(p.entropy)), linewidths=1.5)
       ax.annotate(f"{p.label}\nTPF {p.tpf:.2f}", (p.ms, p.gen_ppl),
@@ -293,28 +313,29 @@ def plot_frontier(found: Sequence[frontier.Verdict],
       ax.step(xs, ys, where="post", color="black", alpha=0.6,
               label="Pareto front")
     ax.axhline(ref.gen_ppl * (1 + tolerance.gen_ppl), ls="--", color="grey",
-               label=f"{baseline} gen-PPL +{tolerance.gen_ppl:.0%}")
+               label=f"{ref.label} gen-PPL +{tolerance.gen_ppl:.0%}")
     ax.set(xscale="log", yscale="log",
            xlabel="ms per sequence (min of runs; log)",
            ylabel="gen-PPL under the evaluator (log)",
-           title=f"T={key[0]}, batch {key[1]}")
+           title=_title(key, baseline))
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="best")
   fig.colorbar(matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap),
                ax=list(axes.values()), label="entropy, nats (hollow: more "
-               f"than {tolerance.entropy:.2f} below {baseline})")
+               f"than {tolerance.entropy:.2f} below the panel's reference)")
   fig.savefig(path, dpi=110)
 
 
 def plot_speedup(found: Sequence[frontier.Verdict],
                  all_points: Sequence[frontier.Point], baseline: str,
                  tolerance: frontier.Tolerance, path: str) -> None:
-  """Speed-up over the baseline per decoder as bars, one panel per (T, B).
+  """Speed-up over the reference per decoder as bars, one panel per (T, B)
+  and reference (AR sampling; AR greedy for the greedy decoders).
 
   Bars of decoders within the quality tolerance are filled, the others
-  hatched; the line at 1 is the baseline.
+  hatched; the line at 1 is the reference.
   """
-  by_key = {(v.output_length, v.batch_size): v for v in found}
+  by_key = _by_panel(found, baseline)
   labels = list(dict.fromkeys(p.label for p in all_points))
   fig, axes = _panels(by_key, width=6.5, height=0.3 * len(labels) + 1.5)
   for key, ax in axes.items():
@@ -322,8 +343,7 @@ def plot_speedup(found: Sequence[frontier.Verdict],
     if v is None:
       ax.set_visible(False)
       continue
-    pts = {p.label: p for p in all_points
-           if (p.output_length, p.batch_size) == key}
+    pts = {p.label: p for p in v.group}
     shown = [label for label in labels if label in pts]
     for y, label in enumerate(shown):
       p = pts[label]
@@ -337,12 +357,12 @@ def plot_speedup(found: Sequence[frontier.Verdict],
     ax.set_xlim(right=1.6 * max(1.0, *(v.speedup(pts[x]) for x in shown)))
     ax.set_yticks(range(len(shown)), shown, fontsize=7)
     ax.invert_yaxis()
-    ax.set(xscale="log", xlabel=f"{baseline} ms / decoder ms (log; > 1 is "
-           "faster)",
-           title=f"T={key[0]}, batch {key[1]}")
+    ax.set(xscale="log", xlabel=f"{v.judged_against} ms / decoder ms "
+           "(log; > 1 is faster)", title=_title(key, baseline))
     ax.grid(True, axis="x", which="both", alpha=0.3)
-  fig.suptitle(f"Speed-up over {baseline}; filled: within the quality "
-               f"tolerance of {baseline} ({tolerance.describe(baseline)}), "
+  fig.suptitle(f"Speed-up over each panel's reference; filled: within the "
+               f"quality tolerance of it (gen-PPL at most {tolerance.gen_ppl:.0%} "
+               f"above, entropy at most {tolerance.entropy:.2f} nats below), "
                "hatched: outside it", fontsize=9)
   fig.savefig(path, dpi=110)
 
