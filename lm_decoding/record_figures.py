@@ -121,6 +121,7 @@ COLUMNS = {
     "B": Column(_integer("batch_size")),
     "T": Column(_integer("output_length"), per_batch=False),
     "NFE": Column(_integer("nfe")),
+    "TPF": Column(lambda row: f"{row['output_length'] / row['nfe']:.2f}"),
     "forward tokens": Column(_roles),
     "fwd tokens": Column(_roles),
     "ms min": Column(_fixed("ms_min", 1)),
