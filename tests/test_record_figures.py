@@ -328,3 +328,73 @@ def test_results_quote_the_measured_machine():
           f"bandwidth {profile['bandwidth'] / 1e9:.1f} GB/s "
           f"({profile['bandwidth_bytes'] / 2**30:.0f} GiB)") in text(
               "docs/results.md")
+
+
+@pytest.mark.parametrize("record, task, name", [
+    ("tasks", "sudoku4", "Sudoku 4x4"), ("tasks", "permutation", "permutation of 8"),
+    ("tasks_countdown", "countdown", "Countdown"),
+    ("tasks_sudoku6", "sudoku6", "Sudoku 6x6")])
+def test_readme_task_scores_quote_the_task_records(record, task, name):
+  """AR greedy / MDLM under its best LLaDA order / in random order, at the
+  largest step count each ran."""
+  table = [r for r in rows(record) if r["task"] == task]
+  greedy = next(r["exact"] for r in table if r["decoder"] == "ar/greedy")
+  llada = [r for r in table if r["decoder"].startswith("llada/")]
+  most = max(r["steps"] for r in llada)
+  best = max(r["exact"] for r in llada if r["steps"] == most)
+  random = next(r["exact"] for r in llada
+                if r["decoder"] == "llada/random" and r["steps"] == most)
+  assert f"{name} {greedy:.3f} / {best:.3f} / {random:.3f}" in text(
+      "README.md")
+
+
+def test_metrics_quotes_the_tiny_records_quality():
+  metrics = text("docs/metrics.md")
+  human = re.search(r"score gen-PPL ([\d.]+) at entropy ([\d.]+)",
+                    (RESULTS / "tiny_cpu_2core" / "report.md").read_text())
+  assert (f"gen-PPL {human.group(1)} at entropy {human.group(2)} on the tiny "
+          "record") in metrics
+  table = rows("full_grid_cpu_2core")
+  llada, remdm = (record_figures.find(table, d, 8, 256)
+                  for d in ("LLaDA K=32", "ReMDM K=32"))
+  assert (f"(LLaDA K = 32 without blocks {llada['gen_ppl']:.1f}, ReMDM "
+          f"{remdm['gen_ppl']:.1f}) come with entropy "
+          f"{llada['entropy']:.2f}-{remdm['entropy']:.2f} and "
+          f"{llada['rep_4']:.0%}-{remdm['rep_4']:.0%} repeated 4-grams"
+          ).replace("%-", "-") in metrics
+
+
+def test_results_bullets_quote_the_main_job_records():
+  results = text("docs/results.md")
+  tiny = {(d, b): ms("full_grid_cpu_2core", d, b) for d in (
+      "AR cached", "AR uncached", "MDLM K=256", "BD3-LM block=16 K=256",
+      "speculative small draft gamma=4",
+      *(f"threshold tau=0.9 block=32 cache={c}" for c in
+        ("none", "prefix", "dual"))) for b in (1, 8)}
+  ar1, ar8 = tiny["AR cached", 1], tiny["AR cached", 8]
+  none, prefix, dual = (
+      {b: tiny[f"threshold tau=0.9 block=32 cache={c}", b] for b in (1, 8)}
+      for c in ("none", "prefix", "dual"))
+  spec = {b: tiny["speculative small draft gamma=4", b] for b in (1, 8)}
+  for quote in [
+      f"{ar1:.0f} ms for 256 tokens at B = 1, {ar8:.0f} ms at B = 8",
+      f"Uncached AR is {tiny['AR uncached', 1] / ar1:.0f}x slower than cached "
+      "at B = 1",
+      f"the time {none[8] / dual[8]:.1f}x ({none[8] / 1e3:.1f} s -> "
+      f"{dual[8] / 1e3:.1f} s; {none[1] / dual[1]:.1f}x at B = 1)",
+      f"the prefix cache gives {none[8] / prefix[8]:.1f}x "
+      f"({none[1] / prefix[1]:.1f}x at B = 1)",
+      f"MDLM K = T, {tiny['MDLM K=256', 8] / tiny['BD3-LM block=16 K=256', 8]:.1f}x"
+      " faster",
+      f"`draft_small` {spec[1]:.0f} / {spec[8]:.0f} ms ({ar1 / spec[1]:.2f}x / "
+      f"{ar8 / spec[8]:.2f}x AR at B = 1 / 8)"]:
+    assert quote in results
+  base = {(d, b): ms("base_cpu_2core", d, b) for d in (
+      "AR cached", "MDLM K=8", "speculative small draft gamma=4")
+          for b in (1, 8)}
+  assert (f"MDLM K = 8 takes {base['MDLM K=8', 1]:.0f} ms against AR's "
+          f"{base['AR cached', 1]:.0f} ms for 256 tokens at B = 1, but "
+          f"{base['MDLM K=8', 8]:.0f} against {base['AR cached', 8]:.0f} ms at "
+          "B = 8") in results
+  assert (f"and {base['AR cached', 8] / base['speculative small draft gamma=4', 8]:.2f}x"
+          " at B = 8") in results
