@@ -414,3 +414,12 @@ def test_adaptation_quotes_todays_verdict_of_the_adapted_rows():
   quote = re.search(r"(nearest miss: .+? the speed of AR cached)",
                     lines[-1]).group(1)
   assert quote in text("docs/adaptation.md")
+
+
+def test_speculative_page_names_both_base_records():
+  page = text("docs/speculative.md")
+  ratio = ms("base_cpu_2core", "AR cached", 1) / ms(
+      "base_cpu_2core", "speculative small draft gamma=4", 1)
+  assert f"speculative sampling at {ratio:.2f}x AR at B = 1" in page
+  assert "against 0.61-0.85x here" in page and "0.61-0.85x" in text(
+      "README.md")
