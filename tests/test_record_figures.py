@@ -284,6 +284,10 @@ def test_metrics_quotes_the_config_and_the_code():
           f"{tiny.tolerance_gen_ppl:.0%} above)") in metrics
   assert (f"`compare.tolerance_entropy` nats below the baseline's (default "
           f"{tiny.tolerance_entropy:.2f})") in metrics
+  assert (f"`compare.tolerance_gen_ppl` (default {tiny.tolerance_gen_ppl:.2f}: "
+          f"{tiny.tolerance_gen_ppl:.0%}) above the baseline's and entropy at "
+          f"most `compare.tolerance_entropy` (default "
+          f"{tiny.tolerance_entropy:.2f} nats)") in text("docs/glossary.md")
   spec = record_figures.find(rows("base_cpu_2core"),
                              "speculative small draft gamma=4", 1, 256)
   assert f"({256 / spec['nfe']:.2f} for speculative decoding" in metrics
