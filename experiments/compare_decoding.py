@@ -3,12 +3,12 @@ r"""The main job: sequential vs parallel decoding, cost and quality, measured.
   python experiments/compare_decoding.py --config=configs/tiny.py \
       --workdir=/tmp/compare [--config.mesh.shape="(-1, 1, 1)"]
 
-configs/tiny.py's default grid (each decoding family at its strongest
-setting, T = 256, B = 1 and 8) took 8.2 minutes cold on 2 CPU cores shared
-with other jobs (1-minute load average 6.7-10.2; 6.3 CPU minutes:
-experiments/results/tiny_cpu_2core/, before the uniform row was added);
-configs/full.py is the full grid (22 decoders x 3 output lengths, 20-35
-minutes for the 19 before the uniform rows).
+configs/tiny.py's default grid (12 decoders, each decoding family at its
+strongest setting, T = 256, B = 1 and 8) took 340 s on 2 CPU cores
+(experiments/results/tiny_cpu_2core/run.json); configs/full.py is the full
+grid (22 decoders at T = 32, 128 and 256; its one record,
+experiments/results/full_grid_cpu_2core/, ran the 19 it then held at T = 32
+and 256 in 21 minutes). run.json names the hardware (`records.hardware`).
 
 The default mesh (1, 1, 1) is one device, as always; another mesh shape
 (`config.mesh`) runs every decoder sharded (`lm_decoding.decoding.sharded`)
@@ -42,7 +42,7 @@ from ml_collections import config_flags
 
 from lm_decoding.data import pipeline
 from lm_decoding.evaluation import (
-    comparison, cost_model, entries, frontier, records, report)
+    comparison, cost, cost_model, entries, frontier, records, report)
 from lm_decoding.parallel import sharding
 from lm_decoding.training import pretrained
 from lm_decoding.training import train
@@ -120,6 +120,9 @@ def main(argv):
     pipeline.check_corpus_size(corpus, config)
   except ValueError as e:
     sys.exit(f"compare_decoding: error: {e}")
+  # The machine's own throughput, measured before any model is loaded:
+  # run.json's "hardware" and the report's setup name it.
+  matmul_flops, bandwidth = cost.measure_peak_flops(), cost.measure_bandwidth()
   needed = {m for p in planned for _, m in p.roles} | {entries.EVALUATOR}
   loaded = pretrained.load_models(
       {n: m for n, m in members.items() if n in needed}, workdir,
@@ -135,9 +138,13 @@ def main(argv):
       prompts, references, cmp.batch_sizes, cmp.timed_runs, seed=config.seed,
       mesh=mesh, rules=rules)
   decode_s = time.time() - decode_start
+  hardware = records.hardware(
+      [load_start, os.getloadavg()[0]], cmp.timed_runs, matmul_flops,
+      bandwidth, f"{jax.devices()[0].device_kind} x{jax.device_count()}")
   header = "\n".join([
-      f"- device: {jax.devices()[0].device_kind} x{jax.device_count()} "
-      f"({platform.processor() or platform.machine()}, {os.cpu_count()} cores)",
+      f"- device: {hardware['device']} "
+      f"({platform.machine()}, {hardware['cores']} cores)",
+      f"- hardware: {records.describe_hardware(hardware)}",
       *([] if mesh is None else [
           f"- mesh: {dict(mesh.shape)} ({mesh.size} devices); per-device "
           "weight GB/s and GFLOP/s in results.csv"]),
@@ -167,8 +174,7 @@ def main(argv):
   verdict = frontier.summarize(result.rows, cmp.baseline, tolerance).lines
   run_json = os.path.join(workdir, "run.json")
   records.write_json({"models": lines, "wall_s": time.time() - start,
-                      "decode_s": decode_s,
-                      "load_average_1min": [load_start, os.getloadavg()[0]],
+                      "decode_s": decode_s, "hardware": hardware,
                       "verdict": verdict, "config": config.to_dict()},
                      run_json)
   print(f"wrote {', '.join([*paths.values(), run_json])} in "

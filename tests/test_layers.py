@@ -30,6 +30,7 @@ LAYERS = {
     "lm_decoding.evaluation": 4,
     "lm_decoding.config_reference": 5,
     "lm_decoding.claims": 5,
+    "lm_decoding.record_figures": 5,
 }
 
 

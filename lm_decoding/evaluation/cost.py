@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from lm_decoding.decoding.base import DecodeResult
+from lm_decoding.evaluation import records
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,12 +190,10 @@ def interleaved(calls: dict[str, Callable[[], Any]], runs: int,
 
 def load_summary(load_averages: Sequence[float]) -> str:
   """The 1-minute load averages taken at a run's start and end (in that
-  order), and what they say about its timings: the run alone keeps at most
-  every core busy (os.cpu_count(); a reading up to half a job above it is
-  still one run's, whose compile threads and the system's own tasks add to
-  it); more means other jobs shared the machine."""
+  order), and what they say about its timings (`records.shared` on
+  os.cpu_count() cores)."""
   start, end = load_averages
-  if max(start, end) > os.cpu_count() + 0.5:
+  if records.shared(load_averages, os.cpu_count()):
     note = ("more than half a job above the core count: other jobs were "
             "running, timings are noisy")
   else:
