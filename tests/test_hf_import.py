@@ -3,7 +3,7 @@
 One tiny random-weight model per row of the importer table (GPT-2; LLaMA
 with each RoPE scaling, in both spellings of the block, with biases, tied;
 Mistral with a sliding window; Qwen2 with its q/k/v biases, with and
-without a window), every parameter perturbed so biases and norm weights are
+without a window; Qwen3 with its per-head q/k norm), every parameter perturbed so biases and norm weights are
 not their zero/one init (no hub download). Logits are compared on
 right-padded ragged batches (HF gets the attention_mask; only the valid
 positions are compared); greedy generation of 64 tokens on a ragged batch
@@ -80,6 +80,8 @@ CASES = {
     "qwen2": dict(_LLAMA, model_type="qwen2"),
     "qwen2-window": dict(_LLAMA, model_type="qwen2", use_sliding_window=True,
                          sliding_window=5, max_window_layers=0),
+    # Per-head q/k RMSNorm; a head_dim other than hidden_size / heads.
+    "qwen3": dict(_LLAMA, model_type="qwen3", head_dim=24),
 }
 
 
