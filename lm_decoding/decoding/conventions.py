@@ -1,0 +1,100 @@
+"""A decoder given the conventions of the models it binds.
+
+A checkpoint's `Model` carries its MASK, EOS and PAD ids (`models.binding.
+Conventions`; the token shift and attention pattern are its config's), so
+no decoder needs per-model flags: `adopt(decoder, models)` returns the
+decoder with its `mask_id`, `eos_ids` and `pad_id` fields (those it has)
+set from the model that fills them, after checking (`serves`) that every
+model can serve its role, before anything is compiled. Which role fills
+which field, and what each role needs, comes from the decoder's fields and
+its `role_causal` (the draft-and-verify decoders'):
+
+  role that writes MASK tokens   the one role of a decoder with a
+                                 `mask_id` field, or a non-causal role
+                                 of `role_causal`; needs a non-causal model
+                                 with a MASK id, and the decoder's
+                                 `block_length` (when set) equal to a
+                                 block-causal model's
+  role decoded left to right     the one role of a decoder without a
+                                 `mask_id` field (AR decoding), or a causal
+                                 role of `role_causal`; needs 'causal'
+                                 attention
+  ids of the output (EOS, PAD)   the 'target' role when there is one, else
+                                 'model'
+
+A decoder whose fields are already set to other ids than the project's
+defaults keeps them only if they equal the model's: two sources that
+disagree are refused by name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+from lm_decoding.models.binding import Model, check_serves, conventions
+from lm_decoding.special_tokens import EOS_ID, MASK_ID, PAD_ID
+
+_DEFAULTS = {"mask_id": MASK_ID, "eos_ids": (EOS_ID,), "pad_id": PAD_ID}
+
+
+def _fields(decoder: Any) -> set[str]:
+  return {f.name for f in dataclasses.fields(decoder)}
+
+
+def role_needs(decoder: Any) -> dict[str, bool]:
+  """{role: True if decoded left to right (causal), False if denoised}."""
+  declared = dict(getattr(decoder, "role_causal", {}))
+  if len(decoder.roles) == 1 and decoder.roles[0] not in declared:
+    declared[decoder.roles[0]] = "mask_id" not in _fields(decoder)
+  return declared
+
+
+def serves(decoder: Any, models: Mapping[str, Model]) -> None:
+  """Raises ValueError, naming the decoder and role, when a bound model
+  cannot serve it (`models.binding.check_serves`: AR decoding of a
+  bidirectional or block-causal model, a block length other than the
+  model's, MASK decoding of a model without a MASK id)."""
+  name = getattr(decoder, "registry_name", type(decoder).__name__)
+  for role, causal in role_needs(decoder).items():
+    if role not in models:
+      continue
+    block = None if causal else getattr(decoder, "block_length", None)
+    check_serves(models[role], f"decoder {name!r} (role {role!r})",
+                 causal=causal, block_length=block, masked=not causal)
+
+
+def adopt(decoder: Any, models: Mapping[str, Model]) -> Any:
+  """`decoder` with the bound models' MASK / EOS / PAD ids (module
+  docstring), once `serves` has passed.
+
+  Args:
+    decoder: a registered decoder config (a frozen dataclass).
+    models: {role: Model}, the models it will decode with.
+  Returns:
+    The decoder with `mask_id` from the denoising role, and `eos_ids`
+    (unless set to () for fixed-length decoding) and `pad_id` from the
+    output role (the model's fill id: its PAD, else its first EOS).
+  Raises:
+    ValueError: a model that cannot serve its role, or a field set to ids
+      other than the project's defaults and the model's (named).
+  """
+  serves(decoder, models)
+  fields, needs = _fields(decoder), role_needs(decoder)
+  masked = [r for r, causal in needs.items() if not causal and r in models]
+  output = "target" if "target" in models else "model"
+  wanted = {}
+  if "mask_id" in fields and masked:
+    wanted["mask_id"] = conventions(models[masked[0]]).mask_id
+  if output in models:
+    ids = conventions(models[output])
+    if "eos_ids" in fields and decoder.eos_ids != ():
+      wanted["eos_ids"] = ids.eos_ids
+    if "pad_id" in fields:
+      wanted["pad_id"] = ids.fill_id
+  for field, value in wanted.items():
+    current = getattr(decoder, field)
+    if current not in (_DEFAULTS[field], value):
+      raise ValueError(f"{field}={current!r} is set on the decoder but the "
+                       f"model's is {value!r}; leave it unset")
+  return dataclasses.replace(decoder, **wanted)
