@@ -256,3 +256,71 @@ def test_unsupported_options_are_refused_by_name(fields, message,
   monkeypatch.setattr(checkpoints.layout, "read_state_dict", no_reads)
   with pytest.raises(ValueError, match=message):
     checkpoints.config_from_hf(fields)
+
+
+# --- hub-layout folders: inspect, load, adopt ---------------------------------
+
+_TINY = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=1,
+             num_attention_heads=2, num_key_value_heads=1,
+             max_position_embeddings=64, rope_theta=10000.0,
+             rms_norm_eps=1e-6, tie_word_embeddings=False, vocab_size=320)
+
+
+def test_a_hub_folder_loads_with_its_conventions(tmp_path, monkeypatch):
+  import _hub_folders
+  from lm_decoding.checkpoints import hub
+  from lm_decoding.decoding import base, conventions
+  fields = _hub_folders.write_checkpoint(str(tmp_path), dict(
+      _TINY, model_type="Dream"))
+  seen = hub.inspect(tmp_path)
+  tok = seen.tokenizer
+  # End ids: the config's, then the tokenizer's eos and end-of-turn tokens.
+  assert seen.ids.eos_ids == (tok.token_id("<|endoftext|>"),
+                              tok.token_id("<|im_end|>"))
+  assert seen.ids.mask_id == fields["mask_token_id"] == tok.token_id(
+      "<|mask|>")
+  model, _ = hub.load(seen)
+  assert model.ids == seen.ids and model.logits_fn.config == seen.config
+  # A decoder takes the model's ids; one that cannot serve it is refused.
+  mdlm = conventions.adopt(base.make_decoder("mdlm", output_length=8,
+                                             steps=4), {"model": model})
+  assert (mdlm.mask_id, mdlm.eos_ids, mdlm.pad_id) == (
+      seen.ids.mask_id, seen.ids.eos_ids, seen.ids.fill_id)
+  with pytest.raises(ValueError, match=r"decoder 'ar' \(role 'model'\) "
+                     r"needs 'causal' attention"):
+    conventions.adopt(base.make_decoder("ar", output_length=8),
+                      {"model": model})
+  with pytest.raises(ValueError, match="mask_id=7 is set on the decoder"):
+    conventions.adopt(base.make_decoder("mdlm", output_length=8, steps=4,
+                                        mask_id=7), {"model": model})
+  # Refusals come before any tensor is read: a tokenizer too big.
+  def no_reads(*args, **kwargs):
+    raise AssertionError("a tensor was read before the refusal")
+  monkeypatch.setattr(checkpoints.layout, "read_state_dict", no_reads)
+  small = tmp_path / "small"
+  small.mkdir()
+  (small / "config.json").write_text(__import__("json").dumps(
+      dict(fields, vocab_size=200)))
+  (small / "tokenizer.json").write_bytes((tmp_path / "tokenizer.json")
+                                         .read_bytes())
+  with pytest.raises(ValueError, match="tokenizer.json has 300 ids; the "
+                     "model's vocabulary is 200"):
+    hub.load(small)
+
+
+def test_block_decoders_must_use_the_models_block_length(tmp_path):
+  import _hub_folders
+  from lm_decoding.checkpoints import hub
+  from lm_decoding.decoding import base, conventions
+  _hub_folders.write_checkpoint(str(tmp_path), dict(
+      _TINY, model_type="sdar", head_dim=16, block_size=4))
+  model, _ = hub.load(tmp_path)
+  bd3lm = base.make_decoder("bd3lm", output_length=8, block_length=4,
+                            steps=2)
+  assert conventions.adopt(bd3lm, {"model": model}).mask_id == (
+      model.ids.mask_id)
+  with pytest.raises(ValueError, match="block_length=8; the model is "
+                     "block-causal with block_length=4"):
+    conventions.adopt(base.make_decoder("bd3lm", output_length=8,
+                                        block_length=8, steps=2),
+                      {"model": model})
