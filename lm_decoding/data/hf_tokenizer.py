@@ -136,17 +136,18 @@ class HFTokenizer:
 
   def decode(self, ids: Sequence[int]) -> str:
     """Text of token ids (a list or an int array[T]), special tokens
-    dropped (`skip_special_tokens=True`).
+    dropped (`skip_special_tokens=True`). Ids past the tokenizer's
+    vocabulary, the padding rows of a model's embedding (Qwen2.5's
+    151665..151935), have no text and are dropped too.
 
     Raises:
-      ValueError: an id outside [0, vocab_size).
+      ValueError: a negative id.
     """
     ids = [int(i) for i in ids]
-    bad = [i for i in ids if not 0 <= i < self.vocab_size]
-    if bad:
-      raise ValueError(
-          f"ids {bad[:5]} outside the vocabulary [0, {self.vocab_size})")
-    return self._tok.decode(ids, skip_special_tokens=True)
+    if any(i < 0 for i in ids):
+      raise ValueError(f"ids {[i for i in ids if i < 0][:5]} are negative")
+    return self._tok.decode([i for i in ids if i < self.vocab_size],
+                            skip_special_tokens=True)
 
   def apply_chat_template(self, messages: Sequence[Mapping[str, str]],
                           add_generation_prompt: bool = True,
