@@ -15,7 +15,8 @@ takes the benchmark's first `hub.num_problems` problems, and writes:
     verdict, frontier.png, latency.png, quality.png) on prompts that are
     the last `compare.prompt_len` tokens of each benchmark prompt;
   - exact_answer.csv: accuracy, NFE, tokens per forward and ms per problem
-    for every decoder at every output length (EOS mode);
+    for every decoder at every output length (EOS mode, in batches of the
+    largest of compare.batch_sizes);
   - run.json: the models and their conventions, the verdict, the config.
 """
 
@@ -92,7 +93,13 @@ def main(argv):
   os.makedirs(workdir, exist_ok=True)
   lines = [hub_comparison.describe(n, s) for n, s in seen.items()]
   print("\n".join(lines))
-  models = {name: hub.load(s)[0] for name, s in seen.items()}
+  by_folder = {}  # a folder named twice (the AR model as evaluator) loads once
+  for s in seen.values():
+    key = (os.path.realpath(s.folder), s.config)
+    if key not in by_folder:
+      by_folder[key] = hub.load(s)[0]
+  models = {name: by_folder[os.path.realpath(s.folder), s.config]
+            for name, s in seen.items()}
   verdict, paths = [], {}
   if h.grid:
     references = [p.answer for p in problems]
@@ -113,7 +120,7 @@ def main(argv):
     verdict = frontier.summarize(result.rows, cmp.baseline, tolerance).lines
   scores = hub_comparison.score_benchmark(
       planned, models, seen, problems, texts, h.chat, config.seed,
-      h.timeout_s)
+      h.timeout_s, max(cmp.batch_sizes))
   paths["exact_answer"] = os.path.join(workdir, "exact_answer.csv")
   records.write_csv(scores, paths["exact_answer"])
   run_json = os.path.join(workdir, "run.json")

@@ -121,3 +121,39 @@ def test_a_decoder_is_scored_on_a_file(tmp_path):
   assert record["tokens_per_forward"] == 5.0 / record["nfe"]
   assert set(record) >= {"decoder", "exact", "nfe", "tokens_per_forward",
                          "ms_per_problem", "compile_s"}
+
+
+def test_batches_score_as_one(tmp_path):
+  """batch_size 1 (and a padded last batch of 3 rows) gives the texts and
+  accuracy of one batch: rows decode alone as in the batch."""
+  gsm = _write(tmp_path / "gsm.jsonl", [
+      {"question": str(i), "answer": f"#### {a}"}
+      for i, a in enumerate((7, 13, 7, 1))])
+  problems = ea.read_problems(gsm, "gsm8k")
+  tok = CharTokenizer()
+  prompts, lengths = ea.prompt_ids(tok, [p.prompt for p in problems])
+  said = ["#### 7", "12", "7", "1 #"]
+  # One trigram table whose continuation depends on the prompt, not on
+  # the row's place in the batch: (position, previous, token) -> next.
+  table = np.zeros((1, 12) + (tok.vocab_size,) * 3, np.float32)
+  table[..., EOS] = 1.0  # after a script: EOS
+  for problem, text in zip(problems, said):
+    row = tok.encode(problem.prompt) + tok.encode(text) + [EOS]
+    previous = 0
+    for p in range(len(row) - 1):
+      table[0, p, previous, row[p]] = 0.0
+      table[0, p, previous, row[p], row[p + 1]] = 10.0
+      previous = row[p]
+  stub = TableLogitsFn(table)
+  decoder = base.make_decoder("ar", output_length=8, eos_ids=(EOS,),
+                              pad_id=0,
+                              sampling=SamplingConfig(temperature=0.0))
+  runs = {b: ea.score("ar", decoder, {"model": Model(stub, None)}, tok,
+                      problems, prompts, lengths, batch_size=b)
+          for b in (None, 1, 3)}
+  for b in (1, 3):
+    assert runs[b][1] == runs[None][1] == ["#### 7", "12", "7", "1 #"]
+    assert runs[b][0]["exact"] == runs[None][0]["exact"] == 0.75
+  with pytest.raises(ValueError, match="batch_size=0"):
+    ea.score("ar", decoder, {"model": Model(stub, None)}, tok, problems,
+             prompts, lengths, batch_size=0)

