@@ -23,6 +23,17 @@ TEXT = ("Question: Tom has 3 apples and buys 4 more. How many apples? "
         "def add(a, b):\n    return a + b\n") * 20
 
 
+def perturbed(model):
+  """A transformers model with every parameter moved by 0.1 N(0, 1) (seed
+  1), so biases and norm weights are not their zero / one init; eval mode."""
+  import torch
+  generator = torch.Generator().manual_seed(1)
+  with torch.no_grad():
+    for p in model.parameters():
+      p.add_(0.1 * torch.randn(p.shape, generator=generator))
+  return model.eval()
+
+
 def write_tokenizer(folder: str, vocab_size: int = 300,
                     chat_template: str | None = CHATML) -> dict[str, int]:
   """A byte-level BPE tokenizer.json (+ tokenizer_config.json) in folder;

@@ -24,6 +24,7 @@ from lm_decoding.models import make_logits_fn
 from lm_decoding.models.binding import Conventions, Model, check_serves
 from lm_decoding.models.binding import conventions as conventions_of
 
+import _hub_folders
 import torch  # noqa: E402  (the [peer] extra: fails, never skips)
 import transformers  # noqa: E402
 
@@ -46,14 +47,6 @@ CASES = {
 }
 
 
-def _perturbed(model):
-  generator = torch.Generator().manual_seed(1)
-  with torch.no_grad():
-    for p in model.parameters():
-      p.add_(0.1 * torch.randn(p.shape, generator=generator))
-  return model.eval()
-
-
 @functools.lru_cache(maxsize=None)
 def reference(case):
   """The transformers model of the case's layout, random and perturbed."""
@@ -61,7 +54,8 @@ def reference(case):
   fields, parent = CASES[case]
   keep = {k: v for k, v in fields.items() if k in _QWEN or k == "head_dim"}
   config = transformers.AutoConfig.for_model(parent, **keep)
-  return _perturbed(transformers.AutoModelForCausalLM.from_config(config))
+  return _hub_folders.perturbed(
+      transformers.AutoModelForCausalLM.from_config(config))
 
 
 def _allowed(config, length):
@@ -267,7 +261,6 @@ _TINY = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=1,
 
 
 def test_a_hub_folder_loads_with_its_conventions(tmp_path, monkeypatch):
-  import _hub_folders
   from lm_decoding.checkpoints import hub
   from lm_decoding.decoding import base, conventions
   fields = _hub_folders.write_checkpoint(str(tmp_path), dict(
@@ -309,7 +302,6 @@ def test_a_hub_folder_loads_with_its_conventions(tmp_path, monkeypatch):
 
 
 def test_block_decoders_must_use_the_models_block_length(tmp_path):
-  import _hub_folders
   from lm_decoding.checkpoints import hub
   from lm_decoding.decoding import base, conventions
   _hub_folders.write_checkpoint(str(tmp_path), dict(
