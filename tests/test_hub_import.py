@@ -140,6 +140,11 @@ def test_a_decoder_the_model_cannot_serve_is_refused_by_name():
   with pytest.raises(ValueError, match="decoder 'ar' needs 'causal' "
                      "attention; the model's is 'bidirectional'"):
     check_serves(dream, "decoder 'ar'", causal=True)
+  with pytest.raises(ValueError, match="decoder 'threshold' \\(role "
+                     "'model'\\) attends over the whole canvas; the model is "
+                     "block-causal"):
+    conventions.adopt(base.make_decoder("threshold", output_length=8,
+                                        block_length=4), {"model": model})
   with pytest.raises(ValueError, match="block_length=8; the model is "
                      "block-causal with block_length=4"):
     check_serves(sdar, "decoder 'bd3lm'", causal=False, block_length=8)
@@ -311,6 +316,11 @@ def test_block_decoders_must_use_the_models_block_length(tmp_path):
                             steps=2)
   assert conventions.adopt(bd3lm, {"model": model}).mask_id == (
       model.ids.mask_id)
+  with pytest.raises(ValueError, match="decoder 'threshold' \\(role "
+                     "'model'\\) attends over the whole canvas; the model is "
+                     "block-causal"):
+    conventions.adopt(base.make_decoder("threshold", output_length=8,
+                                        block_length=4), {"model": model})
   with pytest.raises(ValueError, match="block_length=8; the model is "
                      "block-causal with block_length=4"):
     conventions.adopt(base.make_decoder("bd3lm", output_length=8,

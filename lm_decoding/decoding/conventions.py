@@ -22,6 +22,13 @@ its `role_causal` (the draft-and-verify decoders'):
   ids of the output (EOS, PAD)   the 'target' role when there is one, else
                                  'model'
 
+A block-causal model (SDAR, Fast-dLLM v2) is served only by the decoders
+that build its block masks (`BLOCK_DECODERS`: 'bd3lm', with the model's
+block length; Fast-dLLM v2's sampler is `remasking='threshold'` with
+`sub_block_length=8`); the other denoisers pass masks that let every
+position see the whole canvas, which is not the model as trained, and are
+refused by name.
+
 A decoder whose fields are already set to other ids than the project's
 defaults keeps them only if they equal the model's: two sources that
 disagree are refused by name.
@@ -36,6 +43,9 @@ from lm_decoding.models.binding import Model, check_serves, conventions
 from lm_decoding.special_tokens import EOS_ID, MASK_ID, PAD_ID
 
 _DEFAULTS = {"mask_id": MASK_ID, "eos_ids": (EOS_ID,), "pad_id": PAD_ID}
+# The registered decoders that run a block-causal model under its own block
+# masks (module docstring).
+BLOCK_DECODERS = ("bd3lm",)
 
 
 def _fields(decoder: Any) -> set[str]:
@@ -54,14 +64,23 @@ def serves(decoder: Any, models: Mapping[str, Model]) -> None:
   """Raises ValueError, naming the decoder and role, when a bound model
   cannot serve it (`models.binding.check_serves`: AR decoding of a
   bidirectional or block-causal model, a block length other than the
-  model's, MASK decoding of a model without a MASK id)."""
+  model's, MASK decoding of a model without a MASK id; and a block-causal
+  model under a decoder outside `BLOCK_DECODERS`)."""
   name = getattr(decoder, "registry_name", type(decoder).__name__)
   for role, causal in role_needs(decoder).items():
     if role not in models:
       continue
+    user = f"decoder {name!r} (role {role!r})"
     block = None if causal else getattr(decoder, "block_length", None)
-    check_serves(models[role], f"decoder {name!r} (role {role!r})",
-                 causal=causal, block_length=block, masked=not causal)
+    check_serves(models[role], user, causal=causal, block_length=block,
+                 masked=not causal)
+    c = conventions(models[role])
+    if (not causal and c.attention == "block_causal"
+        and name not in BLOCK_DECODERS):
+      raise ValueError(
+          f"{user} attends over the whole canvas; the model is block-causal"
+          f" (block_length={c.block_length}): use one of {BLOCK_DECODERS} "
+          f"with block_length={c.block_length}")
 
 
 def adopt(decoder: Any, models: Mapping[str, Model]) -> Any:
