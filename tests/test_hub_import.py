@@ -2,7 +2,9 @@
 Fast-dLLM v2 against transformers' own Qwen2 / Qwen3 models run under the
 family's attention pattern (an explicit 4-D mask), LLaDA against the logits
 of its authors' modeling code (a committed golden: tests/goldens/
-llada_reference.npz, written by benchmarks/hub_import/llada_golden.py);
+llada_reference.npz, written by benchmarks/hub_import/llada_golden.py), and
+our 'llada' decoder against LLaDA's own generate on a stub (tests/goldens/
+llada_sampler.npz, benchmarks/hub_import/llada_sampler_golden.py);
 their generation conventions (MASK / EOS ids, token shift, attention) and
 the refusals (MoE variants, unknown options), named before a tensor is read.
 
@@ -140,11 +142,6 @@ def test_a_decoder_the_model_cannot_serve_is_refused_by_name():
   with pytest.raises(ValueError, match="decoder 'ar' needs 'causal' "
                      "attention; the model's is 'bidirectional'"):
     check_serves(dream, "decoder 'ar'", causal=True)
-  with pytest.raises(ValueError, match="decoder 'threshold' \\(role "
-                     "'model'\\) attends over the whole canvas; the model is "
-                     "block-causal"):
-    conventions.adopt(base.make_decoder("threshold", output_length=8,
-                                        block_length=4), {"model": model})
   with pytest.raises(ValueError, match="block_length=8; the model is "
                      "block-causal with block_length=4"):
     check_serves(sdar, "decoder 'bd3lm'", causal=False, block_length=8)
@@ -326,3 +323,49 @@ def test_block_decoders_must_use_the_models_block_length(tmp_path):
     conventions.adopt(base.make_decoder("bd3lm", output_length=8,
                                         block_length=8, steps=2),
                       {"model": model})
+
+
+# --- LLaDA's own sampler on a stub (the golden of its generate) ---------------
+
+SAMPLER = pathlib.Path(__file__).parent / "goldens" / "llada_sampler.npz"
+
+
+class _BagOfTokens:
+  """benchmarks/hub_import/llada_sampler_golden.py's stub denoiser in JAX:
+  logits[i] = A[i] + E[x_i] C + mean_j E[x_j] B (bidirectional)."""
+
+  vocab_size, max_len = 24, 68
+
+  def __init__(self):
+    rng = np.random.RandomState(0)
+    self.w = dict(A=rng.standard_normal((68, 24)) * 4.0,
+                  E=rng.standard_normal((24, 8)),
+                  B=rng.standard_normal((8, 24)) * 2.0,
+                  C=rng.standard_normal((8, 24)) * 2.0)
+
+  def __call__(self, params, tokens, positions, cache=None,
+               attention_mask=None):
+    from lm_decoding.models.output import ModelOutput
+    del params, cache, attention_mask
+    w = {k: jnp.asarray(v, jnp.float32) for k, v in self.w.items()}
+    e = w["E"][tokens]
+    logits = (w["A"][positions] + e @ w["C"]
+              + e.mean(1, keepdims=True) @ w["B"])
+    return ModelOutput(logits, None, e)
+
+
+def test_llada_decoder_draws_what_llada_generate_draws():
+  """64 greedy tokens, low-confidence remasking, blocks of 16, 32 steps:
+  our 'llada' decoder against the golden of LLaDA's own generate."""
+  from lm_decoding.decoding import base
+  golden = np.load(SAMPLER)
+  ids = Conventions(mask_id=23, eos_ids=(22,), pad_id=0)
+  model = Model(_BagOfTokens(), None, ids)
+  from lm_decoding.decoding import conventions
+  decoder = conventions.adopt(base.make_decoder(
+      "llada", output_length=64, steps=32, block_length=16,
+      remasking="low_confidence", eos_ids=()), {"model": model})
+  assert decoder.mask_id == 23
+  out = decoder.decode({"model": model}, jnp.asarray(golden["prompts"]),
+                       jnp.full((2,), 4, jnp.int32), jax.random.key(0))
+  np.testing.assert_array_equal(np.asarray(out.tokens), golden["tokens"])

@@ -60,7 +60,8 @@ class Conventions:
       block of `block_length` in sub-blocks of this many positions); 0:
       none.
     attention: 'causal', 'bidirectional' or 'block_causal' (the model
-      config's; filled in by `conventions`).
+      config's; filled in by `conventions`); None: unknown (a stub without
+      a config), which `check_serves` does not check.
     block_length: the block of 'block_causal' attention, 0 otherwise.
     token_shift: True when the logits at position i predict token i + 1
       (Dream, Fast-dLLM v2); False when they predict token i (LLaDA,
@@ -71,7 +72,7 @@ class Conventions:
   eos_ids: tuple[int, ...] = (EOS_ID,)
   pad_id: int | None = PAD_ID
   sub_block_length: int = 0
-  attention: str = "causal"
+  attention: str | None = "causal"
   block_length: int = 0
   token_shift: bool = False
 
@@ -115,11 +116,11 @@ class Model:
 def conventions(model: Model) -> Conventions:
   """The model's ids (`model.ids`, else the project's) with the attention
   pattern and token shift of its config (`logits_fn.config`; a logits_fn
-  without one, a stub, reads as causal and unshifted)."""
+  without one, a stub, reads as attention None, unknown, and unshifted)."""
   config = getattr(model.logits_fn, "config", None)
   ids = model.ids or Conventions()
   return dataclasses.replace(
-      ids, attention=getattr(config, "attention", "causal"),
+      ids, attention=getattr(config, "attention", None),
       block_length=getattr(config, "block_length", 0),
       token_shift=bool(getattr(config, "token_shift", False)))
 
@@ -147,7 +148,8 @@ def check_serves(model: Model, user: str, *, causal: bool | None = None,
       or MASK decoding of a model with no MASK id.
   """
   c = conventions(model)
-  if causal is not None and (c.attention == "causal") != causal:
+  if (causal is not None and c.attention is not None
+      and (c.attention == "causal") != causal):
     wanted = "'causal'" if causal else "non-causal"
     raise ValueError(f"{user} needs {wanted} attention; the model's is "
                      f"{c.attention!r}")
