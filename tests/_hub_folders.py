@@ -58,13 +58,15 @@ def write_tokenizer(folder: str, vocab_size: int = 300,
   return {t: tok.token_to_id(t) for t in SPECIAL}
 
 
-def write_checkpoint(folder: str, hf_config: dict, seed: int = 0) -> dict:
-  """Tokenizer, config.json and random model.safetensors in folder.
+def write_checkpoint(folder: str, hf_config: dict, seed: int = 0,
+                     tokenizer_vocab: int = 300) -> dict:
+  """Tokenizer (of `tokenizer_vocab` ids), config.json and random
+  model.safetensors in folder.
 
   hf_config's vocab_size, eos/pad/mask ids are filled in from the
   tokenizer (keys set to None are left out). Returns the config written.
   """
-  ids = write_tokenizer(folder)
+  ids = write_tokenizer(folder, tokenizer_vocab)
   fields = dict(hf_config)
   fields.setdefault("eos_token_id", ids["<|endoftext|>"])
   if fields.get("model_type") in ("Dream", "sdar", "Fast_dLLM_Qwen",

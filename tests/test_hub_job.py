@@ -33,6 +33,8 @@ def folders(tmp_path_factory):
       _TINY, model_type="qwen3", head_dim=16))
   _hub_folders.write_checkpoint(str(root / "dllm"), dict(
       _TINY, model_type="Dream"), seed=1)
+  _hub_folders.write_checkpoint(str(root / "other"), dict(
+      _TINY, model_type="Dream"), tokenizer_vocab=270)
   with open(root / "gsm8k.jsonl", "w") as f:
     for q, a in QUESTIONS:
       f.write(json.dumps({"question": q, "answer": f"So {a}.\n#### {a}"})
@@ -113,6 +115,8 @@ def _job_config(folders, **changes):
     (dict(hub__num_shots=4), "the longest benchmark prompt"),
     (dict(hub__models="ar=FOLDER/ar, moe=FOLDER/moe"),
      "Qwen3-MoE, a mixture-of-experts model"),
+    (dict(hub__models="ar=FOLDER/ar, dllm=FOLDER/other"),
+     "model 'dllm' has another tokenizer than the evaluator's"),
 ])
 def test_bad_jobs_are_refused_by_name_before_loading(folders, tmp_path,
                                                      monkeypatch, changes,

@@ -13,8 +13,9 @@ prompts come from an exact-answer benchmark file (`exact_answer`), which is
 also scored for every decoder.
 
 The grid and its frontier need one tokenizer (prompts, the evaluator's
-gen-PPL): a model whose tokenizer differs from the evaluator's is refused
-from the grid by name; run it in the exact-answer benchmark alone
+gen-PPL): a model whose tokenizer encodes text differently from the
+evaluator's (added special tokens aside: Dream's MASK) is refused from the
+grid by name; run it in the exact-answer benchmark alone
 (`config.hub.grid=False`), where each model encodes its own prompts.
 """
 
@@ -82,17 +83,20 @@ def inspect_all(folders: Mapping[str, str], evaluator: str,
     reference = seen[entries.EVALUATOR].tokenizer
     for name in folders:
       tok = seen[name].tokenizer
-      if (tok.vocab_size != reference.vocab_size
-          or tok.encode(_PROBE) != reference.encode(_PROBE)):
+      if any(tok.encode(t) != reference.encode(t) for t in _PROBES):
         raise ValueError(
             f"model {name!r} has another tokenizer than the evaluator's "
-            f"({tok.vocab_size} ids against {reference.vocab_size}); the "
-            f"grid scores every model with one tokenizer: drop it, or set "
-            f"hub.grid=False for the exact-answer benchmark alone")
+            f"(it encodes text differently); the grid scores every model "
+            f"with one tokenizer: drop it, or set hub.grid=False for the "
+            f"exact-answer benchmark alone")
   return seen
 
 
-_PROBE = "Question: 1,234 apples cost $5.50 each; how much? Answer: 6787.\n"
+# Texts two tokenizers must encode alike to share the grid (added special
+# tokens, such as a diffusion LM's MASK, may differ).
+_PROBES = ("Question: 1,234 apples cost $5.50 each; how much? Answer: 6787.\n",
+           "def f(x):\n    return x ** 2  # déjà vu, 東京, 🙂",
+           "  The  quick\tbrown fox.\n\n")
 
 
 def adopt_all(planned: Sequence[entries.Planned],
