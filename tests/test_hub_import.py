@@ -369,3 +369,23 @@ def test_llada_decoder_draws_what_llada_generate_draws():
   out = decoder.decode({"model": model}, jnp.asarray(golden["prompts"]),
                        jnp.full((2,), 4, jnp.int32), jax.random.key(0))
   np.testing.assert_array_equal(np.asarray(out.tokens), golden["tokens"])
+
+
+def test_a_causal_denoising_loop_needs_a_causal_model():
+  """An iterative decoder with attention='causal' (its loop builds causal
+  masks) serves an AR model with a MASK id, and refuses a bidirectional
+  one; with attention='bidirectional' the reverse."""
+  from lm_decoding.decoding import base, conventions
+  ar = Model(make_logits_fn(checkpoints.config_from_hf(
+      dict(_QWEN, model_type="qwen3"))), None,
+      Conventions(mask_id=90, eos_ids=(96,)))
+  dream = Model(make_logits_fn(checkpoints.config_from_hf(
+      CASES["Dream"][0])), None, Conventions(mask_id=90, eos_ids=(96,)))
+  causal = base.make_decoder("mdlm", output_length=8, steps=4,
+                             attention="causal")
+  assert conventions.adopt(causal, {"model": ar}).mask_id == 90
+  with pytest.raises(ValueError, match="needs 'causal' attention"):
+    conventions.adopt(causal, {"model": dream})
+  with pytest.raises(ValueError, match="needs non-causal attention"):
+    conventions.adopt(base.make_decoder("mdlm", output_length=8, steps=4),
+                      {"model": ar})

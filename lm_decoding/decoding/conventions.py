@@ -11,13 +11,15 @@ its `role_causal` (the draft-and-verify decoders'):
 
   role that writes MASK tokens   the one role of a decoder with a
                                  `mask_id` field, or a non-causal role
-                                 of `role_causal`; needs a non-causal model
-                                 with a MASK id, and the decoder's
-                                 `block_length` (when set) equal to a
-                                 block-causal model's
+                                 of `role_causal`; needs a model with a
+                                 MASK id, a non-causal one (unless the
+                                 decoder's own `attention` is 'causal'),
+                                 and the decoder's `block_length` (when
+                                 set) equal to a block-causal model's
   role decoded left to right     the one role of a decoder without a
-                                 `mask_id` field (AR decoding), or a causal
-                                 role of `role_causal`; needs 'causal'
+                                 `mask_id` field (AR decoding), a causal
+                                 role of `role_causal`, or a denoising loop
+                                 with attention='causal'; needs 'causal'
                                  attention
   ids of the output (EOS, PAD)   the 'target' role when there is one, else
                                  'model'
@@ -52,28 +54,36 @@ def _fields(decoder: Any) -> set[str]:
   return {f.name for f in dataclasses.fields(decoder)}
 
 
-def role_needs(decoder: Any) -> dict[str, bool]:
-  """{role: True if decoded left to right (causal), False if denoised}."""
-  declared = dict(getattr(decoder, "role_causal", {}))
+def role_needs(decoder: Any) -> dict[str, tuple[bool, bool]]:
+  """{role: (causal, masked)}: whether the role's model is run left to right
+  (AR decoding, drafting, verification; or a denoising loop whose own
+  `attention` field is 'causal') and whether MASK tokens are written into
+  its input (module docstring)."""
+  declared = {role: (causal, not causal) for role, causal in
+              getattr(decoder, "role_causal", {}).items()}
   if len(decoder.roles) == 1 and decoder.roles[0] not in declared:
-    declared[decoder.roles[0]] = "mask_id" not in _fields(decoder)
+    masked = "mask_id" in _fields(decoder)
+    causal = (not masked
+              or getattr(decoder, "attention", "bidirectional") == "causal")
+    declared[decoder.roles[0]] = (causal, masked)
   return declared
 
 
 def serves(decoder: Any, models: Mapping[str, Model]) -> None:
   """Raises ValueError, naming the decoder and role, when a bound model
   cannot serve it (`models.binding.check_serves`: AR decoding of a
-  bidirectional or block-causal model, a block length other than the
-  model's, MASK decoding of a model without a MASK id; and a block-causal
-  model under a decoder outside `BLOCK_DECODERS`)."""
+  bidirectional or block-causal model, a denoiser on a causal model, a
+  block length other than the model's, MASK decoding of a model without a
+  MASK id; and a block-causal model under a decoder outside
+  `BLOCK_DECODERS`)."""
   name = getattr(decoder, "registry_name", type(decoder).__name__)
-  for role, causal in role_needs(decoder).items():
+  for role, (causal, masked) in role_needs(decoder).items():
     if role not in models:
       continue
     user = f"decoder {name!r} (role {role!r})"
     block = None if causal else getattr(decoder, "block_length", None)
     check_serves(models[role], user, causal=causal, block_length=block,
-                 masked=not causal)
+                 masked=masked)
     c = conventions(models[role])
     if (not causal and c.attention == "block_causal"
         and name not in BLOCK_DECODERS):
@@ -100,7 +110,7 @@ def adopt(decoder: Any, models: Mapping[str, Model]) -> Any:
   """
   serves(decoder, models)
   fields, needs = _fields(decoder), role_needs(decoder)
-  masked = [r for r, causal in needs.items() if not causal and r in models]
+  masked = [r for r, (_, mask) in needs.items() if mask and r in models]
   output = "target" if "target" in models else "model"
   wanted = {}
   if "mask_id" in fields and masked:
