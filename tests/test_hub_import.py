@@ -389,3 +389,17 @@ def test_a_causal_denoising_loop_needs_a_causal_model():
   with pytest.raises(ValueError, match="needs non-causal attention"):
     conventions.adopt(base.make_decoder("mdlm", output_length=8, steps=4),
                       {"model": ar})
+
+
+def test_fast_dllm_v2_sub_blocks_come_from_the_model():
+  from lm_decoding.decoding import base, conventions
+  fields = CASES["Fast_dLLM_Qwen"][0]
+  model = Model(make_logits_fn(checkpoints.config_from_hf(fields)), None,
+                checkpoints.conventions_from_hf(fields))
+  sampler = conventions.adopt(base.make_decoder(
+      "bd3lm", output_length=16, block_length=8, steps=16,
+      remasking="threshold"), {"model": model})
+  assert (sampler.sub_block_length, sampler.mask_id) == (8, 151665)
+  ancestral = conventions.adopt(base.make_decoder(
+      "bd3lm", output_length=16, block_length=8, steps=4), {"model": model})
+  assert ancestral.sub_block_length is None

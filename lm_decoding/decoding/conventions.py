@@ -103,7 +103,9 @@ def adopt(decoder: Any, models: Mapping[str, Model]) -> Any:
   Returns:
     The decoder with `mask_id` from the denoising role, and `eos_ids`
     (unless set to () for fixed-length decoding) and `pad_id` from the
-    output role (the model's fill id: its PAD, else its first EOS).
+    output role (the model's fill id: its PAD, else its first EOS); a
+    threshold block decoder without sub-blocks gets the model's
+    `sub_block_length` (Fast-dLLM v2's 8) when it divides the block.
   Raises:
     ValueError: a model that cannot serve its role, or a field set to ids
       other than the project's defaults and the model's (named).
@@ -121,7 +123,15 @@ def adopt(decoder: Any, models: Mapping[str, Model]) -> Any:
       wanted["eos_ids"] = ids.eos_ids
     if "pad_id" in fields:
       wanted["pad_id"] = ids.fill_id
+  if masked and "sub_block_length" in fields and (
+      getattr(decoder, "remasking", None) == "threshold"
+      and decoder.sub_block_length is None):
+    sub = conventions(models[masked[0]]).sub_block_length
+    if sub and decoder.block_length and decoder.block_length % sub == 0:
+      wanted["sub_block_length"] = sub  # Fast-dLLM v2's sampler
   for field, value in wanted.items():
+    if field == "sub_block_length":
+      continue
     current = getattr(decoder, field)
     if current not in (_DEFAULTS[field], value):
       raise ValueError(f"{field}={current!r} is set on the decoder but the "
