@@ -3,8 +3,9 @@
 One tiny random-weight model per row of the importer table (GPT-2; LLaMA
 with each RoPE scaling, in both spellings of the block, with biases, tied;
 Mistral with a sliding window; Qwen2 with its q/k/v biases, with and
-without a window), every parameter perturbed so biases and norm weights are
-not their zero/one init (no hub download). Logits are compared on
+without a window; Qwen3 with its per-head q/k norm), every parameter
+perturbed so biases and norm weights are not their zero/one init (no hub
+download). Logits are compared on
 right-padded ragged batches (HF gets the attention_mask; only the valid
 positions are compared); greedy generation of 64 tokens on a ragged batch
 (our 'ar' decoder on right-padded prompts, KV-cached) against HF `generate`
@@ -33,6 +34,7 @@ from lm_decoding.special_tokens import MASK_ID
 
 # The [peer] extra (pip install -e ".[test,peer]"): without it these tests
 # fail at import, never skip.
+import _hub_folders
 import torch  # noqa: E402
 import transformers  # noqa: E402
 
@@ -80,15 +82,9 @@ CASES = {
     "qwen2": dict(_LLAMA, model_type="qwen2"),
     "qwen2-window": dict(_LLAMA, model_type="qwen2", use_sliding_window=True,
                          sliding_window=5, max_window_layers=0),
+    # Per-head q/k RMSNorm; a head_dim other than hidden_size / heads.
+    "qwen3": dict(_LLAMA, model_type="qwen3", head_dim=24),
 }
-
-
-def _perturbed(model):
-  generator = torch.Generator().manual_seed(1)
-  with torch.no_grad():
-    for p in model.parameters():
-      p.add_(0.1 * torch.randn(p.shape, generator=generator))
-  return model.eval()
 
 
 @functools.lru_cache(maxsize=None)
@@ -98,7 +94,8 @@ def hf_model(case):
   fields = dict(CASES[case])
   config = transformers.AutoConfig.for_model(fields.pop("model_type"),
                                              **fields)
-  return _perturbed(transformers.AutoModelForCausalLM.from_config(config))
+  return _hub_folders.perturbed(
+      transformers.AutoModelForCausalLM.from_config(config))
 
 
 def _module(case):

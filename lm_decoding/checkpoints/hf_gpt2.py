@@ -27,6 +27,7 @@ from typing import Any
 
 from lm_decoding.checkpoints import layout as layout_lib
 from lm_decoding.checkpoints import options
+from lm_decoding.models.binding import Conventions
 from lm_decoding.models.config import TransformerConfig
 
 _GELU_TANH = ("gelu_new", "gelu_pytorch_tanh")
@@ -80,6 +81,18 @@ def config_from_hf(hf_config: Any, **overrides) -> TransformerConfig:
       scale_embeddings=False, use_bias=True,
       norm_eps=hf.get("layer_norm_epsilon", 1e-5))
   return TransformerConfig(**options.overridden(fields, overrides, "GPT-2"))
+
+
+def conventions_from_hf(hf_config: Any) -> Conventions:
+  """GPT-2's generation ids: no MASK, EOS `eos_token_id` (50256 in the
+  published checkpoints), PAD `pad_token_id` (else None).
+
+  Raises:
+    ValueError: no eos_token_id.
+  """
+  hf = layout_lib.hf_fields(hf_config)
+  return Conventions(mask_id=None, eos_ids=layout_lib.eos_ids(hf, "GPT-2"),
+                     pad_id=hf.get("pad_token_id"))
 
 
 def _canonical(name: str) -> str:

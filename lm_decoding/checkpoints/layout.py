@@ -149,6 +149,22 @@ def check_model_type(hf: Mapping[str, Any], accepted: Sequence[str],
   return model_type
 
 
+def eos_ids(hf: Mapping[str, Any], family: str) -> tuple[int, ...]:
+  """The config's `eos_token_id` (an id or a list of ids) as a tuple.
+
+  Raises:
+    ValueError: none (a generated row could never end), naming `family`.
+  """
+  value = hf.get("eos_token_id")
+  ids = () if value is None else (
+      (int(value),) if isinstance(value, int) else tuple(int(i)
+                                                         for i in value))
+  if not ids:
+    raise ValueError(f"{family} config has no eos_token_id; pass the "
+                     f"checkpoint's (generation_config.json)")
+  return ids
+
+
 def read_state_dict(source: Any) -> dict[str, np.ndarray]:
   """A state dict of numpy arrays from a path, paths or a mapping.
 

@@ -30,7 +30,7 @@ IGNORED = "ignored"
 # generation defaults older versions saved beside them.
 GENERIC: Mapping[str, Any] = {
     **{name: IGNORED for name in (
-        "transformers_version", "architectures", "model_type",
+        "transformers_version", "architectures", "model_type", "auto_map",
         "_name_or_path", "_attn_implementation", "_attn_implementation_autoset",
         "output_hidden_states", "output_attentions", "return_dict", "dtype",
         "torch_dtype", "use_bfloat16", "torchscript", "chunk_size_feed_forward",

@@ -29,6 +29,7 @@ from __future__ import annotations
 import io
 import math
 from collections.abc import Sequence
+from typing import Protocol
 
 import sentencepiece as spm
 
@@ -60,6 +61,24 @@ _TRAINER_OPTIONS = dict(
     num_threads=NUM_THREADS,
     minloglevel=2,
 )
+
+
+class TextTokenizer(Protocol):
+  """What the harness, the benchmarks and the metrics use of a tokenizer:
+  this module's sentencepiece `Tokenizer`, or a Hugging Face tokenizer.json
+  (`lm_decoding.data.hf_tokenizer.HFTokenizer`)."""
+
+  @property
+  def vocab_size(self) -> int: ...
+
+  @property
+  def eos_id(self) -> int | None: ...
+
+  def encode(self, text: str) -> list[int]: ...
+
+  def decode(self, ids: Sequence[int]) -> str: ...
+
+  def id_to_piece(self, token_id: int) -> str: ...
 
 
 def training_sample(texts: Sequence[str], max_chars: int = MAX_TRAIN_CHARS,

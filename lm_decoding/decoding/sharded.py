@@ -122,7 +122,8 @@ def model_shardings(models: Mapping[str, Model], mesh: Mesh,
     config = _config(model)
     fitted = sharding.rules_for_model(config, mesh, rules)
     out[role] = Model(ShardedLogitsFn(_unwrapped(model), mesh, fitted),
-                           sharding.param_shardings(config, mesh, fitted))
+                      sharding.param_shardings(config, mesh, fitted),
+                      model.ids)
   return out
 
 
@@ -135,7 +136,7 @@ def place_models(models: Mapping[str, Model], mesh: Mesh,
   """
   shardings = model_shardings(models, mesh, rules)
   return {role: Model(s.logits_fn,
-                           jax.device_put(models[role].params, s.params))
+                      jax.device_put(models[role].params, s.params), s.ids)
           for role, s in shardings.items()}
 
 

@@ -77,6 +77,11 @@ class TransformerConfig:
       parameters are those of a model without them.
     qkv_bias: if True the query, key and value projections have biases
       (Qwen2's layout) even when use_bias is False.
+    qk_norm: if True every query and key head is RMS-normalised over its
+      Dh features (one learned scale [Dh] for the queries and one for the
+      keys of a layer, epsilon `norm_eps`) before RoPE: Qwen3's layout
+      (Yang et al. 2025), also SDAR's. False (default): no such norm, and
+      the parameters are those of a model without it.
     scale_embeddings: with tie_embeddings, True (default) multiplies the input
       embeddings by sqrt(d_model) and the logits by d_model**-0.5 (so a
       unit-variance table serves both ends); False applies neither, as GPT-2
@@ -127,6 +132,7 @@ class TransformerConfig:
   norm_eps: float = 1e-6
   use_bias: bool = False
   qkv_bias: bool = False
+  qk_norm: bool = False
   scale_embeddings: bool = True
   token_shift: bool = False
   self_conditioning: bool = False

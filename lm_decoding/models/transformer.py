@@ -71,21 +71,24 @@ def _per_key(scale_BxHkvxS: jax.Array) -> jax.Array:
 class Norm(nn.Module):
   """RMSNorm (Zhang & Sennrich 2019) or LayerNorm over the last axis.
 
-  The epsilon is `config.norm_eps`.
+  The epsilon is `config.norm_eps`. The last axis is the model width D
+  (`axis` 'embed'), or a head's Dh features (`axis` 'kv': Qwen3's per-head
+  query/key norm, `config.qk_norm`).
   """
 
   config: TransformerConfig
+  axis: str = "embed"  # the normalised axis: 'embed' (D) or 'kv' (Dh)
 
   @nn.compact
   def __call__(self, x_BxLxD):
     cfg = self.config
     x = x_BxLxD.astype(jnp.float32)
-    scale = self.param("scale", _init(nn.initializers.ones, "embed"),
-                       (cfg.d_model,), cfg.weight_dtype)
+    scale = self.param("scale", _init(nn.initializers.ones, self.axis),
+                       (x.shape[-1],), cfg.weight_dtype)
     if cfg.norm == "layernorm":
       x = x - x.mean(-1, keepdims=True)
-      bias = self.param("bias", _init(nn.initializers.zeros, "embed"),
-                        (cfg.d_model,), cfg.weight_dtype)
+      bias = self.param("bias", _init(nn.initializers.zeros, self.axis),
+                        (x.shape[-1],), cfg.weight_dtype)
     else:
       bias = 0.0
     x = x * jax.lax.rsqrt((x * x).mean(-1, keepdims=True) + cfg.norm_eps)
@@ -182,6 +185,9 @@ class Attention(nn.Module):
     q = project(cfg.num_heads, ("embed", "heads", "kv"), "query")
     k = project(cfg.num_kv_heads, ("embed", "kv_heads", "kv"), "key")
     v = project(cfg.num_kv_heads, ("embed", "kv_heads", "kv"), "value")
+    if cfg.qk_norm:
+      q = Norm(cfg, axis="kv", name="query_norm")(q)
+      k = Norm(cfg, axis="kv", name="key_norm")(k)
     if cfg.positional == "rope":
       q = rotary(q, positions_BxL, cfg.rope_base, cfg.rope_scaling)
       k = rotary(k, positions_BxL, cfg.rope_base, cfg.rope_scaling)
