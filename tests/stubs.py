@@ -415,6 +415,33 @@ class PositionLogitsFn:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
+class ConfiguredLogitsFn:
+  """`inner` (a stub) declared a Transformer of `config`: the checks read
+  its attention, block length and token shift, and `models.binding.
+  causal_view` replaces the config (the stub computes the same either way).
+  """
+
+  inner: Any
+  config: Any
+
+  @property
+  def max_len(self) -> int:
+    return self.inner.max_len
+
+  @property
+  def vocab_size(self) -> int:
+    return self.inner.vocab_size
+
+  def __call__(self, params, tokens, positions, cache=None,
+               attention_mask=None):
+    return self.inner(params, tokens, positions, cache=cache,
+                      attention_mask=attention_mask)
+
+  def init_cache(self, batch_size: int, length: int):
+    return self.inner.init_cache(batch_size, length)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
 class RaisingLogitsFn:
   """A logits_fn that fails on any use (call or init_cache).
 

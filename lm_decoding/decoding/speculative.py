@@ -226,7 +226,6 @@ class DraftVerifyDecoder(SequenceConfig):
         f"gamma={self.gamma} - 1")
 
   def _check(self, models, prompts, prompt_lengths):
-    base.check_models(self, models)
     prompts, prompt_lengths = rows.check_prompts(prompts, prompt_lengths,
                                                 needs_prompt=True)
     length = self.cache_length_for(prompts.shape[1])
@@ -277,6 +276,16 @@ class DraftVerifyDecoder(SequenceConfig):
         cache support in a role of `cached_roles` (`check_cache`). All
         before compiling.
     """
+    base.check_models(self, models)
+    return self.verify(models, prompts, prompt_lengths, key)
+
+  def verify(self, models: Mapping[str, Model], prompts: jax.Array,
+             prompt_lengths: jax.Array, key: jax.Array) -> DecodeResult:
+    """`decode` after its role check: `models` holds the loop's roles,
+    "target" and any the drafter calls (a decoder that binds other roles
+    derives these from them, as `self_speculative.SelfSpeculativeDecoder`).
+    Checks the models and inputs (see `decode`'s Raises) and runs the
+    loop."""
     length, prompts, prompt_lengths = self._check(models, prompts,
                                                   prompt_lengths)
     batch = prompts.shape[0]

@@ -9,6 +9,7 @@ its parameters. The calling convention is spelled out in
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Protocol
 
 import flax.struct
@@ -41,3 +42,24 @@ class Model:
 
   logits_fn: LogitsFn = flax.struct.field(pytree_node=False)
   params: Any = None
+
+
+def causal_view(model: Model) -> Model:
+  """The same weights with causal attention by default.
+
+  A block-causal (block-diffusion) model at block size 1 is a causal model:
+  each position sees itself and the positions before it, and with a token
+  shift its logits at i predict token i + 1, as its AR parent's (S2D2,
+  arXiv:2603.25702). A logits_fn exposing `config` (a `TransformerConfig`,
+  or a stub carrying one) is copied (`dataclasses.replace`) with
+  `config.attention='causal'` and `block_length=0`, so every call given no
+  `attention_mask` is causal, cached or not; one without a config (a stub
+  choosing its own attention) is returned as it is. The parameters are
+  shared, not copied.
+  """
+  config = getattr(model.logits_fn, "config", None)
+  if config is None:
+    return model
+  causal = config.replace(attention="causal", block_length=0)
+  return Model(dataclasses.replace(model.logits_fn, config=causal),
+               model.params)
