@@ -186,10 +186,12 @@ def raising(attention="block_causal", block_length=BLOCK, token_shift=True):
 
 
 @pytest.mark.parametrize("fn, options, match", [
-    (raising("causal", 0), {}, r"^SelfSpeculativeDecoder needs a "
-     r"block-diffusion model \(attention='block_causal'.*attention='causal'$"),
-    (raising("bidirectional", 0), {}, r"attention='bidirectional'$"),
+    (raising("causal", 0), {}, r"^SelfSpeculativeDecoder needs non-causal "
+     r"\(e.g. 'bidirectional'\) attention; logits_fn.config.attention="
+     r"'causal'$"),
     (raising(token_shift=False), {}, r"needs a model with a token shift .*"
+     r"token_shift=False$"),
+    (raising("bidirectional", 0, token_shift=False), {},
      r"token_shift=False$"),
     (raising(), dict(gamma=5), r"^gamma=5 must be in \[1, block_length=4\]"),
 ])

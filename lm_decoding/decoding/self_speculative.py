@@ -38,8 +38,10 @@ is therefore distributed as plain sampling from the block-size-1 model with
 the same processors, and greedy output is its greedy decoding, token for
 token.
 
-gamma is the drafted block: gamma <= the model's training block length W
-(`config.block_length`), a sub-block when smaller. A round commits between 1
+gamma is the drafted block: the model's training block length W or a
+sub-block of it (checked where the config declares W: `block_length` of
+'block_causal' attention; the shipped BD3-LMs are declared 'bidirectional',
+their W in the recipe's `train.block_length`). A round commits between 1
 and gamma + 1 tokens; greedy, d_0 is the target's own next token up to the
 float rounding of two calls of different widths, so a round nearly always
 commits 2 or more.
@@ -65,7 +67,7 @@ from lm_decoding.decoding.hybrid import check_mask_id
 from lm_decoding.decoding.speculative import DraftVerifyDecoder, processed
 from lm_decoding.models import Model, masks
 from lm_decoding.models.binding import causal_view
-from lm_decoding.models.config import token_shift
+from lm_decoding.models.config import check_attention, token_shift
 from lm_decoding.special_tokens import MASK_ID
 
 
@@ -89,26 +91,25 @@ def check_block_diffusion(model: Model, gamma: int, user: str) -> None:
   """Raises ValueError unless `model` can draft for itself at block size 1.
 
   Read from `logits_fn.config` (a Transformer's, or a stub's that carries
-  one): attention must be 'block_causal' (a BD3-LM), token_shift True
-  (logits at i predict token i + 1, as its AR parent's: at block size 1 the
-  same model is that AR model), and gamma <= its block_length W (the drafted
-  block is the training block or a sub-block of it). A logits_fn without a
-  config (a stub) is accepted, there being nothing to read.
+  one): attention must be non-causal (a diffusion model: 'block_causal', or
+  'bidirectional' as the shipped BD3-LMs are declared, their block being a
+  decoder option; `config.check_attention`), token_shift True (logits at i
+  predict token i + 1, as its AR parent's: at block size 1 the same model
+  is that AR model), and, where the config declares a block
+  (`block_length` of 'block_causal'), gamma <= it (the drafted block is the
+  training block or a sub-block of it). A logits_fn without a config (a
+  stub) is accepted, there being nothing to read.
   """
   config = getattr(model.logits_fn, "config", None)
   if config is None:
     return
-  if config.attention != "block_causal":
-    raise ValueError(
-        f"{user} needs a block-diffusion model (attention='block_causal', "
-        f"whose block size 1 is an AR model); logits_fn.config.attention="
-        f"{config.attention!r}")
+  check_attention(model.logits_fn, causal=False, user=user)
   if not token_shift(model.logits_fn):
     raise ValueError(
         f"{user} needs a model with a token shift (logits at i predict "
         f"token i + 1, as its AR parent's); logits_fn.config.token_shift="
         f"{config.token_shift!r}")
-  if gamma > config.block_length:
+  if config.block_length and gamma > config.block_length:
     raise ValueError(
         f"gamma={gamma} must be in [1, block_length={config.block_length}] "
         f"(the model's training block: the draft is that block or a "
@@ -121,10 +122,13 @@ class SelfSpeculativeDecoder(DraftVerifyDecoder):
   """A block-diffusion model drafting for itself at block size 1 (module
   docstring).
 
-  Role "model": a block-causal model with a token shift (e.g. the base
+  Role "model": a block-diffusion model with a token shift (e.g. the base
   set's `bd3lm4_from_ar`). Attributes (besides `DraftVerifyDecoder`'s
   output_length, eos_ids, pad_id, sampling):
-    gamma: drafted block length, in [1, the model's block_length].
+    gamma: drafted block length, >= 1: the model's training block length W
+      or less (a sub-block); checked against `config.block_length` where
+      the config declares one, else the caller's to match (the shipped
+      members' W is `train.block_length` in their recipe).
     mask_id: the model's MASK id.
   """
 
@@ -148,8 +152,8 @@ class SelfSpeculativeDecoder(DraftVerifyDecoder):
       A `DecodeResult` as `DraftVerifyDecoder.decode`'s, calls and
       forward_tokens under "model" (draft and verify calls together).
     Raises:
-      ValueError: roles not exactly ("model",); a model that is not
-        block-causal, has no token shift, or a block shorter than gamma
+      ValueError: roles not exactly ("model",); a causal model, one
+        without a token shift, or a declared block shorter than gamma
         (`check_block_diffusion`); and `DraftVerifyDecoder.decode`'s. All
         before compiling.
     """
