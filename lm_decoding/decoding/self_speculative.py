@@ -61,10 +61,11 @@ from typing import ClassVar, Mapping
 import jax
 import jax.numpy as jnp
 
-from lm_decoding.decoding import base, sampling
+from lm_decoding.decoding import base
 from lm_decoding.decoding.base import DecodeResult, register
 from lm_decoding.decoding.hybrid import check_mask_id
-from lm_decoding.decoding.speculative import DraftVerifyDecoder, processed
+from lm_decoding.decoding.speculative import (DraftVerifyDecoder, pick,
+                                              processed)
 from lm_decoding.models import Model, masks
 from lm_decoding.models.binding import causal_view
 from lm_decoding.models.config import check_attention, token_shift
@@ -185,8 +186,8 @@ class SelfSpeculativeDecoder(DraftVerifyDecoder):
     q_BxGxV = processed(self.sampling, logits_BxGxV, seen)
     keys_BxG = jax.vmap(lambda k: jax.vmap(lambda j: jax.random.fold_in(k, j))(
         jnp.arange(gamma)))(key_B)
-    draft_BxG = jax.vmap(jax.vmap(sampling.categorical))(keys_BxG,
-                                                         jnp.log(q_BxGxV))
+    draft_BxG = jax.vmap(jax.vmap(lambda k, q: pick(self.sampling, k, q)))(
+        keys_BxG, q_BxGxV)
     return draft_BxG.astype(jnp.int32), q_BxGxV, None, cost
 
   def expected_work(self, batch: int, prompt_width: int) -> tuple[int, int]:
