@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 import stubs
-from lm_decoding.decoding import base, make_decoder
+from lm_decoding.decoding import base, make_decoder, speculative
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.evaluation import comparison
 from lm_decoding.models import Model, TransformerConfig, make_logits_fn
 from lm_decoding.models.binding import causal_view
-from lm_decoding.special_tokens import EOS_ID, PAD_ID
+from lm_decoding.special_tokens import EOS_ID, MASK_ID, PAD_ID
 from test_speculative import (CONFIGS, P_VALUE, PROMPT_LENGTHS, PROMPTS,
                               RAGGED, RAGGED_LENGTHS, exact_distribution, fit,
                               long_stub, sample_rows, target_stub)
@@ -129,6 +129,33 @@ def test_jitted_equals_eager():
   np.testing.assert_array_equal(jitted.tokens, eager.tokens)
   np.testing.assert_array_equal(jitted.stats["accept_counts"],
                                 eager.stats["accept_counts"])
+
+
+def test_the_draft_call_equals_an_uncached_pass_over_the_drafting_layout():
+  """The cached draft call (x causal on the causal prefix cache, the MASK
+  block bidirectional) gives the logits of one uncached pass over
+  [prompt, MASK x gamma] with that mask: the slots, positions and mask of
+  the cached call are the layout's."""
+  model, gamma = transformer(3), 3
+  decoder = make_decoder("self_speculative", output_length=6, gamma=gamma,
+                         sampling=SamplingConfig(temperature=1.0))
+  prompts, lengths = RAGGED % 32, RAGGED_LENGTHS
+  models = {"target": causal_view(model), "draft": model}
+  keys = base.row_keys(KEY, 4)
+  state = speculative.start(decoder, decoder.cache_length_for(3), models,
+                            prompts, lengths, keys)
+  _, q, _, _ = decoder.propose(models, state, keys)
+  for b in (0, 1):  # prompts of 3 and 1 tokens
+    n = int(lengths[b])
+    tokens = jnp.concatenate([prompts[b, :n], jnp.full((gamma,), MASK_ID)])
+    width = n + gamma
+    i = jnp.arange(width)
+    mask = (i[None, :] <= i[:, None]) | (i[:, None] >= n)
+    logits = model.logits_fn(model.params, tokens[None], i[None],
+                             attention_mask=mask[None]).logits[0]
+    want = jax.nn.softmax(logits[n - 1:n - 1 + gamma].at[:, MASK_ID].set(
+        -jnp.inf), -1)
+    np.testing.assert_allclose(q[b], want, atol=1e-5)
 
 
 # --- Sampling: exactly the block-size-1 model's distribution. ----------------
