@@ -58,15 +58,23 @@ _GAMMAS = flags.DEFINE_list("gammas", ["2", "3", "4", "8", "16"],
 _BATCHES = flags.DEFINE_list("batches", ["1", "8"], "Batch sizes.")
 _T = flags.DEFINE_integer("output_length", 256, "New tokens per row.")
 _RUNS = flags.DEFINE_integer("runs", 5, "Timed interleaved rounds.")
+_CALLS_ONLY = flags.DEFINE_bool(
+    "calls_only", False, "Only the per-call costs (ms of one draft call, one "
+    "verify call, one AR step: median and minimum of --call_repeats), no "
+    "decodes; --out then gets calls.json and calls.md.")
+_CALL_REPEATS = flags.DEFINE_integer("call_repeats", 50,
+                                     "Timed calls per kind.")
 _OUT = flags.DEFINE_string("out", None, "A folder: writes record.json and "
                            "record.md there.")
 
 GREEDY = SamplingConfig(temperature=0.0)
 
 
-def call_costs(decoder, model, prompts, lengths) -> dict:
+def call_costs(decoder, model, prompts, lengths, minimum=False) -> dict:
   """ms of one draft call, one verify call and one AR step (1 token) at
-  the decode's shapes, on the state right after the prefill."""
+  the decode's shapes, on the state right after the prefill: the median of
+  --call_repeats jitted calls (dispatch included), the three kinds
+  interleaved; with `minimum`, {kind: {"median", "min"}}."""
   models = {"target": causal_view(model), "draft": model}
   width = decoder.cache_length_for(prompts.shape[1])
   keys = base.row_keys(jax.random.key(0), prompts.shape[0])
@@ -81,16 +89,52 @@ def call_costs(decoder, model, prompts, lengths) -> dict:
   calls = {"draft": lambda: draft(models, state),
            "verify": lambda: verify(models, state, tokens),
            "ar_step": lambda: step(models, state)}
-  out = {}
-  for name, fn in calls.items():
+  times = {name: [] for name in calls}
+  for fn in calls.values():
     fn().block_until_ready()
-    times = []
-    for _ in range(50):
+  for _ in range(_CALL_REPEATS.value):
+    for name, fn in calls.items():
       start = time.perf_counter()
       fn().block_until_ready()
-      times.append(time.perf_counter() - start)
-    out[name] = float(np.median(times) * 1e3)
-  return out
+      times[name].append((time.perf_counter() - start) * 1e3)
+  if minimum:
+    return {name: {"median": float(np.median(t)), "min": float(np.min(t))}
+            for name, t in times.items()}
+  return {name: float(np.median(t)) for name, t in times.items()}
+
+
+def call_rows(name: str, model: Model, block: int,
+              prompts_all: np.ndarray) -> list[dict]:
+  """--calls_only: per batch and gamma, the three calls' ms."""
+  rows = []
+  for batch in map(int, _BATCHES.value):
+    prompts = jnp.asarray(prompts_all[:batch])
+    lengths = jnp.full((batch,), prompts.shape[1], jnp.int32)
+    for g in (g for g in map(int, _GAMMAS.value) if g <= block):
+      decoder = make_decoder("self_speculative", output_length=_T.value,
+                             gamma=g, sampling=GREEDY, eos_ids=())
+      row = {"member": name, "batch": batch, "gamma": g,
+             "call_ms": call_costs(decoder, model, prompts, lengths, True)}
+      rows.append(row)
+      print(json.dumps(row), flush=True)
+  return rows
+
+
+def calls_markdown(record: dict) -> str:
+  lines = ["# Self-speculation: the cost of one call of each kind", "",
+           f"Command: `{record['command']}`  ",
+           f"Commit {record['commit']}, {record['hardware']}.  ",
+           f"One jitted call at the decode's shapes (P = 16, the state after "
+           f"the prefill), {record['call_repeats']} calls of each kind "
+           "interleaved, dispatch included: median (minimum) ms.", "",
+           "| member | B | gamma | draft call | verify call | AR step |",
+           "|---|---|---|---|---|---|"]
+  for r in record["rows"]:
+    c = r["call_ms"]
+    lines.append(f"| {r['member']} | {r['batch']} | {r['gamma']} | " + " | ".join(
+        f"{c[k]['median']:.2f} ({c[k]['min']:.2f})"
+        for k in ("draft", "verify", "ar_step")) + " |")
+  return "\n".join(lines) + "\n"
 
 
 def measure(name: str, model: Model, block: int,
@@ -193,20 +237,24 @@ def main(_):
     model_config = train_lib.model_config(members[name])
     manifest = pretrained.read_manifest(name, set_dir)
     params = pretrained.load_member(set_dir / name, manifest, model_config)
-    rows += measure(name, Model(make_logits_fn(model_config), params),
-                    members[name].train.block_length, prompts)
+    run = call_rows if _CALLS_ONLY.value else measure
+    rows += run(name, Model(make_logits_fn(model_config), params),
+                members[name].train.block_length, prompts)
   record = {"command": "python " + " ".join(sys.argv),
             "commit": pretrained.current_commit(),
             "set_dir": str(set_dir),
             "hardware": (f"{jax.devices()[0].platform}, {os.cpu_count()} "
                          f"cores, load average {os.getloadavg()[0]:.1f}"),
-            "runs": _RUNS.value, "rows": rows}
+            "runs": _RUNS.value, "call_repeats": _CALL_REPEATS.value,
+            "rows": rows}
+  stem, show = ("calls", calls_markdown) if _CALLS_ONLY.value else (
+      "record", markdown)
   if _OUT.value:
     out = pathlib.Path(_OUT.value)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "record.json").write_text(json.dumps(record, indent=1))
-    (out / "record.md").write_text(markdown(record))
-  print(markdown(record))
+    (out / f"{stem}.json").write_text(json.dumps(record, indent=1))
+    (out / f"{stem}.md").write_text(show(record))
+  print(show(record))
 
 
 if __name__ == "__main__":
