@@ -318,18 +318,11 @@ class VisibleHashLogitsFn:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class SelfConditionedLogitsFn:
-  """`inner`'s logits plus `weight` times the self-conditioning input (a
-  model pulled towards its previous prediction), declared self-conditioned
-  (`config.self_conditioning`, so objectives and `uniform_eb` pass it).
-  Every executed call appends numpy copies of (self_conditioning input,
-  zeros when none was passed; its logits) to `seen` (`jax.debug.callback`,
-  ordered: jitted or not, one entry per pass actually run)."""
+class WrappedLogitsFn:
+  """Another stub, `inner`, seen through: its max_len, vocabulary and
+  cache (the base of the wrappers below)."""
 
   inner: Any
-  weight: float = 4.0
-  seen: list = dataclasses.field(default_factory=list)
-  config = types.SimpleNamespace(self_conditioning=True)
 
   @property
   def max_len(self) -> int:
@@ -338,6 +331,23 @@ class SelfConditionedLogitsFn:
   @property
   def vocab_size(self) -> int:
     return self.inner.vocab_size
+
+  def init_cache(self, batch_size: int, length: int):
+    return self.inner.init_cache(batch_size, length)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class SelfConditionedLogitsFn(WrappedLogitsFn):
+  """`inner`'s logits plus `weight` times the self-conditioning input (a
+  model pulled towards its previous prediction), declared self-conditioned
+  (`config.self_conditioning`, so objectives and `uniform_eb` pass it).
+  Every executed call appends numpy copies of (self_conditioning input,
+  zeros when none was passed; its logits) to `seen` (`jax.debug.callback`,
+  ordered: jitted or not, one entry per pass actually run)."""
+
+  weight: float = 4.0
+  seen: list = dataclasses.field(default_factory=list)
+  config = types.SimpleNamespace(self_conditioning=True)
 
   def __call__(self, params, tokens, positions, cache=None,
                attention_mask=None, self_conditioning=None):
@@ -350,9 +360,6 @@ class SelfConditionedLogitsFn:
         lambda a, b: self.seen.append((np.asarray(a), np.asarray(b))),
         self_conditioning, logits, ordered=True)
     return out._replace(logits=logits)
-
-  def init_cache(self, batch_size: int, length: int):
-    return self.inner.init_cache(batch_size, length)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -412,6 +419,21 @@ class PositionLogitsFn:
 
   def init_cache(self, batch_size: int, length: int):
     del batch_size, length
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ConfiguredLogitsFn(WrappedLogitsFn):
+  """`inner` (a stub) declared a Transformer of `config`: the checks read
+  its attention, block length and token shift, and `models.binding.
+  causal_view` replaces the config (the stub computes the same either way).
+  """
+
+  config: Any = None
+
+  def __call__(self, params, tokens, positions, cache=None,
+               attention_mask=None):
+    return self.inner(params, tokens, positions, cache=cache,
+                      attention_mask=attention_mask)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

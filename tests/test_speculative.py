@@ -439,8 +439,11 @@ def test_draft_and_target_of_different_vocabularies_raise_before_compiling():
 # `stubs.RaisingLogitsFn` (V = 16, max_len 16), so the check comes before any
 # trace.
 
+# The decoders binding a "target" role (self_speculative binds one "model"
+# and derives its target: tests/test_self_speculative.py).
 DRAFT_VERIFY = tuple(n for n in base.registered() if issubclass(
-    base.decoder_class(n), speculative.DraftVerifyDecoder))
+    base.decoder_class(n), speculative.DraftVerifyDecoder)
+                     and "target" in base.decoder_class(n).roles)
 
 
 def raising_transformer(attention: str) -> TransformerConfig:

@@ -76,6 +76,12 @@ def _check_draft_options(decoder):
     raise ValueError(f"sampling.repetition_penalty="
                      f"{decoder.sampling.repetition_penalty} must be 1: the "
                      "diffusion draft draws positions in parallel")
+  check_mask_id(decoder)
+
+
+def check_mask_id(decoder):
+  """Raises ValueError unless `decoder.mask_id` is an id >= 0 other than
+  its pad_id and eos_ids (the draft fills MASK positions)."""
   if (not is_count(decoder.mask_id, minimum=0)
       or decoder.mask_id == decoder.pad_id
       or decoder.mask_id in decoder.eos_ids):

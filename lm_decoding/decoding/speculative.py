@@ -113,6 +113,17 @@ def leading_true(ok_G: jax.Array) -> jax.Array:
   return jnp.sum(jnp.cumprod(ok_G.astype(jnp.int32)), dtype=jnp.int32)
 
 
+def pick(config: sampling.SamplingConfig, key: jax.Array,
+         dist_V: jax.Array) -> jax.Array:
+  """int32[...]: a token from `dist_V` float32[..., V], the distribution
+  `sampling.probabilities` gave under `config`: its argmax when `config` is
+  greedy (dist is then one-hot: the same token, without drawing noise over
+  V), else a draw (`sampling.categorical`)."""
+  if sampling.is_greedy(config.temperature):
+    return sampling.argmax(dist_V)
+  return sampling.categorical(key, jnp.log(dist_V))
+
+
 def _seen_before(seen_BxV, draft_BxG):
   """bool[B, G + 1, V]: the row's ids before each verified position."""
   vocab = seen_BxV.shape[-1]
@@ -226,7 +237,6 @@ class DraftVerifyDecoder(SequenceConfig):
         f"gamma={self.gamma} - 1")
 
   def _check(self, models, prompts, prompt_lengths):
-    base.check_models(self, models)
     prompts, prompt_lengths = rows.check_prompts(prompts, prompt_lengths,
                                                 needs_prompt=True)
     length = self.cache_length_for(prompts.shape[1])
@@ -277,6 +287,16 @@ class DraftVerifyDecoder(SequenceConfig):
         cache support in a role of `cached_roles` (`check_cache`). All
         before compiling.
     """
+    base.check_models(self, models)
+    return self.verify(models, prompts, prompt_lengths, key)
+
+  def verify(self, models: Mapping[str, Model], prompts: jax.Array,
+             prompt_lengths: jax.Array, key: jax.Array) -> DecodeResult:
+    """`decode` after its role check: `models` holds the loop's roles,
+    "target" and any the drafter calls (a decoder that binds other roles
+    derives these from them, as `self_speculative.SelfSpeculativeDecoder`).
+    Checks the models and inputs (see `decode`'s Raises) and runs the
+    loop."""
     length, prompts, prompt_lengths = self._check(models, prompts,
                                                   prompt_lengths)
     batch = prompts.shape[0]
@@ -417,7 +437,7 @@ def settle(decoder: DraftVerifyDecoder, state: Round, draft_BxG, q_BxGxV,
     q_padded = jnp.concatenate([q_GxV, jnp.zeros_like(q_GxV[:1])], 0)
     dist = jnp.where(a < gamma, decoder.correction(p_G1xV[a], q_padded[a]),
                      bonus_V)
-    return sampling.categorical(key, jnp.log(dist))
+    return pick(decoder.sampling, key, dist)
 
   bonus_BxV = decoder.bonus(state, p_BxG1xV[:, -1], out.logits[:, -1])
   token_B = jax.vmap(target_token)(keys_Bx3[:, 2], p_BxG1xV, q_BxGxV,
@@ -487,7 +507,7 @@ def draw(config: sampling.SamplingConfig, keys_B, logits_BxV, seen_BxV):
   """(token int32[B], q float32[B, V]): one draft token per row, drawn with
   the row's key from q, the processed distribution `sampling.probabilities`."""
   q_BxV = sampling.probabilities(logits_BxV, config, seen_BxV)
-  tokens_B = jax.vmap(sampling.categorical)(keys_B, jnp.log(q_BxV))
+  tokens_B = jax.vmap(lambda k, q: pick(config, k, q))(keys_B, q_BxV)
   return tokens_B, q_BxV
 
 

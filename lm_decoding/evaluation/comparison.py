@@ -40,8 +40,8 @@ from jax.sharding import Mesh
 from lm_decoding.checks import is_count
 from lm_decoding.data.tokenizer import Tokenizer
 from lm_decoding.decoding import (
-    autoregressive, base, bd3lm, hybrid, iterative, sharded, speculative,
-    uniform_diffusion)
+    autoregressive, base, bd3lm, hybrid, iterative, self_speculative,
+    sharded, speculative, uniform_diffusion)
 from lm_decoding.decoding.rows import eos_counts
 from lm_decoding.evaluation import cost, entries, quality
 from lm_decoding.evaluation.entries import Planned
@@ -160,7 +160,8 @@ def expected_work(decoder, batch: int, prompt_len: int) -> Work:
   block to the end (prefix cache). Draft-verify decoders: T / 2 rounds
   (about one draft token accepted per round) of gamma + 1 target positions
   and gamma draft positions for an AR draft, plus the skeleton decoder's
-  own work for a diffusion skeleton. Any other decoder: T full passes.
+  own work for a diffusion skeleton; self-speculation its own estimate
+  (`SelfSpeculativeDecoder.expected_work`). Any other decoder: T full passes.
 
   Args:
     decoder: a decoder config (`entries.build`).
@@ -171,6 +172,8 @@ def expected_work(decoder, batch: int, prompt_len: int) -> Work:
   """
   t = decoder.output_length
   full = batch * (prompt_len + t)
+  if isinstance(decoder, self_speculative.SelfSpeculativeDecoder):
+    return Work(*decoder.expected_work(batch, prompt_len))
   if isinstance(decoder, speculative.DraftVerifyDecoder):
     rounds = -(-t // 2)
     target = batch * rounds * (decoder.gamma + 1)

@@ -161,3 +161,24 @@ def check_serves(model: Model, user: str, *, causal: bool | None = None,
   if masked and c.mask_id is None:
     raise ValueError(f"{user} writes MASK tokens; the model has no MASK id "
                      f"(an AR checkpoint)")
+
+
+def causal_view(model: Model) -> Model:
+  """The same weights with causal attention by default.
+
+  A block-causal (block-diffusion) model at block size 1 is a causal model:
+  each position sees itself and the positions before it, and with a token
+  shift its logits at i predict token i + 1, as its AR parent's (S2D2,
+  arXiv:2603.25702). A logits_fn exposing `config` (a `TransformerConfig`,
+  or a stub carrying one) is copied (`dataclasses.replace`) with
+  `config.attention='causal'` and `block_length=0`, so every call given no
+  `attention_mask` is causal, cached or not; one without a config (a stub
+  choosing its own attention) is returned as it is. The parameters are
+  shared, not copied.
+  """
+  config = getattr(model.logits_fn, "config", None)
+  if config is None:
+    return model
+  causal = config.replace(attention="causal", block_length=0)
+  return Model(dataclasses.replace(model.logits_fn, config=causal),
+               model.params, model.ids)
