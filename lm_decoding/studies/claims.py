@@ -44,7 +44,7 @@ from lm_decoding.evaluation import cost, records
 from lm_decoding.models import TransformerConfig
 from lm_decoding.training import train
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 RESULTS = REPO / "experiments" / "results" / "reproduce"
 VERDICTS = ("supported", "contradicted", "mixed")
 
