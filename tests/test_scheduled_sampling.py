@@ -116,7 +116,7 @@ def test_check_config_accepts_absent_and_valid_sections():
     ("ar", dict(p_max=0.2, ramp_steps=-1), "scheduled_sampling.ramp_steps"),
     ("ar", dict(p_max=0.2, ramp_steps=2.5), "scheduled_sampling.ramp_steps"),
     ("ar", dict(p_max=0.2), "keys p_max and ramp_steps"),
-    ("mdlm", dict(p_max=0.2, ramp_steps=10), "objective='ar' only"),
+    ("mdlm", dict(p_max=0.2, ramp_steps=10), r"objective in \('ar',\); got 'mdlm'"),
 ])
 def test_check_config_rejects_bad_sections(objective, section, message):
   with pytest.raises(ValueError, match=message):
