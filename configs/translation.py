@@ -38,7 +38,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.data.vocab_size = 2048    # joint sentencepiece vocabulary (both languages), reserved ids included
   config.data.max_source_tokens = 48  # S: longer verses are left out of every split (and counted): 48 keeps 66% of train, 69% of test (40: 51%)
   config.data.max_target_tokens = 48  # T: the same for the Spanish side; also the length head's classes
-  config.data.seq_len = 98         # S + T + 2, the translation rows' width (train.sequence_length decides; kept for check_config)
+  config.data.seq_len = 98         # S + T + 2, the translation rows' width (registry.Objective.sequence_length decides; kept for check_config)
   config.data.targets = "reference"  # 'distilled': train targets = the AR model's outputs (Kim & Rush 2016), see experiments/translate.py
 
   config.model = ml_collections.ConfigDict()

@@ -56,7 +56,7 @@ import numpy as np
 from lm_decoding.checkpoints import hf_gpt2, hf_llama
 from lm_decoding.evaluation import cost
 from lm_decoding.evaluation import records
-from lm_decoding.evaluation import versus_transformers as vs
+from lm_decoding.studies import versus_transformers as vs
 from lm_decoding.models import count_params
 
 

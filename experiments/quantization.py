@@ -3,7 +3,7 @@ r"""int8 weights and an int8 KV cache, measured against float32.
   python experiments/quantization.py --workdir=/tmp/quantization \
       --out=experiments/results/quantization
 
-The measurements are `lm_decoding.evaluation.quantization_cost`; this script
+The measurements are `lm_decoding.studies.quantization_cost`; this script
 loads the models, runs them and writes the files.
 
 Four variants of one model: f32, int8 weights (`quantization='int8_weights'`,
@@ -53,7 +53,7 @@ from ml_collections import config_flags
 from lm_decoding.data import pipeline
 from lm_decoding.decoding import bind
 from lm_decoding.evaluation import cost, records
-from lm_decoding.evaluation import quantization_cost as qc
+from lm_decoding.studies import quantization_cost as qc
 from lm_decoding.models import TransformerConfig, init_params
 from lm_decoding.models import make_logits_fn
 from lm_decoding.training import pretrained

@@ -3,9 +3,9 @@ r"""Speculative decoding measured against its prediction, and the router.
   python experiments/speculative.py --config=configs/tiny.py \
       --workdir=/tmp/speculative --out=experiments/results/speculative
 
-The measurement is `lm_decoding.evaluation.speculative_cost` (part 1) and
-`lm_decoding.evaluation.router_workload` (part 2); the tables and figures
-`lm_decoding.evaluation.speculative_report`. This script reads the flags,
+The measurement is `lm_decoding.studies.speculative_cost` (part 1) and
+`lm_decoding.studies.router_workload` (part 2); the tables and figures
+`lm_decoding.studies.speculative_report`. This script reads the flags,
 loads the models and writes the files.
 
 The models come from the config's pretrained set (`compare.pretrained_set`:
@@ -82,9 +82,10 @@ import jax
 from ml_collections import config_flags
 
 from lm_decoding.data import pipeline
-from lm_decoding.evaluation import cost, records, router_workload
-from lm_decoding.evaluation import speculative_cost
-from lm_decoding.evaluation import speculative_report as spec_report
+from lm_decoding.evaluation import cost, records
+from lm_decoding.studies import router_workload
+from lm_decoding.studies import speculative_cost
+from lm_decoding.studies import speculative_report as spec_report
 from lm_decoding.training import pretrained
 
 _LOAD_AT_START = os.getloadavg()[0]  # 1-minute load average at import

@@ -15,7 +15,7 @@ where its child starts from. Each adapted
 model of `config.adapt` ('mdlm:ar': an MDLM started from the task's AR
 model, `config.train.adapt_budget_s` seconds) under
 {workdir}/{task}/{kind}_from_{parent}; then every
-applicable decoder (`evaluation.task_scores.decoder_grid`) decodes the whole
+applicable decoder (`studies.task_scores.decoder_grid`) decodes the whole
 test split in one batch. Writes to --out (default --workdir, the run's
 folder):
 
@@ -48,7 +48,8 @@ from lm_decoding.data import tasks
 from lm_decoding.data.tasks import permutation, sudoku
 from lm_decoding.checks import is_count
 from lm_decoding.decoding.base import bind
-from lm_decoding.evaluation import records, report, task_report, task_scores
+from lm_decoding.evaluation import records, report
+from lm_decoding.studies import task_report, task_scores
 from lm_decoding.models import make_logits_fn
 from lm_decoding.training import task_members, task_training
 

@@ -55,7 +55,7 @@ test set is decoded by every decoder in turn, `translate.timed_runs` rounds
 (`cost.interleaved`), after one compile call each.
 
 The members come from `lm_decoding.training.translation_members`, the
-decoders, scores and report from `lm_decoding.evaluation.translation_study`.
+decoders, scores and report from `lm_decoding.studies.translation_study`.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ from ml_collections import config_flags
 
 from lm_decoding.data import parallel_text
 from lm_decoding.evaluation import cost, records
-from lm_decoding.evaluation import translation_study as study
+from lm_decoding.studies import translation_study as study
 from lm_decoding.training import distillation
 from lm_decoding.training import translation_members
 

@@ -32,6 +32,7 @@ from lm_decoding.models.output import ModelOutput
 from lm_decoding.special_tokens import MASK_ID, PAD_ID
 from lm_decoding.training import objectives, pretrained
 from lm_decoding.training import train as train_lib
+from lm_decoding.training.objectives import registry
 
 PARENT = TransformerConfig(vocab_size=32, d_model=32, num_layers=2,
                            num_heads=2, num_kv_heads=2, head_dim=16,
@@ -107,7 +108,7 @@ def test_complementary_masks_mask_each_token_in_exactly_one_of_the_pair(
   np.testing.assert_array_equal(x0[batch:], TOKENS)
   assert not np.any(np.asarray(pair[:, 0] == MASK_ID)) or not shift
   # Masking probabilities (1 - eps) t and (1 - eps) t' add up to 1.
-  eps = objectives.EPS
+  eps = objectives.common.EPS
   np.testing.assert_allclose((1 - eps) * (t_pair[:batch] + t_pair[batch:]),
                              1.0, rtol=1e-6)
 
@@ -390,8 +391,8 @@ def test_block_schedule_parses_and_looks_up():
           for step in (0, 49, 50, 150, 199, 200, 10**6)] == [
               1, 1, 16, 256, 256, 4, 4]
   config = _adapted(**{"train.block_schedule": "0:16,5:4"})
-  assert train_lib.block_schedule(config) == ((0, 16), (5, 4))
-  assert train_lib.block_schedule(_adapted()) == ((0, 4),)
+  assert registry.block_schedule(config) == ((0, 16), (5, 4))
+  assert registry.block_schedule(_adapted()) == ((0, 4),)
 
 
 @pytest.mark.parametrize("text", [

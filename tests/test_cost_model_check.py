@@ -1,6 +1,7 @@
 """cost_model_check: the crossover table is the cost model's numbers."""
 
-from lm_decoding.evaluation import cost_model, cost_model_check as check
+from lm_decoding.evaluation import cost_model
+from lm_decoding.studies import cost_model_check as check
 from lm_decoding.models import TransformerConfig
 
 

@@ -13,7 +13,7 @@ import pytest
 from lm_decoding.data import parallel_text as pt
 from lm_decoding.data.tokenizer import MIN_VOCAB_SIZE
 from lm_decoding.special_tokens import EOS_ID, PAD_ID
-from lm_decoding.training import distillation, train
+from lm_decoding.training import data_sources, distillation, train
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "configs"))
 import translation  # noqa: E402
@@ -125,14 +125,14 @@ def test_distilled_config_trains_on_the_written_targets(corpus):
   config.data.update(path=corpus.path, vocab_size=corpus.tokenizer.vocab_size,
                      max_source_tokens=S, max_target_tokens=T,
                      targets="distilled")
-  data, train_rows, valid_rows = train.training_data(config,
+  data, train_rows, valid_rows = data_sources.training_data(config,
                                                      str(corpus.data_dir))
   expected = pt.encode_pairs(corpus.tokenizer, distilled.pairs, S, T)
   np.testing.assert_array_equal(train_rows, pt.layout(expected))
   np.testing.assert_array_equal(
       valid_rows, pt.layout(corpus.data.splits["valid"]))
   config.data.targets = "reference"
-  _, reference_rows, _ = train.training_data(config, str(corpus.data_dir))
+  _, reference_rows, _ = data_sources.training_data(config, str(corpus.data_dir))
   assert not np.array_equal(reference_rows[:len(train_rows)], train_rows)
 
 

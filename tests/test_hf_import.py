@@ -29,7 +29,7 @@ from lm_decoding import checkpoints
 from lm_decoding.checkpoints import hf_gpt2, hf_llama, options
 from lm_decoding.decoding import base
 from lm_decoding.decoding.sampling import SamplingConfig
-from lm_decoding.models import Model, make_logits_fn
+from lm_decoding.models import Model, init_params, make_logits_fn
 from lm_decoding.special_tokens import MASK_ID
 
 # The [peer] extra (pip install -e ".[test,peer]"): without it these tests
@@ -455,3 +455,24 @@ def test_library_does_not_import_torch():
   proc = subprocess.run([sys.executable, "-c", code], capture_output=True,
                         text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("case, field, length", [
+    ("gpt2", "n_positions", 20),  # transformers raises; it returned NaN
+    ("llama-dynamic", "max_position_embeddings", 24)])  # HF rescales RoPE
+def test_forward_refuses_more_tokens_than_the_checkpoint_positions(
+    case, field, length):
+  """Issue 37: past its position count an imported GPT-2 returned NaN and a
+  dynamic-NTK LLaMA ran on unscaled RoPE (1.0 off transformers' logits);
+  both now refuse a known position past it, and run at the limit."""
+  fields = dict(CASES[case], **{field: 16})
+  config = checkpoints.config_from_hf(fields)
+  assert config.max_len == 16
+  logits_fn = make_logits_fn(config)
+  params = init_params(config, jax.random.key(0))
+  tokens = jnp.ones((1, length), jnp.int32)
+  with pytest.raises(ValueError, match=rf"positions reach {length - 1}; the "
+                     r"model's max_len=16 allows 0\.\.15"):
+    logits_fn(params, tokens, _positions(tokens))
+  at_limit = logits_fn(params, tokens[:, :16], _positions(tokens[:, :16]))
+  assert np.isfinite(np.asarray(at_limit.logits)).all()

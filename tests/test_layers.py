@@ -28,9 +28,9 @@ LAYERS = {
     "lm_decoding.decoding": 3,
     "lm_decoding.training": 4,
     "lm_decoding.evaluation": 4,
-    "lm_decoding.config_reference": 5,
-    "lm_decoding.claims": 5,
-    "lm_decoding.record_figures": 5,
+    "lm_decoding.studies": 5,
+    "lm_decoding.config_reference": 6,
+    "lm_decoding.record_figures": 6,
 }
 
 
@@ -170,3 +170,50 @@ def test_results_folders_hold_records_not_scripts():
   """One-off scripts live in benchmarks/<topic>/ beside their records."""
   assert sorted(str(p.relative_to(REPO)) for p in
                 (REPO / "experiments" / "results").rglob("*.py")) == []
+
+
+def import_time_effects(source: str) -> list[str]:
+  """What the module-level statements of `source` do to global state: a
+  matplotlib backend chosen (`matplotlib.use`), pyplot imported (its figure
+  manager and backend), an absl flag defined (`flags.DEFINE_*`), or an
+  attribute of another module assigned (a monkeypatch). Statements inside
+  functions, classes and `if __name__ == "__main__"` run only when called."""
+  out = []
+  for node in ast.parse(source).body:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
+                         ast.If)):
+      continue
+    for sub in ast.walk(node):
+      if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute):
+        owner = getattr(sub.func.value, "id", "")
+        if (owner, sub.func.attr) == ("matplotlib", "use"):
+          out.append("matplotlib.use")
+        if owner == "flags" and sub.func.attr.startswith("DEFINE"):
+          out.append(f"flags.{sub.func.attr}")
+      if isinstance(sub, (ast.Import, ast.ImportFrom)) and any(
+          "matplotlib.pyplot" in (getattr(sub, "module", "") or "") + "."
+          + alias.name for alias in sub.names):
+        out.append("import matplotlib.pyplot")
+      if isinstance(sub, ast.Assign) and any(
+          isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name)
+          for t in sub.targets):
+        out.append("module attribute assigned")
+  return out
+
+
+def test_importing_the_package_changes_no_global_state():
+  """Issue 37: `matplotlib.use` at import of two modules, absl flags
+  defined on import of `claims.py` (now `studies/claims.py`)."""
+  found = {module_name(p): import_time_effects(p.read_text())
+           for p in sorted(PACKAGE.rglob("*.py"))}
+  assert {m: e for m, e in found.items() if e} == {}
+
+
+def test_the_import_time_check_sees_each_effect():
+  source = ("import matplotlib\nmatplotlib.use('Agg')\n"
+            "import matplotlib.pyplot as plt\nfrom absl import flags\n"
+            "X = flags.DEFINE_string('x', '', 'x')\nimport m\nm.f = g\n"
+            "def f():\n  matplotlib.use('Agg')\n")
+  assert import_time_effects(source) == [
+      "matplotlib.use", "import matplotlib.pyplot", "flags.DEFINE_string",
+      "module attribute assigned"]

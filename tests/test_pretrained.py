@@ -22,7 +22,7 @@ from lm_decoding.data import corpus
 from lm_decoding.data import pipeline
 from lm_decoding.data.tokenizer import MIN_VOCAB_SIZE, Tokenizer
 from lm_decoding.models import abstract_params, count_params
-from lm_decoding.training import pretrained
+from lm_decoding.training import data_sources, pretrained
 from lm_decoding.training import train as train_lib
 from lm_decoding.training.checkpoints import CheckpointError, Checkpoints
 
@@ -460,7 +460,7 @@ def test_rounded_members_reproduce_their_validation_loss(
                                    shipped_set)
   assert params is not None, reason
   pretrained.seed_data_cache(config, str(tmp_path), shipped_set)
-  _, _, valid = train_lib.training_data(config, str(tmp_path))
+  _, _, valid = data_sources.training_data(config, str(tmp_path))
   batches = valid[:config.train.eval_batches * config.train.batch_size]
   eval_fn = train_lib.make_eval_fn(train_lib.model_config(config),
                                    config.train.objective,

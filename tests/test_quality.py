@@ -181,6 +181,31 @@ def test_gen_ppl_transformer_is_batch_size_independent():
   np.testing.assert_allclose(ppls, ppls[0], rtol=1e-6)
 
 
+def test_gen_ppl_refuses_a_bidirectional_evaluator_and_foreign_ids():
+  """A bidirectional evaluator sees the token it scores (a flattering
+  gen-PPL), and an id outside its vocabulary gave NaN: both are refused
+  before anything compiles; ids in the padding are never read."""
+  config = TransformerConfig(vocab_size=32, d_model=32, num_layers=1,
+                             num_heads=2, num_kv_heads=2, head_dim=16,
+                             mlp_dim=64, max_len=16)
+  params = init_params(config, jax.random.key(0))
+  tokens = np.array([[5, 6, 7], [8, 9, 99]], np.int32)  # 99: padding
+  lengths = np.array([3, 2], np.int32)
+  with pytest.raises(ValueError, match="gen_ppl's evaluator needs 'causal'"):
+    quality.gen_ppl(make_logits_fn(config.replace(attention="bidirectional")),
+                    params, tokens, lengths)
+  causal = make_logits_fn(config)
+  assert np.isfinite(quality.gen_ppl(causal, params, tokens, lengths).ppl)
+  with pytest.raises(ValueError, match=r"tokens\[1, 1\]=32 is outside the "
+                     r"evaluator's vocabulary \[0, 32\)"):
+    quality.gen_ppl(causal, params, np.where(tokens == 9, 32, tokens),
+                    lengths)
+  with pytest.raises(ValueError, match=r"prompts\[0, 0\]=-1 is outside"):
+    quality.gen_ppl(causal, params, tokens, lengths,
+                    prompts=np.array([[-1], [1]], np.int32),
+                    prompt_lengths=np.array([1, 1], np.int32))
+
+
 def test_gen_ppl_errors():
   table, tokens, lengths = c9_case()
   lm = TableLM()

@@ -278,3 +278,18 @@ def test_parallel_decoders_with_more_steps_than_tokens(name, options):
   if options.get("block_length") == 1:  # one position per block, 2 steps each
     np.testing.assert_array_equal(out.committed,
                                   np.asarray([[1, 1], [0, 0]] * 4, np.int32))
+
+
+def test_cost_counts_forward_tokens_past_the_int32_range():
+  """8,192 calls at B 64 x L 4,096 process 2^31 token positions, one past
+  int32's largest value; `Cost` counts them (in a compiled loop, as decoders
+  do) without wrapping round to a negative count."""
+  calls, shape = 8192, (64, 4096)
+  tokens = jax.ShapeDtypeStruct(shape, jnp.int32)  # only its shape counts
+  cost = jax.jit(lambda: jax.lax.fori_loop(
+      0, calls, lambda _, c: c.add("model", tokens),
+      base.Cost.zero(("model",))))()
+  assert int(cost.calls["model"]) == calls
+  assert int(cost.tokens["model"]) == 2**31 == calls * 64 * 4096
+  merged = cost.merge("model", jnp.int32(1), cost.tokens["model"])
+  assert int(merged.tokens["model"]) == 2**32

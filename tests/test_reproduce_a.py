@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import _loading
-from lm_decoding import claims
+from lm_decoding.studies import claims
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "experiments" / "reproduce"

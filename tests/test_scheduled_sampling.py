@@ -15,6 +15,7 @@ from lm_decoding.models import TransformerConfig, init_params, make_logits_fn
 from lm_decoding.special_tokens import PAD_ID
 from lm_decoding.training import objectives
 from lm_decoding.training import train as train_lib
+from lm_decoding.training.objectives import registry
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CFG = TransformerConfig(vocab_size=64, d_model=32, num_layers=1, num_heads=2,
@@ -99,13 +100,13 @@ def _config(objective="ar", **section):
 
 
 def test_check_config_accepts_absent_and_valid_sections():
-  assert train_lib.scheduled_sampling(_config()) is None
+  assert registry.scheduled_sampling(_config()) is None
   config = _config(p_max=0.25, ramp_steps=100)
-  assert train_lib.scheduled_sampling(config) == (0.25, 100)
+  assert registry.scheduled_sampling(config) == (0.25, 100)
   train_lib.check_config(config)
   # The section is part of the checkpoint fingerprint only when present.
-  assert "scheduled_sampling" not in train_lib._fingerprint(_config())
-  assert train_lib._fingerprint(config)["scheduled_sampling"] == [0.25, 100]
+  assert "scheduled_sampling" not in registry.fingerprint(_config())
+  assert registry.fingerprint(config)["scheduled_sampling"] == [0.25, 100]
 
 
 @pytest.mark.parametrize("objective,section,message", [
@@ -115,7 +116,7 @@ def test_check_config_accepts_absent_and_valid_sections():
     ("ar", dict(p_max=0.2, ramp_steps=-1), "scheduled_sampling.ramp_steps"),
     ("ar", dict(p_max=0.2, ramp_steps=2.5), "scheduled_sampling.ramp_steps"),
     ("ar", dict(p_max=0.2), "keys p_max and ramp_steps"),
-    ("mdlm", dict(p_max=0.2, ramp_steps=10), "objective='ar' only"),
+    ("mdlm", dict(p_max=0.2, ramp_steps=10), r"objective in \('ar',\); got 'mdlm'"),
 ])
 def test_check_config_rejects_bad_sections(objective, section, message):
   with pytest.raises(ValueError, match=message):

@@ -86,7 +86,7 @@ def test_training_feeds_the_first_pass_to_half_the_rows():
   (first_in, first_logits), (second_in, _) = stub.seen
   np.testing.assert_array_equal(first_in, 0.0)
   rows = np.asarray(objectives.self_conditioning_rows(
-      jax.random.fold_in(key, objectives._SELF_CONDITIONING_KEY), batch))
+      jax.random.fold_in(key, objectives.common.SELF_CONDITIONING_KEY), batch))
   assert 0.3 * batch < rows.sum() < 0.7 * batch
   np.testing.assert_allclose(second_in[rows],
                              jax.nn.softmax(first_logits[rows]), rtol=1e-6)

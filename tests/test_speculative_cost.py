@@ -4,8 +4,9 @@ router workload's budgets, exactly."""
 import numpy as np
 import pytest
 
-from lm_decoding.evaluation import router, router_workload
-from lm_decoding.evaluation import speculative_cost as sc
+from lm_decoding.evaluation import router
+from lm_decoding.studies import router_workload
+from lm_decoding.studies import speculative_cost as sc
 
 
 @pytest.mark.parametrize("alpha,gamma,expected", [

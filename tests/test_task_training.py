@@ -17,10 +17,11 @@ import numpy as np
 import pytest
 
 from lm_decoding.data import tasks
-from lm_decoding.evaluation import task_scores
+from lm_decoding.studies import task_scores
 from lm_decoding.models.output import ModelOutput
 from lm_decoding.special_tokens import MASK_ID
-from lm_decoding.training import task_objectives, task_training
+from lm_decoding.training import task_training
+from lm_decoding.training.objectives import tasks as task_objectives
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 V = 12

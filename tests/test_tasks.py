@@ -122,7 +122,7 @@ def test_countdown_metrics_on_hand_made_answers():
                               expression=(3, 5, "*", 7, "+"))
   ids = lambda symbols: np.array(
       [task.token(s) for s in symbols]
-      + [tasks.BLANK_ID] * (task.answer_length - len(symbols)))
+      + [tasks.EMPTY_ID] * (task.answer_length - len(symbols)))
   assert task.score(problem, ids([3, 5, "*", 7, "+"])) == tasks.Score(
       exact=True, valid=True, token_accuracy=1.0)
   # another expression with the same value: right, though not the reference

@@ -191,17 +191,17 @@ def test_target_log_probs_equal_the_gathered_log_softmax_and_subs():
   targets = jax.random.randint(key_targets, (2, 5), 0, 11)
   np.testing.assert_allclose(
       objectives.target_log_probs(logits, targets),
-      objectives._gather(jax.nn.log_softmax(logits), targets), rtol=1e-6)
+      objectives.common.gather(jax.nn.log_softmax(logits), targets), rtol=1e-6)
   masked = jnp.full((2, 5), 4)  # every position MASK (id 4): SUBS excludes it
   targets = jnp.where(targets == 4, 5, targets)
   np.testing.assert_allclose(
       objectives.target_log_probs(logits, targets, excluded=4),
-      objectives._gather(subs_log_probs(logits, masked, 4), targets),
+      objectives.common.gather(subs_log_probs(logits, masked, 4), targets),
       rtol=1e-6)
   grad = lambda f: jax.grad(lambda x: f(x).sum())(logits)
   np.testing.assert_allclose(
       grad(lambda x: objectives.target_log_probs(x, targets, excluded=4)),
-      grad(lambda x: objectives._gather(subs_log_probs(x, masked, 4),
+      grad(lambda x: objectives.common.gather(subs_log_probs(x, masked, 4),
                                         targets)), atol=1e-6)
 
 
@@ -209,9 +209,9 @@ def test_the_peak_is_every_device_s_and_translation_has_no_mfu():
   config = tiny_config("ar")
   config.peak_flops = 1e9
   model_cfg = train_lib.model_config(config)
-  flops, peak = train_lib._step_flops_and_peak(config, model_cfg, 64, 4)
+  flops, peak = train_lib._step_flops_and_peak(model_cfg, "ar", 16, 64, 4,
+                                               config.peak_flops)
   assert flops == cm.objective_flops(model_cfg, "ar", 16, 64)
   assert peak == 4e9
-  config.train.objective = "ctc"
-  assert train_lib._step_flops_and_peak(config, model_cfg, 64, 1) == (
-      None, None)
+  assert train_lib._step_flops_and_peak(model_cfg, "ctc", 16, 64, 1,
+                                        config.peak_flops) == (None, None)

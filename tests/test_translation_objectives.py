@@ -1,4 +1,4 @@
-"""Tests of lm_decoding.training.translation_objectives and the length head."""
+"""Tests of lm_decoding.training.objectives.translation and the length head."""
 
 import itertools
 
@@ -15,7 +15,7 @@ from lm_decoding.models import (
     TransformerConfig, init_params, make_logits_fn, masks)
 from lm_decoding.special_tokens import BOS_ID, EOS_ID, PAD_ID
 from lm_decoding.training import objectives
-from lm_decoding.training import translation_objectives as to
+from lm_decoding.training.objectives import translation as to
 
 V = 7  # ids 5, 6 are words
 

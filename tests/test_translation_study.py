@@ -3,7 +3,7 @@
 import ml_collections
 import numpy as np
 
-from lm_decoding.evaluation import translation_study as study
+from lm_decoding.studies import translation_study as study
 
 
 def test_bucketed_keeps_non_empty_buckets_in_order_and_caps_them():

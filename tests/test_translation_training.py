@@ -9,6 +9,7 @@ import pytest
 
 from lm_decoding.special_tokens import BOS_ID, EOS_ID
 from lm_decoding.training import train
+from lm_decoding.training.objectives import registry
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "configs"))
 import translation  # noqa: E402
@@ -29,9 +30,9 @@ def test_model_config_per_objective():
   assert train.model_config(_config("cmlm")).length_classes == 4
   assert train.model_config(_config("ctc")).length_classes == 0
   assert train.model_config(_config("translation_ar")).attention == "causal"
-  assert train.sequence_length(_config("ctc")) == 3 + 1 + 2 * 3
-  assert train.sequence_length(_config("cmlm")) == 3 + 4 + 2
-  assert train.objective_options(_config("ctc")) == {"source_width": 3,
+  assert registry.get("ctc").sequence_length(_config("ctc")) == 3 + 1 + 2 * 3
+  assert registry.get("cmlm").sequence_length(_config("cmlm")) == 3 + 4 + 2
+  assert registry.get("ctc").options(_config("ctc")) == {"source_width": 3,
                                                       "upsample": 2}
 
 
@@ -50,7 +51,7 @@ def test_one_step_lowers_the_loss_on_a_repeated_batch(objective):
   state = train.init_state(model_cfg, optimizer, jax.random.key(0))
   rows = np.array([[5, 6, BOS_ID, 7, 8, EOS_ID, 0, 0, 0],
                    [9, 10, 11, BOS_ID, 12, EOS_ID, 0, 0, 0]], np.int32)
-  options = train.objective_options(config)
+  options = registry.get(objective).options(config)
   step = train.make_train_step(model_cfg, objective, optimizer, **options)
   eval_fn = train.make_eval_fn(model_cfg, objective, 1, **options)
   before = train.evaluate(eval_fn, state.params, rows[None])

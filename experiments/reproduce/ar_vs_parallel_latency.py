@@ -18,10 +18,12 @@ import jax
 import jax.numpy as jnp
 import matplotlib.pyplot as plt
 
-from lm_decoding import claims
+from lm_decoding.studies import claims
 from lm_decoding.decoding import make_decoder
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.models import init_params, make_logits_fn
+
+claims.define_flags()
 
 CLAIM = "ar_vs_parallel_latency"
 

@@ -26,13 +26,15 @@ import jax
 import jax.numpy as jnp
 import matplotlib.pyplot as plt
 
-from lm_decoding import claims
+from lm_decoding.studies import claims
 from lm_decoding.data.tokenizer import Tokenizer
 from lm_decoding.decoding import make_decoder
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.models import init_params, make_logits_fn
 from lm_decoding.training import pretrained
 from lm_decoding.training import train
+
+claims.define_flags()
 
 CLAIM = "batch_and_length"
 SAMPLING = SamplingConfig(temperature=1.0)

@@ -39,11 +39,13 @@ import numpy as np
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from lm_decoding import claims  # noqa: E402
+from lm_decoding.studies import claims  # noqa: E402
 from lm_decoding.data import parallel_text  # noqa: E402
 from lm_decoding.evaluation import quality  # noqa: E402
 from lm_decoding.evaluation import records  # noqa: E402
 from lm_decoding.evaluation import translation_metrics as tm  # noqa: E402
+
+claims.define_flags()
 
 CLAIM = "bleu_hides_errors"
 _RATES = flags.DEFINE_list("rates", ["0", "0.05", "0.1", "0.2", "0.3"],
@@ -213,7 +215,7 @@ def run(out_dir: str, smoke: bool, rates: list[float], noise: float,
 
 def main(argv):
   del argv
-  smoke = claims.SMOKE.value
+  smoke = claims.smoke()
   rates = [0.0, 0.2] if smoke else [float(r) for r in _RATES.value]
   if any(not 0 <= r <= 1 for r in rates) or not 0 <= _NOISE.value <= 1:
     sys.exit("bleu_hides_errors: error: --rates and --noise must be in "

@@ -35,11 +35,13 @@ import numpy as np
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from lm_decoding import claims  # noqa: E402
+from lm_decoding.studies import claims  # noqa: E402
 from lm_decoding.data import pipeline  # noqa: E402
 from lm_decoding.evaluation import entries, quality  # noqa: E402
 from lm_decoding.evaluation import records  # noqa: E402
 from lm_decoding.training import pretrained  # noqa: E402
+
+claims.define_flags()
 
 CLAIM = "exposure_bias"
 _MEMBER = flags.DEFINE_string("member", "draft_small", "The teacher-forced "
@@ -239,7 +241,7 @@ def run(out_dir: str, smoke: bool, workdir: str, member: str, steps: int,
 
 def main(argv):
   del argv
-  smoke = claims.SMOKE.value
+  smoke = claims.smoke()
   logging.set_verbosity(logging.WARNING)  # orbax logs every restore
   run(claims.out(CLAIM),
       smoke, claims.workdir(CLAIM), _MEMBER.value,

@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
 
-from lm_decoding import claims
+from lm_decoding.studies import claims
 from lm_decoding.data.tokenizer import Tokenizer
 from lm_decoding.decoding import make_decoder, sampling
 from lm_decoding.decoding.sampling import SamplingConfig
@@ -43,6 +43,8 @@ from lm_decoding.models import init_params, make_logits_fn
 from lm_decoding.special_tokens import MASK_ID
 from lm_decoding.training import pretrained
 from lm_decoding.training import train
+
+claims.define_flags()
 
 CLAIM = "gumbel_precision"
 NOISES = ("high", "float32")

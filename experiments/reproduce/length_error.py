@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 
-from lm_decoding import claims  # noqa: E402
+from lm_decoding.studies import claims  # noqa: E402
 
 from absl import app  # noqa: E402
 from absl import logging  # noqa: E402
@@ -36,9 +36,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 from lm_decoding.data import parallel_text  # noqa: E402
 from lm_decoding.evaluation import records  # noqa: E402
 from lm_decoding.evaluation import translation_metrics as tm  # noqa: E402
-from lm_decoding.evaluation import translation_study  # noqa: E402
+from lm_decoding.studies import translation_study  # noqa: E402
 from lm_decoding.training import distillation  # noqa: E402
 from lm_decoding.training import translation_members  # noqa: E402
+
+claims.define_flags()
 
 CLAIM = "length_error"
 _CONFIG = config_flags.DEFINE_config_file(
@@ -183,7 +185,7 @@ def smoke_config(config):
 
 def main(argv):
   del argv
-  smoke = claims.SMOKE.value
+  smoke = claims.smoke()
   logging.set_verbosity(logging.FATAL)  # orbax logs every restore
   config = _CONFIG.value
   if smoke:

@@ -39,10 +39,12 @@ import numpy as np
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from lm_decoding import claims  # noqa: E402
+from lm_decoding.studies import claims  # noqa: E402
 from lm_decoding.evaluation import records  # noqa: E402
 from lm_decoding.training import pretrained  # noqa: E402
 from lm_decoding.training import train as train_lib  # noqa: E402
+
+claims.define_flags()
 
 CLAIM = "mdlm_ar_ratio"
 _CONFIG_NAME = flags.DEFINE_enum(
@@ -208,7 +210,7 @@ def run(out_dir: str, smoke: bool, workdir: str, steps: int,
 
 def main(argv):
   del argv
-  smoke = claims.SMOKE.value
+  smoke = claims.smoke()
   logging.set_verbosity(logging.WARNING)  # orbax logs every save
   run(claims.out(CLAIM),
       smoke, claims.workdir(CLAIM), _STEPS.value,

@@ -24,12 +24,14 @@ import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
 
-from lm_decoding import claims
+from lm_decoding.studies import claims
 from lm_decoding.decoding import make_decoder
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.models import Model
 from lm_decoding.models.output import ModelOutput
 from lm_decoding.special_tokens import MASK_ID, RESERVED_IDS
+
+claims.define_flags()
 
 CLAIM = "multimodality"
 FIRST_ID = len(RESERVED_IDS)  # mode m's token at position i: FIRST_ID + 2i + m

@@ -19,10 +19,12 @@ import jax
 import matplotlib.pyplot as plt
 import numpy as np
 
-from lm_decoding import claims
+from lm_decoding.studies import claims
 from lm_decoding.evaluation import cost
 from lm_decoding.special_tokens import RESERVED_IDS
 from lm_decoding.training import train
+
+claims.define_flags()
 
 CLAIM = "parallel_training"
 OBJECTIVES = ("ar", "mdlm")

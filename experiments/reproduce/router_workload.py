@@ -28,9 +28,11 @@ import numpy as np
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from lm_decoding import claims  # noqa: E402
+from lm_decoding.studies import claims  # noqa: E402
 
 from lm_decoding.evaluation import records  # noqa: E402
+
+claims.define_flags()
 
 CLAIM = "router_workload"
 _FROM = flags.DEFINE_string(
@@ -165,7 +167,7 @@ def run(out_dir: str, smoke: bool, from_results: str,
 
 def main(argv):
   del argv
-  smoke = claims.SMOKE.value
+  smoke = claims.smoke()
   run(claims.out(CLAIM),
       smoke, _FROM.value, records.command())
 

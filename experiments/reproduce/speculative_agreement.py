@@ -25,7 +25,7 @@ import csv
 import os
 import time
 
-from lm_decoding import claims  # noqa: E402
+from lm_decoding.studies import claims  # noqa: E402
 
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
@@ -38,10 +38,13 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from lm_decoding.data import pipeline  # noqa: E402
-from lm_decoding.evaluation import records, speculative_cost  # noqa: E402
+from lm_decoding.evaluation import records  # noqa: E402
+from lm_decoding.studies import speculative_cost  # noqa: E402
 from lm_decoding.models import Model, init_params, make_logits_fn  # noqa: E402
 from lm_decoding.training import pretrained  # noqa: E402
 from lm_decoding.training import train as train_lib  # noqa: E402
+
+claims.define_flags()
 
 CLAIM = "speculative_agreement"
 _FROM = flags.DEFINE_string(
@@ -204,7 +207,7 @@ def run(out_dir: str, smoke: bool, from_results: str, workdir: str,
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  smoke = claims.SMOKE.value
+  smoke = claims.smoke()
   run(claims.out(CLAIM),
       smoke, _FROM.value, claims.workdir(CLAIM),
       [1] if smoke else [int(g) for g in _BAD_GAMMAS.value],

@@ -51,10 +51,15 @@ def bind(logits_fn: LogitsFn, params: Any, role: str = "model"
 
 @flax.struct.dataclass
 class Cost:
-  """Forward calls and token positions processed, per role (int32 scalars).
+  """Forward calls (int32 scalars) and token positions processed (float32
+  scalars), per role.
 
   `forward` adds B * L positions for a call on tokens int32[B, L]: what the
-  hardware processes, padding and finished rows included.
+  hardware processes, padding and finished rows included. Positions are
+  float32, not int32: 8,192 calls at B 64 x L 4,096 are 2^31 positions,
+  past int32 (and int64 needs `jax_enable_x64`); float32 counts exactly up
+  to 2^24 and in steps of B * L that are powers of two beyond, and within a
+  relative 6e-8 per call otherwise.
   """
 
   calls: dict[str, jax.Array]
@@ -63,7 +68,7 @@ class Cost:
   @classmethod
   def zero(cls, roles) -> "Cost":
     return cls(calls={r: jnp.int32(0) for r in roles},
-               tokens={r: jnp.int32(0) for r in roles})
+               tokens={r: jnp.float32(0) for r in roles})
 
   def add(self, role: str, tokens_BxL: jax.Array) -> "Cost":
     calls = dict(self.calls, **{role: self.calls[role] + 1})
@@ -115,8 +120,8 @@ class DecodeResult:
       is its length); parallel rows commit all T positions (net of any
       re-masking), EOS or not, and 0 at steps not run.
     calls: {role: int32[]} forward calls per role (they sum to nfe).
-    forward_tokens: {role: int32[]} token positions processed per role
-      (B * L summed over the role's calls).
+    forward_tokens: {role: float32[]} token positions processed per role
+      (B * L summed over the role's calls; float32, see `Cost`).
     stats: {name: array} decoder-specific statistics (e.g. acceptance
       counts); empty for most decoders.
   """

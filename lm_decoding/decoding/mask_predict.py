@@ -4,7 +4,7 @@ Deliberately not in the LM decoder registry: a translation decoder's
 contract differs (see the `lm_decoding.decoding` package docstring).
 
 Rows are [source, BOS, t_1 .. t_{T_b}, PAD ...] under `masks.source_target_mask`
-(the layout of `translation_objectives.cmlm_loss`). Worked example, T_b = 4
+(the layout of `objectives.translation.cmlm_loss`). Worked example, T_b = 4
 target slots, K = 2 iterations:
 
   t = 0: all T_b masked; one pass predicts every slot (argmax) and records

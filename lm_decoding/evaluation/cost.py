@@ -248,24 +248,35 @@ def measure_bandwidth(num_bytes: int = 1 << 28, runs: int = 5) -> float:
   return x.nbytes / time_fn(jnp.sum, x, runs=runs).median_s
 
 
-def measure_peak_flops(size: int = 2048, runs: int = 5,
+def measure_peak_flops(size: int | Sequence[int] = 2048, runs: int = 5,
                        dtype: Any = jnp.float32) -> float:
-  """Measured matmul throughput of the default device, FLOP/s.
+  """Measured matmul throughput of the default device, FLOP/s: the best of
+  `runs` back-to-back jnp.dot calls at each of the sizes.
 
-  Times jnp.dot of two size x size matrices of `dtype` (median of `runs`):
-  2 size^3 FLOPs over the time. The matrices hold random normal values, not
-  constants, which let a GPU's matrix units run faster than on real data.
-  About 100 GFLOP/s in float32 on an idle 2-core CPU; give the model's
-  compute dtype (e.g. 'bfloat16' on a GPU or TPU) and a size that fills the
-  device (8192 on an H100 / H200).
+  Each size n times the product of two n x n matrices of `dtype` (2 n^3
+  FLOPs, compiled and warmed up first) `runs` times in a row; the peak is
+  the highest FLOP/s of any run at any size. A best, not a median: a
+  call slowed by another process says nothing about the device, and a
+  median of a few calls moved by half from call to call on a shared 2-core
+  host (331-494 GFLOP/s, issue 37). Give several sizes where the size that
+  fills the device is not known (the trainer measures (256, 512, 1024)).
+  The matrices hold random normal values, not constants, which let a GPU's
+  matrix units run faster than on real data. About 100 GFLOP/s in float32
+  on an idle 2-core CPU; give the model's compute dtype (e.g. 'bfloat16' on
+  a GPU or TPU) and a size that fills the device (8192 on an H100 / H200).
 
   Raises:
-    ValueError: if size < 1 or runs < 1.
+    ValueError: a size < 1, no size, or runs < 1.
   """
-  if size < 1:
-    raise ValueError(f"size={size} must be >= 1")
-  a = jax.random.normal(jax.random.key(0), (size, size), dtype)
-  return 2 * size ** 3 / time_fn(jnp.dot, a, a, runs=runs).median_s
+  sizes = (size,) if isinstance(size, int) else tuple(size)
+  if not sizes or any(not isinstance(n, int) or n < 1 for n in sizes):
+    raise ValueError(f"size={size} must be an integer >= 1 or a non-empty "
+                     "sequence of them")
+  best = 0.0
+  for n in sizes:
+    a = jax.random.normal(jax.random.key(0), (n, n), dtype)
+    best = max(best, 2 * n ** 3 / time_fn(jnp.dot, a, a, runs=runs).min_s)
+  return best
 
 
 def flop_utilisation(flops: float, seconds: float, peak_flops: float

@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from lm_decoding.models.config import check_attention
 from lm_decoding.special_tokens import BOS_ID
 
 # A small English function-word list; omission ignores these by default.
@@ -126,13 +127,36 @@ def _join(prompts: np.ndarray, prompt_lengths: np.ndarray,
 @functools.partial(jax.jit, static_argnums=0)
 def _target_log_probs(logits_fn, params, seq_BxL):
   """float32[B, L-1]: log p(seq[:, i+1] | seq[:, :i+1]) under `logits_fn`."""
-  inputs_BxL = seq_BxL[:, :-1]
-  positions_BxL = jnp.broadcast_to(
-      jnp.arange(inputs_BxL.shape[1], dtype=jnp.int32), inputs_BxL.shape)
-  logits_BxLxV = logits_fn(params, inputs_BxL, positions_BxL).logits
+  logits_BxLxV = _logits_of(logits_fn)(params, seq_BxL[:, :-1])
   log_probs_BxLxV = jax.nn.log_softmax(logits_BxLxV.astype(jnp.float32), -1)
   return jnp.take_along_axis(
       log_probs_BxLxV, seq_BxL[:, 1:, None], axis=-1)[..., 0]
+
+
+def _check_vocabulary(logits_fn, params, tokens, lengths, prompts,
+                      prompt_lengths) -> None:
+  """Raises ValueError naming the argument if a real id of `tokens` (within
+  `lengths`) or `prompts` (within `prompt_lengths`) is outside [0, V), V the
+  evaluator's vocabulary read from its logits' shape (nothing compiled)."""
+  probe = jax.eval_shape(_logits_of(logits_fn), params,
+                         jax.ShapeDtypeStruct((1, 2), jnp.int32))
+  vocab = probe.shape[-1]
+  for name, ids, n in (("tokens", tokens, lengths),
+                       ("prompts", prompts, prompt_lengths)):
+    real = np.arange(ids.shape[1])[None, :] < n[:, None]
+    bad = real & ((ids < 0) | (ids >= vocab))
+    if bad.any():
+      row, col = np.argwhere(bad)[0]
+      raise ValueError(f"{name}[{row}, {col}]={int(ids[row, col])} is outside "
+                       f"the evaluator's vocabulary [0, {vocab})")
+
+
+def _logits_of(logits_fn):
+  """(params, tokens int32[B, L]) -> logits float[B, L, V] of `logits_fn`
+  at positions 0..L-1, without a cache."""
+  return lambda params, seq_BxL: logits_fn(
+      params, seq_BxL, jnp.broadcast_to(
+          jnp.arange(seq_BxL.shape[1], dtype=jnp.int32), seq_BxL.shape)).logits
 
 
 def gen_ppl(logits_fn: Any, params: Any, tokens: Any, lengths: Any,
@@ -153,7 +177,10 @@ def gen_ppl(logits_fn: Any, params: Any, tokens: Any, lengths: Any,
 
   The evaluator is not the model being decoded: pass a separate, causal AR
   model's `logits_fn` and params (see `lm_decoding.decoding.base`); it is
-  called without a cache as `logits_fn(params, tokens, positions)`.
+  called without a cache as `logits_fn(params, tokens, positions)`. A
+  non-causal evaluator (its `config.attention`, read by
+  `models.config.check_attention`) is refused: it would see the token it
+  scores and give a flattering gen-PPL.
 
   Args:
     logits_fn: the evaluator's logits function (hashable: a static jit arg).
@@ -167,9 +194,12 @@ def gen_ppl(logits_fn: Any, params: Any, tokens: Any, lengths: Any,
     A `GenPPL` (corpus PPL, token count, per-row mean NLL, counts, entropy).
   Raises:
     ValueError: on malformed shapes or out-of-range lengths, batch_size < 1,
-      prompts without prompt_lengths (or the reverse), no token to score, or
-      P + T - 1 above `logits_fn.max_len`.
+      prompts without prompt_lengths (or the reverse), no token to score,
+      P + T - 1 above `logits_fn.max_len`, an evaluator that is not causal,
+      or a real token or prompt id outside [0, V) of the evaluator's
+      vocabulary (its logits' last dimension; all before any compile).
   """
+  check_attention(logits_fn, causal=True, user="gen_ppl's evaluator")
   tokens, lengths = _rows(tokens, lengths)
   b = tokens.shape[0]
   if b == 0:
@@ -197,6 +227,8 @@ def gen_ppl(logits_fn: Any, params: Any, tokens: Any, lengths: Any,
     raise ValueError(f"P + T - 1 = {seq_len - 1} exceeds the evaluator's "
                      f"max_len={max_len}")
 
+  _check_vocabulary(logits_fn, params, tokens, lengths, prompts,
+                    prompt_lengths)
   seq = _join(prompts, prompt_lengths, tokens)
   target = np.arange(1, seq_len)[None, :]
   end = (prompt_lengths + lengths)[:, None]

@@ -50,13 +50,13 @@ def plot_commit_order(steps_L, labels=None, title: str = ""):
     labels: optional L strings (e.g. the decoded pieces) for the x axis.
     title: figure title.
   """
-  import matplotlib  # pylint: disable=import-outside-toplevel
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  # A Figure of its own, not pyplot's: no backend chosen, nothing global.
+  from matplotlib.figure import Figure  # pylint: disable=import-outside-toplevel
 
   steps_L = np.asarray(steps_L)
   shown = np.flatnonzero(steps_L >= 0)
-  fig, ax = plt.subplots(figsize=(max(4.0, 0.25 * shown.size), 3.0))
+  fig = Figure(figsize=(max(4.0, 0.25 * shown.size), 3.0))
+  ax = fig.subplots()
   ax.bar(np.arange(shown.size), steps_L[shown] + 1, color="tab:blue")
   ax.set_xlabel("generated position")
   ax.set_ylabel("committed at step")

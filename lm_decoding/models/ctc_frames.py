@@ -4,7 +4,7 @@ A CTC NAT (Libovicky & Helcl 2018) reads rows [source, BOS, frames, PAD]
 whose frames are the source upsampled, and emits one token or the blank per
 frame. `ctc_layout` builds those rows and `frame_logits` runs the one
 forward pass over them and gathers the frames' logits. The CTC loss
-(`training.translation_objectives.ctc_loss`) and the CTC decoder
+(`training.objectives.translation.ctc_loss`) and the CTC decoder
 (`decoding.ctc`) both call `frame_logits`, so a model is decoded over the
 frames it was trained on.
 """

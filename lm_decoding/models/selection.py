@@ -5,7 +5,7 @@ LLaDA's low-confidence remasking (Nie et al. 2025) unmask, at each step, the
 n masked positions the model is most sure of; CMLM training (the same paper
 as Mask-Predict) masks n random positions by the same rule over random
 scores. The decoders (`decoding.iterative` and its family,
-`decoding.mask_predict`) and the objective (`training.translation_objectives`)
+`decoding.mask_predict`) and the objective (`training.objectives.translation`)
 share this one function.
 """
 

@@ -324,8 +324,16 @@ class Transformer(nn.Module):
     keys/values written at each row's index and index advanced by L (None
     without a cache); hidden [B, L, D], the final-norm hidden states.
   Raises:
-    ValueError: attention_mask not of shape [B, L, S]; self_conditioning
-      not of shape [B, L, V], or given to a model without the input.
+    ValueError: a position >= `config.max_len`, when the positions are
+      known (an eager call; under `jax.jit` they are traced, and the
+      callers check their lengths: decoders, `gen_ppl`, the trainer's
+      config). A learned position table has no row past it, and an imported
+      model's RoPE scaling (e.g. dynamic NTK) changes past it: Hugging Face
+      refuses or rescales where this model would silently differ. Not the
+      token count: BD3-LM's training input is 2L tokens at positions
+      0..L-1 twice. attention_mask not of shape [B, L, S];
+      self_conditioning not of shape [B, L, V], or given to a model without
+      the input.
   """
 
   config: TransformerConfig
@@ -335,6 +343,11 @@ class Transformer(nn.Module):
                attention_mask=None, self_conditioning=None):
     cfg = self.config
     b, l = tokens_BxL.shape
+    if not isinstance(positions_BxL, jax.core.Tracer):  # known: checked
+      top = int(jnp.max(positions_BxL, initial=-1))
+      if top >= cfg.max_len:
+        raise ValueError(f"positions reach {top}; the model's max_len="
+                         f"{cfg.max_len} allows 0..{cfg.max_len - 1}")
     if self_conditioning is not None and (
         not cfg.self_conditioning
         or self_conditioning.shape != (b, l, cfg.vocab_size)):

@@ -2,7 +2,7 @@
 
 One model per (task, kind) on the rows of `data.tasks` splits, with the
 train step of `train.make_train_step` (AdamW, warmup + cosine, clipping) on
-the loss of `task_objectives`. Batches are drawn with replacement from the
+the loss of `objectives.tasks`. Batches are drawn with replacement from the
 train split by a generator seeded with (seed, step), so a resumed run draws
 the batches the uninterrupted one would. The run stops at train.num_steps
 or once train.budget_s seconds of training steps have run (the budget, the
@@ -34,7 +34,7 @@ import numpy as np
 
 from lm_decoding.data.tasks import Split, Task
 from lm_decoding.models import TransformerConfig, count_params, make_logits_fn
-from lm_decoding.training import task_objectives
+from lm_decoding.training.objectives import tasks as task_objectives
 from lm_decoding.training.checkpoints import CheckpointError, Checkpoints
 from lm_decoding.training.train import (
     abstract_state, init_state, make_optimizer, make_train_step, unbox)

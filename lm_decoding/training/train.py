@@ -2,7 +2,7 @@
 
 The LM objectives ('ar', 'mdlm', 'bd3lm', 'uniform') train on the packed text corpus
 (`pipeline`); the translation objectives ('translation_ar', 'cmlm', 'ctc',
-`translation_objectives`) on the verse pairs (`parallel_text`, rows
+`objectives.translation`) on the verse pairs (`parallel_text`, rows
 [source, BOS, target, EOS, PAD]); the loop, evaluation and checkpoints are
 the same.
 
@@ -51,79 +51,14 @@ from lm_decoding.models import TransformerConfig, abstract_params
 from lm_decoding.models import count_params, init_params, make_logits_fn
 from lm_decoding.parallel import multihost
 from lm_decoding.parallel import sharding
+from lm_decoding.training import data_sources
 from lm_decoding.training import objectives
-from lm_decoding.training import translation_objectives
+from lm_decoding.training.objectives import registry
 from lm_decoding.training.checkpoints import CheckpointError, Checkpoints
 
-_ATTENTION = {"ar": "causal", "mdlm": "bidirectional",
-              "bd3lm": "bidirectional",  # bd3lm passes its block masks
-              "uniform": "bidirectional",
-              "translation_ar": "causal",  # the objectives pass their masks
-              "cmlm": "bidirectional", "ctc": "bidirectional"}
-_LOSSES = {"ar": objectives.ar_loss, "mdlm": objectives.mdlm_loss,
-           "bd3lm": objectives.bd3lm_loss, "uniform": objectives.uniform_loss,
-           "translation_ar": translation_objectives.translation_ar_loss,
-           "cmlm": translation_objectives.cmlm_loss,
-           "ctc": translation_objectives.ctc_loss}
-OBJECTIVES = tuple(_LOSSES)
-TRANSLATION_OBJECTIVES = ("translation_ar", "cmlm", "ctc")
-
-
-def objective_options(config: ml_collections.ConfigDict) -> dict:
-  """The objective's static keyword arguments from `config`.
-
-  cmlm: length_weight (train.length_weight); ctc: source_width
-  (data.max_source_tokens) and upsample (train.ctc_upsample); mdlm and
-  bd3lm with train.complementary_masks: complementary; {} otherwise.
-  """
-  objective = config.train.objective
-  if objective == "cmlm":
-    return {"length_weight": config.train.length_weight}
-  if objective == "ctc":
-    return {"source_width": config.data.max_source_tokens,
-            "upsample": config.train.ctc_upsample}
-  if config.train.get("complementary_masks"):
-    return {"complementary": True}
-  return {}
-
-
-def sequence_length(config: ml_collections.ConfigDict) -> int:
-  """Positions the model sees in training: data.seq_len for an LM; for
-  translation S + T + 2 ([source, BOS, target, EOS]), and for ctc the
-  source and its frames, S + 1 + upsample * S (S, T: data.max_source_tokens,
-  data.max_target_tokens)."""
-  objective = config.train.objective
-  if objective not in TRANSLATION_OBJECTIVES:
-    return config.data.seq_len
-  source, target = config.data.max_source_tokens, config.data.max_target_tokens
-  if objective == "ctc":
-    return source + 1 + config.train.ctc_upsample * source
-  return source + target + 2
-
-
-def training_data(config: ml_collections.ConfigDict, data_dir: str):
-  """(data, train int32[R, L], valid int32[R', L]) of the objective.
-
-  `data` has `.tokenizer` and `.describe()`: the packed corpus
-  (`pipeline.prepare`, cached in `data_dir`) for an LM objective, the
-  book-split verse pairs (`parallel_text.prepare`, tokenizer cached in
-  `data_dir`) laid out by `parallel_text.layout` for a translation one;
-  with data.targets 'distilled' the pairs are `data_dir`'s distilled file
-  (`parallel_text.pairs_path`), which must share that cached tokenizer.
-  """
-  if config.train.objective in TRANSLATION_OBJECTIVES:
-    path = parallel_text.pairs_path(
-        config.data.path, config.data.get("targets", "reference"), data_dir)
-    data = parallel_text.prepare(
-        config.data.vocab_size, config.data.max_source_tokens,
-        config.data.max_target_tokens, path, cache_dir=data_dir)
-    return (data, parallel_text.layout(data.splits["train"]),
-            parallel_text.layout(data.splits["valid"]))
-  corpus = pipeline.prepare(config.data.path, config.data.vocab_size,
-                            data_dir, config.data.get("format", "auto"))
-  seq_len = config.data.seq_len
-  return (corpus, pipeline.pack(corpus.tokens["train"], seq_len),
-          pipeline.pack(corpus.tokens["valid"], seq_len))
+OBJECTIVES = tuple(registry.OBJECTIVES)  # the names train.objective takes
+TRANSLATION_OBJECTIVES = tuple(  # those that train on the verse pairs
+    name for name, o in registry.OBJECTIVES.items() if o.data == "pairs")
 
 
 @flax.struct.dataclass
@@ -140,24 +75,18 @@ def model_config(config: ml_collections.ConfigDict) -> TransformerConfig:
   Raises:
     ValueError: unknown objective, or data.seq_len above model.max_len.
   """
-  objective = config.train.objective
-  if objective not in OBJECTIVES:
-    raise ValueError(
-        f"train.objective={objective!r}; allowed: {OBJECTIVES}")
-  length = sequence_length(config)
+  entry = registry.get(config.train.objective)
+  length = entry.sequence_length(config)
   if length > config.model.max_len:
-    what = (f"data.seq_len={length}" if objective not in TRANSLATION_OBJECTIVES
-            else f"the {objective} training sequence length {length} (from "
+    what = (f"data.seq_len={length}" if entry.data == "text"
+            else f"the {entry.name} training sequence length {length} (from "
                  "data.max_source_tokens, data.max_target_tokens)")
     raise ValueError(
         f"{what} must be <= model.max_len={config.model.max_len}")
-  model = config.model.to_dict()
-  if objective == "cmlm":  # the length head: one class per target length
-    model["length_classes"] = config.data.max_target_tokens
+  model = dict(config.model.to_dict(), **entry.model_options(config))
   try:
     return TransformerConfig(vocab_size=config.data.vocab_size,
-                             attention=_ATTENTION[objective],
-                             **model)
+                             attention=entry.attention, **model)
   except ValueError as e:  # name the config section
     raise ValueError(f"model.{e}") from e
 
@@ -183,9 +112,9 @@ def check_config(config: ml_collections.ConfigDict) -> TransformerConfig:
       integer >= 0; a count of `_COUNTS` not an integer >= its minimum; a
       rate of `_NUMBERS` not a finite number above 0 (weight decay: >= 0);
       data.format unknown; data.targets not in parallel_text.TARGETS;
-      data.path missing; peak_flops not a number >= 0; train.block_length
-      (bd3lm) not dividing data.seq_len; train.scheduled_sampling malformed (see
-      `scheduled_sampling`); or any error of `model_config`.
+      data.path missing; peak_flops not a number >= 0; any error of
+      `registry.check_options` (the objective's own and optional keys) or
+      of `model_config`.
   """
   if not is_count(config.seed, minimum=0):
     raise ValueError(f"seed={config.seed!r} must be an integer >= 0")
@@ -210,120 +139,15 @@ def check_config(config: ml_collections.ConfigDict) -> TransformerConfig:
   if targets not in parallel_text.TARGETS:
     raise ValueError(f"data.targets={targets!r}; allowed: "
                      f"{parallel_text.TARGETS}")
-  scheduled_sampling(config)
   peak = config.get("peak_flops", 0.0)
   if not is_number(peak) or not 0 <= peak < math.inf:
     raise ValueError(f"peak_flops={peak!r} must be a number in [0, inf) "
                      "(0: measured at the start)")
-  if config.train.objective == "bd3lm":
-    block, seq_len = config.train.get("block_length"), config.data.seq_len
-    if not is_count(block) or seq_len % block:
-      raise ValueError(f"train.block_length={block!r} must be an integer in "
-                       f"[1, {seq_len}] dividing data.seq_len={seq_len}")
-  _check_adaptation(config)
+  registry.check_options(config)
   return model_config(config)
 
 
-# Optional keys (the adaptation recipes', and model.self_conditioning):
-# absent, a recipe (and the shipped members' manifests) is unchanged.
-# key -> the objectives it applies to.
-_ADAPTATION_KEYS = {("model", "token_shift"): ("mdlm", "bd3lm"),
-                    ("model", "self_conditioning"): ("mdlm", "uniform"),
-                    ("train", "complementary_masks"): ("mdlm", "bd3lm"),
-                    ("train", "anneal_steps"): ("mdlm",),
-                    ("train", "block_schedule"): ("bd3lm",)}
-
-
-def _check_adaptation(config: ml_collections.ConfigDict) -> None:
-  """Checks the optional adaptation keys (see `objectives`' docstring).
-
-  model.token_shift and train.complementary_masks: booleans, for mdlm or
-  bd3lm; model.self_conditioning (not an adaptation key, optional the same
-  way): a boolean, for mdlm or uniform; train.anneal_steps: an integer >= 0, for mdlm; train.init_from: a
-  string (what it names is resolved by `pretrained.parent_params`).
-
-  Raises:
-    ValueError: naming the key, its allowed values and objectives.
-  """
-  objective = config.train.objective
-  for (section, key), objectives_allowed in _ADAPTATION_KEYS.items():
-    value = config[section].get(key)
-    if value is None:
-      continue
-    if key == "block_schedule":
-      block_schedule(config)
-      valid = True
-    else:
-      valid = (is_count(value, minimum=0) if key == "anneal_steps"
-               else isinstance(value, bool))
-    if not valid:
-      kind = "an integer >= 0" if key == "anneal_steps" else "True or False"
-      raise ValueError(f"{section}.{key}={value!r} must be {kind}")
-    if value and objective not in objectives_allowed:
-      raise ValueError(f"{section}.{key}={value!r} applies to "
-                       f"train.objective in {objectives_allowed}; got "
-                       f"{objective!r}")
-  init_from = config.train.get("init_from")
-  if init_from is not None and not isinstance(init_from, str):
-    raise ValueError(f"train.init_from={init_from!r} must be a string: a "
-                     "member of the pretrained set or a training workdir")
-
-
-def block_schedule(config: ml_collections.ConfigDict
-                   ) -> tuple[tuple[int, int], ...]:
-  """BD3-LM's block-size schedule (`objectives.parse_block_schedule`) from
-  train.block_schedule, or one block length, train.block_length, from step
-  0 when the key is absent (or for other objectives).
-
-  Raises:
-    ValueError: as `objectives.parse_block_schedule`.
-  """
-  text = config.train.get("block_schedule")
-  if text is None or config.train.objective != "bd3lm":
-    return ((0, config.train.get("block_length")),)
-  return objectives.parse_block_schedule(text, config.data.seq_len,
-                                         config.train.block_length)
-
-
-def scheduled_sampling(config: ml_collections.ConfigDict
-                       ) -> tuple[float, int] | None:
-  """(p_max, ramp_steps) of `train.scheduled_sampling`, None when absent.
-
-  The optional section `train.scheduled_sampling` (keys p_max: the final
-  probability of feeding the model its own prediction, in [0, 1];
-  ramp_steps: steps of the linear ramp from 0, an integer >= 0) switches
-  the 'ar' objective to `objectives.ar_scheduled_sampling_loss` with
-  probability `objectives.scheduled_sampling_probability(step, p_max,
-  ramp_steps)` (Bengio et al. 2015; two-pass form of Mihaylova & Martins
-  2019). Absent, training is plain teacher forcing (and the recipe of a
-  shipped model is unchanged).
-
-  Raises:
-    ValueError: naming the key: the section is not a mapping of exactly
-      p_max and ramp_steps, p_max not a number in [0, 1], ramp_steps not an
-      integer >= 0, or the objective is not 'ar'.
-  """
-  section = config.train.get("scheduled_sampling")
-  if section is None:
-    return None
-  if (not isinstance(section, (dict, ml_collections.ConfigDict))
-      or set(section.keys()) != {"p_max", "ramp_steps"}):
-    raise ValueError(f"train.scheduled_sampling={section!r} must hold "
-                     "exactly the keys p_max and ramp_steps")
-  p_max, ramp_steps = section["p_max"], section["ramp_steps"]
-  if not is_number(p_max) or not 0.0 <= p_max <= 1.0:
-    raise ValueError(f"train.scheduled_sampling.p_max={p_max!r} must be a "
-                     "number in [0, 1]")
-  if not is_count(ramp_steps, minimum=0):
-    raise ValueError(f"train.scheduled_sampling.ramp_steps={ramp_steps!r} "
-                     "must be an integer >= 0")
-  if config.train.objective != "ar":
-    raise ValueError("train.scheduled_sampling applies to train.objective="
-                     f"'ar' only; got {config.train.objective!r}")
-  return float(p_max), int(ramp_steps)
-
-
-PEAK_MATMUL_SIZE = 1024  # the matmul `train` measures the peak with
+PEAK_MATMUL_SIZES = (256, 512, 1024)  # the matmuls `train` takes its peak of
 NO_DECAY = ("bias", "scale")  # leaf names weight decay never reaches
 
 
@@ -413,14 +237,15 @@ def objective_loss(objective, block_length: int | None = None,
                    **options):
   """The objective's loss, (logits_fn, params, tokens int32[B, L], key) ->
   (loss, metrics) (see `objectives`), with BD3-LM's `block_length` or a
-  translation objective's `options` (`objective_options`) bound.
+  translation objective's `options` (`registry.Objective.options`) bound.
   `objective` is a name of OBJECTIVES or such a loss function itself (a
-  task objective, `task_objectives`, with its `options`)."""
-  loss_fn = functools.partial(
-      objective if callable(objective) else _LOSSES[objective], **options)
-  if objective == "bd3lm":
-    loss_fn = functools.partial(loss_fn, block_length=block_length)
-  return loss_fn
+  task objective, `objectives.tasks`, with its `options`)."""
+  if callable(objective):
+    return functools.partial(objective, **options)
+  entry = registry.get(objective)
+  if entry.blocks:
+    options = dict(options, block_length=block_length)
+  return functools.partial(entry.loss, **options)
 
 
 def make_train_step(model_cfg: TransformerConfig, objective: str, optimizer,
@@ -436,7 +261,7 @@ def make_train_step(model_cfg: TransformerConfig, objective: str, optimizer,
   `objectives.ar_scheduled_sampling_loss` at the probability of
   `state.step`. `anneal_steps` > 0 ('mdlm'): attention-mask annealing, the
   loss's band `objectives.visible_ahead(state.step, anneal_steps, L)`.
-  `options` are the objective's (`objective_options`).
+  `options` are the objective's (`registry.Objective.options`).
   With a `mesh` (`lm_decoding.parallel.sharding`), the step is jitted with
   explicit shardings: the state by `state_shardings` (place it there with
   `jax.device_put(state, state_shardings(...))`), the tokens int32
@@ -493,28 +318,18 @@ def make_eval_fn(model_cfg: TransformerConfig, objective: str,
   `num_timesteps` times with fixed masks (`objectives.mdlm_bound`); BD3-LM
   its NELBO with blocks of `block_length` from `num_timesteps` fixed draws
   (`objectives.bd3lm_bound`); uniform-state diffusion its NELBO on the same
-  grid (`objectives.uniform_bound`); a translation objective its training loss's
-  target NLL (`options`: `objective_options`) with a fixed key (CMLM: the
-  masked tokens' NLL under one fixed draw of masks).
+  grid (`objectives.uniform_bound`); a translation objective its training
+  loss's target NLL (`options`: `registry.Objective.options`) with a fixed
+  key (CMLM: the masked tokens' NLL under one fixed draw of masks). What
+  each objective evaluates is its registry entry's `bound`.
   """
   logits_fn = make_logits_fn(model_cfg)
+  entry = registry.get(objective)
+  if entry.blocks:
+    options = dict(options, block_length=block_length)
 
   def eval_fn(params, tokens):
-    if objective in TRANSLATION_OBJECTIVES:
-      _, metrics = _LOSSES[objective](logits_fn, params, tokens,
-                                      jax.random.key(0), **options)
-    elif objective == "ar":
-      _, metrics = objectives.ar_eval(logits_fn, params, tokens)
-    elif objective == "bd3lm":
-      _, metrics = objectives.bd3lm_bound(logits_fn, params, tokens,
-                                          jax.random.key(0), num_timesteps,
-                                          block_length=block_length)
-    elif objective == "uniform":
-      _, metrics = objectives.uniform_bound(logits_fn, params, tokens,
-                                            jax.random.key(0), num_timesteps)
-    else:
-      _, metrics = objectives.mdlm_bound(logits_fn, params, tokens,
-                                         jax.random.key(0), num_timesteps)
+    metrics = entry.bound(logits_fn, params, tokens, num_timesteps, **options)
     return metrics["nll"], metrics["tokens"]
 
   return jax.jit(eval_fn)
@@ -595,21 +410,6 @@ def _check_workdir(workdir: str) -> None:
     raise ValueError(f"workdir={workdir!r} is not writable")
 
 
-def _fingerprint(config: ml_collections.ConfigDict) -> dict:
-  """What a checkpoint must share with a config to be resumed or reused."""
-  fingerprint = {"data": config.data.to_dict(),
-                 "model": config.model.to_dict(),
-                 "objective": config.train.objective}
-  scheduled = scheduled_sampling(config)
-  if scheduled is not None:  # absent: old checkpoints fit
-    fingerprint["scheduled_sampling"] = list(scheduled)
-  for key in ("init_from", "complementary_masks", "anneal_steps",
-              "block_schedule"):
-    if config.train.get(key) is not None:  # absent: old checkpoints fit
-      fingerprint[key] = config.train[key]
-  return fingerprint
-
-
 def train(config: ml_collections.ConfigDict, workdir: str,
           progress: bool = True, data_dir: str | None = None,
           stop_at: int | None = None, init_params: Any = None) -> dict:
@@ -643,7 +443,11 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   Every step's record holds its tokens/s and, for an LM objective, its
   model FLOP utilisation `mfu` (`cost.flop_utilisation` of
   `cost_model.objective_flops` against `config.peak_flops`, or against a
-  peak measured at the start when that is 0 or absent).
+  peak measured at the start when that is 0 or absent). The train step is
+  compiled ahead of time, before the first timed step, so no step's seconds
+  (nor its tokens/s, its MFU, or `train_s`) hold the compile: the first
+  record of each call (a resume is another) holds that call's `compile_s`
+  and the `peak_flops` it measured against.
 
   With `progress`, shows a bar with the latest loss, tokens/s and MFU (its
   description says 'eval' or 'save' while validating or checkpointing), says
@@ -674,7 +478,12 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   start_time = time.time()
   model_cfg = check_config(config)
   train_cfg = config.train
-  mesh, rules, shardings = _mesh_for(config, model_cfg)
+  optimizer = make_optimizer(train_cfg)
+  mesh = sharding.mesh_or_none(config.get("mesh"))
+  rules = sharding.rules_from_config(config.get("mesh"))
+  if mesh is not None:  # a batch or a parameter it cannot split fails here
+    sharding.batch_sharding(mesh, (train_cfg.batch_size,), rules)
+    shardings = state_shardings(model_cfg, optimizer, mesh, rules)
   objective, num_steps = train_cfg.objective, train_cfg.num_steps
   if stop_at is not None and not is_count(stop_at, 1):
     raise ValueError(f"stop_at={stop_at!r} must be an integer >= 1")
@@ -682,20 +491,21 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   primary = jax.process_index() == 0  # writes the log, shows progress
   progress = progress and primary
   _check_workdir(workdir)
-  train_packed, valid_batches = _checked_data(config, model_cfg,
-                                              data_dir or workdir, progress)
+  train_packed, valid_batches = _checked_data(
+      data_sources.training_data(config, data_dir or workdir), model_cfg,
+      train_cfg.batch_size, train_cfg.eval_batches, progress)
   seq_len = train_packed.shape[1]
-  optimizer = make_optimizer(train_cfg)
   init_key, step_key = jax.random.split(jax.random.key(config.seed))
-  fingerprint = _fingerprint(config)
+  fingerprint = registry.fingerprint(config)
   log_path = os.path.join(workdir, "metrics.jsonl")
   tokens_per_step = train_cfg.batch_size * seq_len
   block_length = train_cfg.get("block_length")  # bd3lm only
-  options = objective_options(config)
-  schedule = block_schedule(config)
+  entry = registry.get(objective)
+  options = entry.options(config)
+  schedule = registry.block_schedule(config)
   train_steps = {  # one compiled step per block length of the schedule
       width: make_train_step(model_cfg, objective, optimizer, width,
-                             scheduled_sampling(config), mesh=mesh,
+                             registry.scheduled_sampling(config), mesh=mesh,
                              rules=rules,
                              batch_shape=(train_cfg.batch_size, seq_len),
                              anneal_steps=train_cfg.get("anneal_steps", 0),
@@ -704,7 +514,8 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   eval_fn = make_eval_fn(model_cfg, objective, train_cfg.mdlm_eval_timesteps,
                          block_length, **options)
   step_flops, peak_flops = _step_flops_and_peak(
-      config, model_cfg, seq_len, 1 if mesh is None else mesh.devices.size)
+      model_cfg, objective, train_cfg.batch_size, seq_len,
+      1 if mesh is None else mesh.devices.size, config.get("peak_flops", 0.0))
   desc = f"train {objective}"
   valid_loss = float("nan")
   step_seconds = []  # this call's
@@ -718,7 +529,12 @@ def train(config: ml_collections.ConfigDict, workdir: str,
     state = _start_state(checkpoints, state, resume, init_params, log_path,
                          primary, progress, desc)
     first = int(state.step)
-    batches = _train_batches(config, train_packed, first, mesh, rules)
+    batches = _train_batches(train_packed, train_cfg.batch_size, config.seed,
+                             first, mesh, rules)
+    # Compiled before the first timed step, so that no step's seconds (nor
+    # train_s, nor the MFU) hold the compile; its seconds are recorded apart.
+    train_steps, compile_s = _compiled_steps(
+        train_steps, state, (train_cfg.batch_size, seq_len), mesh, rules)
     bar = stack.enter_context(tqdm.tqdm(  # closed before any error prints
         initial=first, total=num_steps, disable=not progress, desc=desc,
         unit="step"))
@@ -735,16 +551,18 @@ def train(config: ml_collections.ConfigDict, workdir: str,
         _append_record(log_path, {"step": 0, "valid_loss": valid_loss,
                                   "valid_ppl": float(np.exp(valid_loss))})
     for step in range(first, last):
-      tick = time.time()
       train_step = train_steps[objectives.block_length_at(schedule, step)]
-      state, metrics = train_step(state, next(batches),
-                                  jax.random.fold_in(step_key, step))
+      key = jax.random.fold_in(step_key, step)
+      tick = time.time()
+      state, metrics = train_step(state, next(batches), key)
       loss = float(metrics["loss"])  # waits for the step, so the time is real
       seconds = time.time() - tick
       step_seconds.append(seconds)
       done = step + 1
       record, postfix = _step_record(done, loss, metrics, seconds,
                                      tokens_per_step, step_flops, peak_flops)
+      if step == first:  # this call's compile, and the peak it measured
+        record.update(compile_s=compile_s, peak_flops=peak_flops)
       bar.set_postfix(**postfix, refresh=False)
       bar.update(1)
       if done % train_cfg.eval_every == 0 or done == last:
@@ -761,8 +579,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   if first >= last:  # nothing left to train: report as is
     valid_loss = evaluate(eval_fn, state.params, valid_batches)
   if progress:
-    measure = ("perplexity" if objective in ("ar", "translation_ar", "ctc")
-               else "perplexity bound")
+    measure = registry.get(objective).bound_name
     print(f"{desc}: final validation {measure} {float(np.exp(valid_loss)):.2f}"
           f" at step {int(state.step)} ({workdir})")
   if primary:  # the whole run's steps, whichever calls trained them
@@ -771,33 +588,35 @@ def train(config: ml_collections.ConfigDict, workdir: str,
                   step_flops, peak_flops, start_time)
 
 
-def _mesh_for(config: ml_collections.ConfigDict, model_cfg: TransformerConfig
-              ) -> tuple[Any, tuple, Any]:
-  """(mesh or None, logical-axis rules, the train state's shardings or
-  None) of `config.mesh`; raises ValueError for a batch size or parameter
-  the mesh cannot split, before the workdir is touched."""
-  mesh = sharding.mesh_or_none(config.get("mesh"))
-  rules = sharding.rules_from_config(config.get("mesh"))
-  if mesh is None:
-    return None, rules, None
-  sharding.batch_sharding(mesh, (config.train.batch_size,), rules)
-  return mesh, rules, state_shardings(
-      model_cfg, make_optimizer(config.train), mesh, rules)
+def _compiled_steps(train_steps: dict, state: TrainState,
+                    batch_shape: tuple[int, int], mesh, rules
+                    ) -> tuple[dict, float]:
+  """({block length: the train step compiled ahead of time for `state` and
+  token batches int32[B, L] of `batch_shape`}, the seconds compiling them
+  took); nothing runs."""
+  batch = jax.ShapeDtypeStruct(
+      batch_shape, jnp.int32, sharding=None if mesh is None else
+      sharding.batch_sharding(mesh, batch_shape, rules))
+  key = jax.random.key(0)
+  compiled, seconds = {}, 0.0
+  for width, step in train_steps.items():
+    compiled[width], took = cost.compile_timed(step, (state, batch, key))
+    seconds += took
+  return compiled, seconds
 
 
-def _checked_data(config: ml_collections.ConfigDict,
-                  model_cfg: TransformerConfig, data_dir: str,
+def _checked_data(data: tuple, model_cfg: TransformerConfig,
+                  batch_size: int, eval_batches: int,
                   progress: bool) -> tuple[np.ndarray, np.ndarray]:
-  """(train sequences int32[R, L], validation batches int32[n, B, L]):
-  `training_data` checked against the model and the batch size (n =
-  min(train.eval_batches, what the split holds)).
+  """(train sequences int32[R, L], validation batches int32[n, B, L]): the
+  `data_sources.training_data` triple `data` checked against the model and
+  the batch size B (n = min(eval_batches, what the split holds)).
 
   Raises:
     ValueError: a tokenizer of another vocabulary size than the model's, a
       validation split with fewer than one batch.
   """
-  train_cfg = config.train
-  corpus, train_packed, valid_packed = training_data(config, data_dir)
+  corpus, train_packed, valid_packed = data
   if progress:
     print(corpus.describe())
   if corpus.tokenizer.vocab_size != model_cfg.vocab_size:
@@ -805,15 +624,13 @@ def _checked_data(config: ml_collections.ConfigDict,
         f"tokenizer vocab_size={corpus.tokenizer.vocab_size} does not match "
         f"data.vocab_size={model_cfg.vocab_size}")
   seq_len = train_packed.shape[1]
-  num_valid = min(train_cfg.eval_batches,
-                  len(valid_packed) // train_cfg.batch_size)
+  num_valid = min(eval_batches, len(valid_packed) // batch_size)
   if num_valid < 1:
     raise ValueError(
         f"validation split has {len(valid_packed)} sequences of "
-        f"seq_len={seq_len}: fewer than train.batch_size="
-        f"{train_cfg.batch_size}")
-  return train_packed, valid_packed[:num_valid * train_cfg.batch_size].reshape(
-      num_valid, train_cfg.batch_size, seq_len)
+        f"seq_len={seq_len}: fewer than train.batch_size={batch_size}")
+  return train_packed, valid_packed[:num_valid * batch_size].reshape(
+      num_valid, batch_size, seq_len)
 
 
 def _check_resume(checkpoints: Checkpoints, fingerprint: dict) -> bool:
@@ -863,16 +680,15 @@ def _start_state(checkpoints: Checkpoints, fresh: TrainState, resume: bool,
   return state
 
 
-def _train_batches(config: ml_collections.ConfigDict, train_packed: np.ndarray,
+def _train_batches(train_packed: np.ndarray, batch_size: int, seed: int,
                    first: int, mesh, rules):
-  """The batches of steps first, first + 1, ...: the same sequence on one
-  device as on a mesh, where each process reads its rows only."""
-  batch_size = config.train.batch_size
+  """The batches of steps first, first + 1, ... (B = `batch_size`, drawn by
+  `seed`): the same sequence on one device as on a mesh, where each process
+  reads its rows only."""
   if mesh is None:
-    return pipeline.batches(train_packed, batch_size, config.seed,
-                            start_step=first)
+    return pipeline.batches(train_packed, batch_size, seed, start_step=first)
   return multihost.global_batches(
-      train_packed, batch_size, config.seed,
+      train_packed, batch_size, seed,
       sharding.batch_sharding(mesh, (batch_size, train_packed.shape[1]),
                               rules), start_step=first)
 
@@ -916,21 +732,22 @@ def _summary(objective: str, state: TrainState, valid_loss: float,
   return summary
 
 
-def _step_flops_and_peak(config: ml_collections.ConfigDict,
-                         model_cfg: TransformerConfig, seq_len: int,
-                         devices: int) -> tuple[int | None, float | None]:
-  """(model FLOPs of one train step, peak FLOP/s of the `devices` that run
-  it) for the MFU, or (None, None) for an objective
-  `cost_model.objective_flops` does not count (the translation ones). The
-  peak is `devices` x `config.peak_flops` (one device's) or, when that is 0
-  (the default), x `cost.measure_peak_flops` of the default device measured
-  now, once a run (about 0.2 s). Scheduled sampling's extra forward pass
+def _step_flops_and_peak(model_cfg: TransformerConfig, objective: str,
+                         batch_size: int, seq_len: int, devices: int,
+                         peak_flops: float) -> tuple[int | None, float | None]:
+  """(model FLOPs of one train step of B = `batch_size` rows of `seq_len`,
+  peak FLOP/s of the `devices` that run it) for the MFU, or (None, None)
+  for an objective `cost_model.objective_flops` does not count (the
+  translation ones). The peak is `devices` x `peak_flops` (one device's,
+  config.peak_flops) or, when that is 0 (the default), x
+  `cost.measure_peak_flops` of the default device measured now, beside the
+  run (the best of 5 back-to-back matmuls at each of PEAK_MATMUL_SIZES,
+  about 0.5 s on a 2-core CPU), and recorded in the call's first step
+  record and in the summary. Scheduled sampling's extra forward pass
   (`objectives.ar_scheduled_sampling_loss`) is not counted."""
-  objective = config.train.objective
   if objective not in cost_model.TRAINED_OBJECTIVES:
     return None, None
-  flops = cost_model.objective_flops(model_cfg, objective,
-                                     config.train.batch_size, seq_len)
-  peak = config.get("peak_flops", 0.0) or cost.measure_peak_flops(
-      PEAK_MATMUL_SIZE, runs=3)
+  flops = cost_model.objective_flops(model_cfg, objective, batch_size,
+                                     seq_len)
+  peak = peak_flops or cost.measure_peak_flops(PEAK_MATMUL_SIZES, runs=5)
   return flops, devices * float(peak)

@@ -17,7 +17,7 @@ import functools
 
 from lm_decoding.data.tasks.countdown import CountdownTask
 from lm_decoding.data.tasks.layout import (
-    BLANK_ID, FIRST_TASK_ID, SPLITS, Score, Split, Task, make_splits,
+    EMPTY_ID, FIRST_TASK_ID, SPLITS, Score, Split, Task, make_splits,
     score_rows, to_split)
 from lm_decoding.data.tasks.permutation import PermutationTask
 from lm_decoding.data.tasks.sudoku import SudokuTask
@@ -44,6 +44,6 @@ def make_task(name: str, **options) -> Task:
     raise ValueError(f"task {name!r}: {e}") from e
 
 
-__all__ = ["BLANK_ID", "FIRST_TASK_ID", "SPLITS", "Score", "Split", "Task",
+__all__ = ["EMPTY_ID", "FIRST_TASK_ID", "SPLITS", "Score", "Split", "Task",
            "TASKS", "CountdownTask", "PermutationTask", "SudokuTask",
            "make_splits", "make_task", "score_rows", "to_split"]

@@ -24,7 +24,7 @@ from typing import Sequence
 
 import numpy as np
 
-from lm_decoding.data.tasks.layout import BLANK_ID, FIRST_TASK_ID, Score
+from lm_decoding.data.tasks.layout import EMPTY_ID, FIRST_TASK_ID, Score
 
 OPERATORS = ("+", "-", "*", "/")
 PROMPT_LENGTH = ANSWER_LENGTH = 8
@@ -123,8 +123,8 @@ class CountdownTask:
     """Answer ids -> postfix symbols up to the first BLANK, or None when a
     non-BLANK follows a BLANK or an id is neither number nor operator."""
     ids = [int(t) for t in np.asarray(answer)]
-    length = ids.index(BLANK_ID) if BLANK_ID in ids else len(ids)
-    if any(t != BLANK_ID for t in ids[length:]):
+    length = ids.index(EMPTY_ID) if EMPTY_ID in ids else len(ids)
+    if any(t != EMPTY_ID for t in ids[length:]):
       return None
     out = []
     for t in ids[:length]:
@@ -151,10 +151,10 @@ class CountdownTask:
 
   def encode(self, problem: Problem):
     slots = [self.token(v) for v in problem.numbers]
-    prompt = slots + [BLANK_ID] * (PROMPT_LENGTH - 1 - len(slots)) + [
+    prompt = slots + [EMPTY_ID] * (PROMPT_LENGTH - 1 - len(slots)) + [
         self.token(problem.target)]
     answer = [self.token(s) for s in problem.expression]
-    answer += [BLANK_ID] * (ANSWER_LENGTH - len(answer))
+    answer += [EMPTY_ID] * (ANSWER_LENGTH - len(answer))
     return np.array(prompt, np.int32), np.array(answer, np.int32)
 
   def score(self, problem: Problem, answer) -> Score:

@@ -24,7 +24,7 @@ import numpy as np
 from lm_decoding.special_tokens import RESERVED_IDS
 
 FIRST_TASK_ID = len(RESERVED_IDS)
-BLANK_ID = FIRST_TASK_ID  # an empty cell or an unused answer slot
+EMPTY_ID = FIRST_TASK_ID  # an empty cell or an unused answer slot (not the CTC blank)
 SPLITS = ("train", "valid", "test")
 
 

@@ -19,7 +19,7 @@ import pathlib
 
 import numpy as np
 
-from lm_decoding.data.tasks.layout import BLANK_ID, FIRST_TASK_ID, Score
+from lm_decoding.data.tasks.layout import EMPTY_ID, FIRST_TASK_ID, Score
 
 BOXES = {4: (2, 2), 6: (2, 3), 9: (3, 3)}
 
@@ -198,7 +198,7 @@ class SudokuTask:
     return puzzle.givens
 
   def encode(self, puzzle: Puzzle):
-    prompt = np.array([FIRST_TASK_ID + v if v else BLANK_ID
+    prompt = np.array([FIRST_TASK_ID + v if v else EMPTY_ID
                        for v in puzzle.givens], np.int32)
     return prompt, np.array(puzzle.solution, np.int32) + FIRST_TASK_ID
 

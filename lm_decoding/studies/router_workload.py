@@ -17,7 +17,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lm_decoding.evaluation import cost, quality, router, speculative_cost
+from lm_decoding.evaluation import cost, quality, router
+from lm_decoding.studies import speculative_cost
 
 PARALLEL = "MDLM K=8"
 

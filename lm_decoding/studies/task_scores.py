@@ -30,7 +30,7 @@ SAMPLE = SamplingConfig(temperature=1.0)
 
 
 @dataclasses.dataclass(frozen=True)
-class Entry:
+class DecoderRun:
   """One decoder run: label (e.g. 'llada/margin'), steps K (None for AR
   and for the Fast-dLLM rules, whose steps depend on the confidences), and
   the decoder config."""
@@ -49,7 +49,7 @@ def _step_counts(steps: Sequence[int], answer_length: int,
 
 def decoder_grid(kind: str, answer_length: int, steps: Sequence[int],
                  block_length: int, num_beams: int, threshold: float,
-                 factor: float) -> list[Entry]:
+                 factor: float) -> list[DecoderRun]:
   """The decoders of a model `kind` ('ar', 'mdlm' or 'bd3lm').
 
   Args:
@@ -64,37 +64,40 @@ def decoder_grid(kind: str, answer_length: int, steps: Sequence[int],
   """
   t = dict(output_length=answer_length, eos_ids=())
   if kind == "ar":
-    return [Entry("ar/greedy", None, make_decoder("ar", **t, sampling=GREEDY)),
-            Entry("ar/sample", None, make_decoder("ar", **t, sampling=SAMPLE)),
-            Entry(f"ar_beam/{num_beams}", None,
-                  make_decoder("ar_beam", **t, num_beams=num_beams))]
+    return [DecoderRun("ar/greedy", None,
+                       make_decoder("ar", **t, sampling=GREEDY)),
+            DecoderRun("ar/sample", None,
+                       make_decoder("ar", **t, sampling=SAMPLE)),
+            DecoderRun(f"ar_beam/{num_beams}", None,
+                       make_decoder("ar_beam", **t, num_beams=num_beams))]
   if kind == "bd3lm":
     blocks = answer_length // block_length
-    return [Entry(f"bd3lm/{rule}", k,
-                  make_decoder("bd3lm", **t, steps=k, block_length=block_length,
-                               remasking=rule, sampling=sampling))
+    return [DecoderRun(f"bd3lm/{rule}", k,
+                       make_decoder("bd3lm", **t, steps=k,
+                                    block_length=block_length,
+                                    remasking=rule, sampling=sampling))
             for rule, sampling in (("ancestral", SAMPLE),
                                    ("low_confidence", GREEDY))
             for k in _step_counts(steps, answer_length, blocks)]
   if kind != "mdlm":
     raise ValueError(f"kind={kind!r}; allowed: ('ar', 'mdlm', 'bd3lm')")
   ks = _step_counts(steps, answer_length)
-  out = [Entry("mdlm", k, make_decoder("mdlm", **t, steps=k)) for k in ks]
-  out += [Entry(f"llada/{order}", k,
-                make_decoder("llada", **t, steps=k, remasking=order))
+  out = [DecoderRun("mdlm", k, make_decoder("mdlm", **t, steps=k)) for k in ks]
+  out += [DecoderRun(f"llada/{order}", k,
+                     make_decoder("llada", **t, steps=k, remasking=order))
           for order in ("random", "low_confidence", "margin", "entropy")
           for k in ks]
-  out += [Entry(f"threshold/{threshold}", None,
-                make_decoder("threshold", **t, threshold=threshold)),
-          Entry(f"factor/{factor}", None,
-                make_decoder("factor", **t, factor=factor)),
-          Entry("remdm", answer_length,
-                make_decoder("remdm", **t, steps=answer_length,
-                             sampling=GREEDY))]
+  out += [DecoderRun(f"threshold/{threshold}", None,
+                     make_decoder("threshold", **t, threshold=threshold)),
+          DecoderRun(f"factor/{factor}", None,
+                     make_decoder("factor", **t, factor=factor)),
+          DecoderRun("remdm", answer_length,
+                     make_decoder("remdm", **t, steps=answer_length,
+                                  sampling=GREEDY))]
   return out
 
 
-def score_decoder(task: Task, split: Split, entry: Entry,
+def score_decoder(task: Task, split: Split, entry: DecoderRun,
                   models: Mapping[str, Model], seed: int) -> dict:
   """Decodes `split` with `entry.decoder` and scores it (module docstring).
 

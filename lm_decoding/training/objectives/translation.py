@@ -31,8 +31,8 @@ from lm_decoding.models import ctc_frames, masks
 from lm_decoding.models.config import check_attention
 from lm_decoding.models.selection import top_n
 from lm_decoding.special_tokens import MASK_ID, PAD_ID
-from lm_decoding.training.objectives import (
-    _check_tokens, _gather, _positions, _summarise)
+from lm_decoding.training.objectives.common import (
+    check_tokens, gather, summarise, token_positions)
 
 
 def translation_ar_eval(logits_fn, params, tokens_BxL: jax.Array):
@@ -51,19 +51,19 @@ def translation_ar_eval(logits_fn, params, tokens_BxL: jax.Array):
   Raises:
     ValueError: tokens not int[B, L] with L >= 3, or a non-causal model.
   """
-  _check_tokens(tokens_BxL, min_length=3)
+  check_tokens(tokens_BxL, min_length=3)
   check_attention(logits_fn, causal=True, user="translation_ar")
   prefix_B, _ = parallel_text.prefix_and_target_lengths(tokens_BxL)
   inputs_BxT, targets_BxT = tokens_BxL[:, :-1], tokens_BxL[:, 1:]
   mask = masks.prefix_lm_mask(prefix_B, inputs_BxT.shape[1])
-  logits = logits_fn(params, inputs_BxT, _positions(inputs_BxT),
+  logits = logits_fn(params, inputs_BxT, token_positions(inputs_BxT),
                      attention_mask=mask).logits
   log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
   target_position_T = jnp.arange(1, tokens_BxL.shape[1])
   scored_BxT = (targets_BxT != PAD_ID) & (
       target_position_T[None] >= prefix_B[:, None])
-  nll_BxT = jnp.where(scored_BxT, -_gather(log_probs, targets_BxT), 0.0)
-  return _summarise(nll_BxT.sum(), scored_BxT.sum())
+  nll_BxT = jnp.where(scored_BxT, -gather(log_probs, targets_BxT), 0.0)
+  return summarise(nll_BxT.sum(), scored_BxT.sum())
 
 
 def translation_ar_loss(logits_fn, params, tokens_BxL: jax.Array,
@@ -126,7 +126,7 @@ def cmlm_loss(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array, *,
   Raises:
     ValueError: tokens not int[B, L] with L >= 3, or no length head.
   """
-  _check_tokens(tokens_BxL, min_length=3)
+  check_tokens(tokens_BxL, min_length=3)
   if not hasattr(logits_fn, "length_logits"):
     raise ValueError("cmlm_loss needs logits_fn.length_logits (a model with "
                      "length_classes > 0)")
@@ -139,13 +139,14 @@ def cmlm_loss(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array, *,
   masked_BxL = cmlm_mask(key, target_BxL)
   x_t_BxL = jnp.where(masked_BxL, MASK_ID, x0_BxL)
   mask = masks.source_target_mask(prefix_B, x0_BxL != PAD_ID)
-  out = logits_fn(params, x_t_BxL, _positions(x_t_BxL), attention_mask=mask)
+  out = logits_fn(params, x_t_BxL, token_positions(x_t_BxL),
+                  attention_mask=mask)
   log_probs = jax.nn.log_softmax(out.logits.astype(jnp.float32), axis=-1)
-  nll = jnp.where(masked_BxL, -_gather(log_probs, x0_BxL), 0.0).sum()
+  nll = jnp.where(masked_BxL, -gather(log_probs, x0_BxL), 0.0).sum()
   length_nll_B, correct_B = length_loss(
       logits_fn.length_logits(params, out.hidden,
                               position_L < prefix_B[:, None]), target_len_B)
-  token_loss, metrics = _summarise(nll, masked_BxL.sum())
+  token_loss, metrics = summarise(nll, masked_BxL.sum())
   loss = token_loss + length_weight * length_nll_B.mean()
   return loss, dict(metrics, loss=loss, length_nll=length_nll_B.sum(),
                     length_correct=correct_B.sum().astype(jnp.float32),
@@ -182,7 +183,7 @@ def ctc_loss(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array, *,
       < 1; (concrete tokens) a target holding the blank id, naming the rows.
   """
   del key
-  _check_tokens(tokens_BxL, min_length=3)
+  check_tokens(tokens_BxL, min_length=3)
   for name, value in (("source_width", source_width), ("upsample", upsample)):
     if value < 1:
       raise ValueError(f"{name}={value} must be >= 1")
@@ -218,6 +219,6 @@ def ctc_loss(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array, *,
   feasible_B = ((target_len_B + repeats_B <= frame_valid_BxF.sum(1))
                 & ~blank_B)
   nll = jnp.where(feasible_B, nll_B, 0.0).sum()
-  loss, metrics = _summarise(nll, jnp.where(feasible_B, target_len_B, 0).sum())
+  loss, metrics = summarise(nll, jnp.where(feasible_B, target_len_B, 0).sum())
   return loss, dict(metrics,
                     infeasible=(~feasible_B).sum().astype(jnp.float32))

@@ -14,11 +14,13 @@ do not use it):
   results.csv   the measured rows
   figure.png    the figure
 
-It sits on top of the package, beside `config_reference` (it reads the
-configs and trains): every script imports it (`from lm_decoding import
-claims`), so its flags are defined once per process however many scripts a
-test loads. No script imports another experiment script: what they share
-lives in the library (`lm_decoding.evaluation.speculative_cost`,
+It is the reproduction study's room, in the studies layer (it reads the
+configs and trains): every script imports it (`from lm_decoding.studies
+import claims`) and calls `claims.define_flags()` at its top, which defines
+the shared flags once per process however many scripts a test loads;
+importing this module defines no flag and sets no matplotlib backend. No
+script imports another experiment script: what they share lives in the
+library (`lm_decoding.studies.speculative_cost`,
 `lm_decoding.training.translation_members`, ...). The command line and the
 files are written by `lm_decoding.evaluation.records`.
 """
@@ -35,43 +37,68 @@ from typing import Any
 from absl import app
 from absl import flags
 import jax
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+from lm_decoding.decoding import bind
+from lm_decoding.evaluation import cost, records
+from lm_decoding.models import TransformerConfig
+from lm_decoding.training import train
 
-from lm_decoding.decoding import bind  # noqa: E402
-from lm_decoding.evaluation import cost, records  # noqa: E402
-from lm_decoding.models import TransformerConfig  # noqa: E402
-from lm_decoding.training import train  # noqa: E402
-
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 RESULTS = REPO / "experiments" / "results" / "reproduce"
 VERDICTS = ("supported", "contradicted", "mixed")
 
 
-# allow_override: the tests load several scripts into one process, some of
-# which (experiments/compare_decoding.py) define --workdir too.
-OUT = flags.DEFINE_string(
-    "out", "", "The record's folder; '' = experiments/results/reproduce/"
-    "<claim>.", allow_override=True)
-WORKDIR = flags.DEFINE_string(
-    "workdir", "", "The run's folder: the models it trains and the corpus "
-    "cache; '' = /tmp/lm_decoding_reproduce/<claim>.", allow_override=True)
-SMOKE = flags.DEFINE_boolean(
-    "smoke", False, "Tiny sizes that run in seconds (the tests' mode); not a "
-    "measurement.", allow_override=True)
+_FLAGS: dict[str, flags.FlagHolder] = {}  # filled by define_flags
+
+
+def define_flags() -> None:
+  """Defines --out, --workdir and --smoke, once a process (a later call does
+  nothing): each reproduction script calls it at its top, as it defines
+  its own flags. allow_override: the tests load several scripts into one
+  process, some of which (experiments/compare_decoding.py) define
+  --workdir too."""
+  if _FLAGS:
+    return
+  _FLAGS.update(
+      out=flags.DEFINE_string(
+          "out", "", "The record's folder; '' = experiments/results/"
+          "reproduce/<claim>.", allow_override=True),
+      workdir=flags.DEFINE_string(
+          "workdir", "", "The run's folder: the models it trains and the "
+          "corpus cache; '' = /tmp/lm_decoding_reproduce/<claim>.",
+          allow_override=True),
+      smoke=flags.DEFINE_boolean(
+          "smoke", False, "Tiny sizes that run in seconds (the tests' mode); "
+          "not a measurement.", allow_override=True))
+
+
+def _flag(name: str):
+  """The value of shared flag `name`.
+
+  Raises:
+    RuntimeError: `define_flags` was not called.
+  """
+  if name not in _FLAGS:
+    raise RuntimeError(f"--{name} is not defined: call claims.define_flags() "
+                       "at the top of the script")
+  return _FLAGS[name].value
 
 
 def out(claim: str) -> str:
   """--out, or the claim's folder under experiments/results/reproduce."""
-  return OUT.value or str(RESULTS / claim)
+  return _flag("out") or str(RESULTS / claim)
 
 
 def workdir(claim: str) -> str:
   """--workdir, or the claim's folder under /tmp/lm_decoding_reproduce."""
-  return WORKDIR.value or os.path.join("/tmp", "lm_decoding_reproduce", claim)
+  return _flag("workdir") or os.path.join("/tmp", "lm_decoding_reproduce",
+                                          claim)
+
+
+def smoke() -> bool:
+  """--smoke: tiny sizes that run in seconds, not a measurement."""
+  return _flag("smoke")
 
 
 def main(claim: str, run: Callable[[str, bool, str], Any]) -> None:
@@ -80,7 +107,7 @@ def main(claim: str, run: Callable[[str, bool, str], Any]) -> None:
 
   def app_main(argv):
     del argv
-    run(out(claim), SMOKE.value, records.command())
+    run(out(claim), smoke(), records.command())
 
   app.run(app_main)
 
@@ -176,7 +203,8 @@ def write(folder: str | os.PathLike, *, claim: str, title: str, source: str,
   records.write_csv(rows, os.path.join(folder, "results.csv"))
   figure.savefig(os.path.join(folder, "figure.png"), dpi=110,
                  bbox_inches="tight")
-  plt.close(figure)
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  plt.close(figure)  # the scripts draw with pyplot, which keeps figures
   banner = (["**SMOKE RUN: sizes shrunk to seconds; not a measurement.**", ""]
             if smoke else [])
   text = "\n".join([

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
 import numpy as np
 
 from lm_decoding.evaluation import report
@@ -34,8 +34,8 @@ def plot_speedup(rows: Sequence[dict], path: str) -> None:
   """Measured, paper's and component-model speed-up against gamma, one panel
   per (batch size, temperature), one colour per (draft, target)."""
   keys = sorted({(r["batch_size"], r["temperature"]) for r in rows})
-  fig, axes = plt.subplots(1, len(keys), figsize=(4.5 * len(keys), 3.6),
-                           squeeze=False)
+  fig = Figure(figsize=(4.5 * len(keys), 3.6))
+  axes = fig.subplots(1, len(keys), squeeze=False)
   spec = [r for r in rows if r["decoder"] == "spec"]
   pairs = sorted({(r["target"], r["draft"]) for r in spec})
   for ax, (batch, temp) in zip(axes[0], keys):
@@ -59,7 +59,6 @@ def plot_speedup(rows: Sequence[dict], path: str) -> None:
   axes[0][0].legend(fontsize=7)
   fig.tight_layout()
   fig.savefig(path, dpi=110)
-  plt.close(fig)
 
 
 def plot_alpha(rows: Sequence[dict], path: str) -> None:
@@ -68,7 +67,8 @@ def plot_alpha(rows: Sequence[dict], path: str) -> None:
   spec = [r for r in rows if r["decoder"] == "spec"]
   gamma = max((r["gamma"] for r in spec), default=0)
   sel = [r for r in spec if r["gamma"] == gamma]
-  fig, ax = plt.subplots(figsize=(6, 3.8))
+  fig = Figure(figsize=(6, 3.8))
+  ax = fig.subplots()
   for r in sel:
     alphas = [float(a) for a in r["alpha_per_position"].split()]
     ax.plot(range(1, len(alphas) + 1), alphas, "o-", label=(
@@ -80,7 +80,6 @@ def plot_alpha(rows: Sequence[dict], path: str) -> None:
     ax.legend(fontsize=6)
   fig.tight_layout()
   fig.savefig(path, dpi=110)
-  plt.close(fig)
 
 
 def router_lines(route_rows: Sequence[dict], curves, budgets_ms: dict,
@@ -170,7 +169,7 @@ def markdown(rows: Sequence[dict], router_section: Sequence[str],
       f"per round draft_ms, verify_ms and settle_ms, each timed alone over "
       f"{run['loop_steps']} calls in one jit with the loop's shapes, "
       "interleaved with the decodes "
-      "(lm_decoding/evaluation/speculative_cost.py, component_systems); "
+      "(lm_decoding/studies/speculative_cost.py, component_systems); "
       "rounds_predicted from the measured acceptance histogram "
       "(per-position acceptance, pooled over rows; Monte Carlo of the batch "
       "waiting for its slowest row), against rounds, the loop's measured "

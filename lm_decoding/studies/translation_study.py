@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
 import ml_collections
 import numpy as np
 
@@ -159,7 +159,6 @@ def speedup_table(rows: Sequence[dict]) -> str:
 def _save(fig, path: str) -> None:
   fig.tight_layout()
   fig.savefig(path, dpi=100)
-  plt.close(fig)
 
 
 def plots(config: ml_collections.ConfigDict, rows: Sequence[dict],
@@ -167,7 +166,8 @@ def plots(config: ml_collections.ConfigDict, rows: Sequence[dict],
           out_dir: str) -> None:
   """mask_predict.png, buckets.png and latency.png under out_dir."""
   by_label = {r["decoder"]: r for r in rows}
-  fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+  fig = Figure(figsize=(10, 4))
+  left, right = fig.subplots(1, 2)
   steps = config.translate.mask_predict_steps
   curves = [("cmlm", "", "-", config.translate.length_beams)]
   if config.translate.distill:
@@ -187,7 +187,8 @@ def plots(config: ml_collections.ConfigDict, rows: Sequence[dict],
     axis.set_ylabel(key)
     axis.legend(fontsize=7)
   _save(fig, os.path.join(out_dir, "mask_predict.png"))
-  fig, axis = plt.subplots(figsize=(7, 4))
+  fig = Figure(figsize=(7, 4))
+  axis = fig.subplots()
   names = [f"{low}-{high}" for low, high in BUCKETS]
   ctc = _ctc(config)[0]
   chosen = ["AR greedy", f"AR beam {config.translate.num_beams}",
@@ -203,7 +204,8 @@ def plots(config: ml_collections.ConfigDict, rows: Sequence[dict],
   axis.set_ylabel("BLEU")
   axis.legend(fontsize=7)
   _save(fig, os.path.join(out_dir, "buckets.png"))
-  fig, axis = plt.subplots(figsize=(7, 4))
+  fig = Figure(figsize=(7, 4))
+  axis = fig.subplots()
   for label in dict.fromkeys(r["decoder"] for r in latency):
     picked = [r for r in latency if r["decoder"] == label]
     axis.plot([r["source_tokens"] for r in picked],

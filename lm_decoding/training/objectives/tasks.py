@@ -23,15 +23,17 @@ import jax.numpy as jnp
 from lm_decoding.models.config import check_attention
 from lm_decoding.models.diffusion import EPS
 from lm_decoding.special_tokens import MASK_ID, PAD_ID
-from lm_decoding.training.objectives import (
-    _bd3lm_logits, _check_block_length, _check_tokens, _mdlm_nelbo,
-    _next_token_nll, _noise, _summarise, bd3lm_noise, mdlm_nelbo_terms,
-    sample_times)
+from lm_decoding.training.objectives.ar import next_token_nll
+from lm_decoding.training.objectives.bd3lm import (
+    bd3lm_logits, bd3lm_noise, check_block_length)
+from lm_decoding.training.objectives.common import (
+    check_tokens, mdlm_nelbo_terms, sample_times, summarise)
+from lm_decoding.training.objectives.mdlm import mdlm_nelbo, noise_kept
 
 
 def _answer(tokens_BxL: jax.Array, prompt_length: int) -> jax.Array:
   """bool[B, L]: the answer positions (index >= prompt_length)."""
-  _check_tokens(tokens_BxL, min_length=2)
+  check_tokens(tokens_BxL, min_length=2)
   if not 1 <= prompt_length < tokens_BxL.shape[1]:
     raise ValueError(f"prompt_length={prompt_length} must be in [1, "
                      f"{tokens_BxL.shape[1] - 1}] (L={tokens_BxL.shape[1]})")
@@ -57,7 +59,7 @@ def task_ar_loss(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array,
   answer_BxL = _answer(tokens_BxL, prompt_length)
   check_attention(logits_fn, causal=True, user="task_ar_loss")
   targets = jnp.where(answer_BxL, tokens_BxL, PAD_ID)[:, 1:]
-  return _next_token_nll(logits_fn, params, tokens_BxL[:, :-1], targets)
+  return next_token_nll(logits_fn, params, tokens_BxL[:, :-1], targets)
 
 
 def task_mdlm_loss(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array,
@@ -80,9 +82,9 @@ def task_mdlm_loss(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array,
   check_attention(logits_fn, causal=False, user="task_mdlm_loss")
   key_t, key_mask = jax.random.split(key)
   t_B = sample_times(key_t, tokens_BxL.shape[0], t_min=eps)
-  x_t_BxL = _noise(key_mask, tokens_BxL, t_B, answer_BxL, mask_id, eps)
-  nll = _mdlm_nelbo(logits_fn, params, tokens_BxL, x_t_BxL, t_B, mask_id, eps)
-  return _summarise(nll, answer_BxL.sum())
+  x_t_BxL = noise_kept(key_mask, tokens_BxL, t_B, answer_BxL, mask_id, eps)
+  nll = mdlm_nelbo(logits_fn, params, tokens_BxL, x_t_BxL, t_B, mask_id, eps)
+  return summarise(nll, answer_BxL.sum())
 
 
 def task_bd3lm_loss(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array,
@@ -104,7 +106,7 @@ def task_bd3lm_loss(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array,
       of W.
   """
   answer_BxL = _answer(tokens_BxL, prompt_length)
-  _check_block_length(block_length, tokens_BxL.shape[1])
+  check_block_length(block_length, tokens_BxL.shape[1])
   if prompt_length % block_length:
     raise ValueError(f"block_length={block_length} must divide "
                      f"prompt_length={prompt_length} (answer blocks start "
@@ -113,10 +115,10 @@ def task_bd3lm_loss(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array,
   t_BxL, x_t_BxL = bd3lm_noise(key, tokens_BxL, block_length,
                                mask_id=mask_id, eps=eps)
   x_t_BxL = jnp.where(answer_BxL, x_t_BxL, tokens_BxL)
-  logits = _bd3lm_logits(logits_fn, params, tokens_BxL, x_t_BxL, block_length)
+  logits = bd3lm_logits(logits_fn, params, tokens_BxL, x_t_BxL, block_length)
   nll = mdlm_nelbo_terms(logits, tokens_BxL, x_t_BxL, t_BxL, mask_id,
                          eps).sum()
-  return _summarise(nll, answer_BxL.sum())
+  return summarise(nll, answer_BxL.sum())
 
 
 TASK_LOSSES = {"ar": task_ar_loss, "mdlm": task_mdlm_loss,

@@ -11,12 +11,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import matplotlib
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from lm_decoding.evaluation.report import markdown_table  # noqa: E402
+from lm_decoding.evaluation.report import markdown_table
 
 COLUMNS = (
     ("model", "model", 0, "the model kind (AR, MDLM, BD3-LM; mdlm_from_ar: an MDLM adapted from the AR model), all one backbone"),
@@ -44,7 +41,8 @@ def _series(rows):
 
 def plot_accuracy_vs_nfe(rows: Sequence[dict], title: str, path: str) -> None:
   """Exact match against NFE (log scale), one line per model: decoder."""
-  fig, ax = plt.subplots(figsize=(8, 5), layout="constrained")
+  fig = Figure(figsize=(8, 5), layout="constrained")
+  ax = fig.subplots()
   for label, points in _series(rows).items():
     ax.plot([p["nfe"] for p in points], [p["exact"] for p in points],
             marker="o", label=label)
@@ -56,7 +54,8 @@ def plot_by_difficulty(rows: Sequence[dict], title: str, path: str,
                        difficulty: str) -> None:
   """Exact match per difficulty bucket ('exact@<d>' keys), one line per
   model: decoder at its largest NFE."""
-  fig, ax = plt.subplots(figsize=(8, 5), layout="constrained")
+  fig = Figure(figsize=(8, 5), layout="constrained")
+  ax = fig.subplots()
   for label, points in _series(rows).items():
     row = points[-1]
     levels = sorted(int(k.split("@")[1]) for k in row if k.startswith("exact@"))
@@ -66,11 +65,10 @@ def plot_by_difficulty(rows: Sequence[dict], title: str, path: str,
 
 
 def _save(fig, ax, xlabel: str, title: str, path: str) -> None:
-  """Labels an exact-match plot, writes it to `path` and closes it."""
+  """Labels an exact-match plot and writes it to `path`."""
   ax.set_xlabel(xlabel)
   ax.set_ylabel("exact match")
   ax.set_ylim(-0.02, 1.02)
   ax.set_title(title)
   ax.legend(fontsize=7, ncols=2)
   fig.savefig(path, dpi=110)
-  plt.close(fig)
