@@ -411,8 +411,8 @@ def test_expected_forward_tokens_bound_the_measured_ones(measured):
   planned, result, _ = measured
   by_label = {p.label: p for p in planned}
   for r in result.rows:
-    expected = comparison.expected_work(
-        by_label[r["decoder"]].decoder, r["batch_size"], 4).forward_tokens
+    expected = by_label[r["decoder"]].decoder.expected_work(
+        r["batch_size"], 4).forward_tokens
     measured_tokens = sum(r["forward_tokens"].values())
     if r["decoder"] == "AR cached":
       assert expected == measured_tokens
@@ -442,7 +442,7 @@ def test_expected_forward_tokens_bound_the_measured_ones(measured):
 ])
 def test_expected_forward_tokens_exactly(name, options, batch, t, tokens):
   decoder = base.make_decoder(name, output_length=t, eos_ids=(), **options)
-  assert comparison.expected_work(decoder, batch, 16).forward_tokens == tokens
+  assert decoder.expected_work(batch, 16).forward_tokens == tokens
 
 
 def test_expected_drawn_positions():
@@ -450,7 +450,7 @@ def test_expected_drawn_positions():
   verifier one position per row per token it scores."""
   def work(name, t, batch, **options):
     decoder = base.make_decoder(name, output_length=t, eos_ids=(), **options)
-    return comparison.expected_work(decoder, batch, 16)
+    return decoder.expected_work(batch, 16)
   assert work("mdlm", 256, 8, steps=8).drawn == 8 * 8 * 256
   assert work("llada", 256, 8, steps=32, block_length=32).drawn == 32 * 8 * 32
   assert work("ar", 256, 8).drawn == 8 * 256

@@ -17,7 +17,8 @@ import stubs
 from lm_decoding.decoding import base, make_decoder, registered
 from lm_decoding.decoding.autoregressive import SequenceConfig
 from lm_decoding.decoding.base import bind
-from lm_decoding.decoding.iterative import IterativeDecoder, ScheduledDecoder
+from lm_decoding.decoding.denoising import ScheduledDecoder
+from lm_decoding.decoding.iterative import IterativeDecoder
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.decoding.schedule import cosine_schedule, transfer_schedule
 from lm_decoding.decoding.speculative import DraftVerifyDecoder
@@ -306,7 +307,7 @@ def test_reported_cost_is_what_the_stub_ran(name):
     (lambda: make_decoder("threshold", output_length=8, threshold=1.5),
      r"threshold=1.5 must be in \(0, 1\]"),
     (lambda: make_decoder("threshold", output_length=8, steps=8),
-     "steps=8 must be None"),
+     r"takes no options \['steps'\]"),
     (lambda: make_decoder("factor", output_length=8, factor=0.0), "factor=0.0"),
     (lambda: make_decoder("threshold", output_length=8, block_length=3),
      "block_length=3"),
