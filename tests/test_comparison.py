@@ -480,9 +480,9 @@ def test_cached_rows_report_their_approximation(measured):
 
 
 def test_uniform_eb_rows_run_cached_and_uncached(tokenizer):
-  """uniform_eb has no masked loop: its cached row's error is measured by
-  `uniform_diffusion.cache_error` (exact cache: rounding only, same
-  tokens as its kv_cache=none row), and it reports like any other row."""
+  """uniform_eb's cached row's error is measured by its own `cache_error`
+  (exact cache: rounding only, same tokens as its kv_cache=none row), its
+  row names the context that ran, and it reports like any other row."""
   texts = [f"uni {{steps}} {{block_length}} {{kv_cache}} | uniform_eb"
            f" | model=mdlm | steps=4 block_length=4 kv_cache={kv}"
            for kv in ("prefix", "none")]
@@ -497,6 +497,8 @@ def test_uniform_eb_rows_run_cached_and_uncached(tokenizer):
   cached = rows["uni 4 4 prefix"]
   assert 0 <= cached["max_logit_error"] < 1e-4
   assert cached["agreement"] == 1.0 and cached["reference"] == "uni 4 4 none"
+  assert (cached["context"], rows["uni 4 4 none"]["context"]) == (
+      "canvas_prefix", "full")
   assert cached["gen_ppl"] > 1 and rows["uni 4 4 none"]["gen_ppl"] > 1
   assert (cached["forward_tokens"]["model"]
           < rows["uni 4 4 none"]["forward_tokens"]["model"])

@@ -266,11 +266,13 @@ class _BlockStartCache(Context):
     return sum(full + (steps - 1) * batch * query(n) for n in range(blocks))
 
 
-def _fast_dllm_call(self, frame: Frame, loop: Loop, start_B, query: int):
-  """Fast-dLLM's cached call on `query` positions from the window's start."""
+def _fast_dllm_call(attention: str, dual: bool, frame: Frame, loop: Loop,
+                    start_B, query: int):
+  """Fast-dLLM's cached call on `query` positions from the window's start:
+  (window logits float32[B, W, V], loop with the call's keys kept)."""
   first_B, size = query_span(frame.model, start_B, query)
-  causal = self.attention == "causal"
-  if isinstance(self, PrefixCache) or causal:  # prefix + the query span
+  causal = attention == "causal"
+  if not dual or causal:  # prefix + the query span
     mask = masks.cache_query_mask(first_B, size, frame.length, causal)
   else:  # dual: every slot, the window fresh, prefix and suffix cached
     mask = jnp.ones((frame.batch, size, frame.length), bool)
@@ -299,7 +301,7 @@ class PrefixCache(_BlockStartCache):
   def _cached_call(self, frame, n, loop, start_B, conditioning):
     del conditioning
     return jax.lax.switch(
-        n, [functools.partial(_fast_dllm_call, self, frame,
+        n, [functools.partial(_fast_dllm_call, self.attention, False, frame,
                               query=(frame.num_blocks - i) * frame.width)
             for i in range(frame.num_blocks)], loop, start_B)
 
@@ -322,7 +324,8 @@ class DualCache(_BlockStartCache):
 
   def _cached_call(self, frame, n, loop, start_B, conditioning):
     del n, conditioning
-    return _fast_dllm_call(self, frame, loop, start_B, frame.width)
+    return _fast_dllm_call(self.attention, True, frame, loop, start_B,
+                           frame.width)
 
   def forward_tokens(self, batch, prompt_width, output_length, width, steps):
     return self._forward_tokens(batch, prompt_width, output_length, width,

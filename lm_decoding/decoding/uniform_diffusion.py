@@ -153,7 +153,7 @@ class UniformCanvasDecoder(ScheduledDecoder):
           prompt_lengths: jax.Array, key: jax.Array, trace: bool = False,
           measure_error: bool = False):
     """(tokens int32[B, T], cost, stats, trace records or None): the raw
-    canvases; arguments and errors as `IterativeDecoder.denoise`, and a
+    canvases; arguments and errors as `DenoisingDecoder.denoise`, and a
     token-shifted model is refused (ValueError). With `measure_error`,
     stats['max_logit_error'] float32[] is the largest |logit| difference
     between the prefix cache's canvas logits and an uncached full pass on
@@ -183,7 +183,7 @@ class UniformCanvasDecoder(ScheduledDecoder):
       step slot (its canvas is committed whole); stats: steps int32[B]
       (steps each row ran) and the subclass's (`_stats`).
     Raises:
-      ValueError: as `IterativeDecoder.denoise`.
+      ValueError: as `DenoisingDecoder.denoise`.
     """
     tokens, cost, stats, _ = self.run(models, prompts, prompt_lengths, key)
     tokens, lengths = finish_at_eos(tokens, self.eos_ids, self.pad_id)
