@@ -218,8 +218,9 @@ class FullPass(Context):
     return (batch, length, vocab)
 
   def forward_tokens(self, batch, prompt_width, output_length, width, steps):
-    del width
-    return steps * batch * (prompt_width + output_length)
+    """A full pass at each of the N K_b steps."""
+    blocks = output_length // width
+    return blocks * steps * batch * (prompt_width + output_length)
 
 
 @dataclasses.dataclass(frozen=True)
