@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 from ml_collections import config_flags
 
-from lm_decoding.decoding import bind, make_decoder, sharded
+from lm_decoding.decoding import base, bind, make_decoder, sharded
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.evaluation import cost, records
 from lm_decoding.models import count_params, init_params, make_logits_fn
@@ -51,12 +51,11 @@ _COMPILE_LENGTHS = flags.DEFINE_list("compile_lengths", ["64", "1024"],
 _RUNS = flags.DEFINE_integer("runs", 5, "Timed runs (median reported).")
 
 
-def _ar_fn(model_cfg, new_tokens):
-  decoder = make_decoder("ar", output_length=new_tokens, eos_ids=(),
-                         sampling=SamplingConfig(temperature=1.0))
-  logits_fn = make_logits_fn(model_cfg)
-  return jax.jit(lambda params, *args: decoder.decode(
-      bind(logits_fn, params), *args))
+def _ar_fn(new_tokens):
+  """The jitted AR decode of (models, prompts, prompt_lengths, key)."""
+  return base.jit_decode(make_decoder(
+      "ar", output_length=new_tokens, eos_ids=(),
+      sampling=SamplingConfig(temperature=1.0)))
 
 
 def _sharded_ar(model_cfg, new_tokens, params, batch, prompt_len, mesh,
@@ -105,8 +104,8 @@ def main(argv):
     prompts = jnp.ones((b, prompt_len), jnp.int32)
     lengths = jnp.full((b,), prompt_len, jnp.int32)
     if mesh is None:
-      timing = cost.time_fn(_ar_fn(model_cfg, t), params, prompts, lengths,
-                            jax.random.key(1), runs=_RUNS.value)
+      timing = cost.time_fn(_ar_fn(t), bind(logits_fn, params), prompts,
+                            lengths, jax.random.key(1), runs=_RUNS.value)
     else:
       fn, args = _sharded_ar(model_cfg, t, params, b, prompt_len, mesh, rules)
       timing = cost.time_fn(fn, *args, runs=_RUNS.value)
@@ -146,7 +145,9 @@ def main(argv):
   for t in map(int, _COMPILE_LENGTHS.value):
     long_cfg = model_cfg.replace(max_len=max(model_cfg.max_len, prompt_len + t))
     prompts = jnp.ones((1, prompt_len), jnp.int32)
-    timing = cost.time_fn(_ar_fn(long_cfg, t), init_params(long_cfg, jax.random.key(0)),
+    long_models = bind(make_logits_fn(long_cfg),
+                       init_params(long_cfg, jax.random.key(0)))
+    timing = cost.time_fn(_ar_fn(t), long_models,
                           prompts, jnp.full((1,), prompt_len, jnp.int32),
                           jax.random.key(1), runs=1, warmup=0)
     row = {"new_tokens": t, "compile_s": timing.compile_s}

@@ -30,7 +30,7 @@ from lm_decoding import debug
 from lm_decoding.data import corpus
 from lm_decoding.data.tokenizer import Tokenizer
 from lm_decoding.decoding import base, make_decoder, registered
-from lm_decoding.decoding.iterative import ScheduledDecoder
+from lm_decoding.decoding.denoising import ScheduledDecoder
 from lm_decoding.models import Model, make_logits_fn
 from lm_decoding.training import pretrained, train
 

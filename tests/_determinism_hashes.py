@@ -16,7 +16,7 @@ import numpy as np
 
 import stubs
 from lm_decoding.decoding import base, make_decoder, registered, sampling
-from lm_decoding.decoding.iterative import ScheduledDecoder
+from lm_decoding.decoding.denoising import ScheduledDecoder
 from lm_decoding.special_tokens import PAD_ID
 
 PROMPTS = jnp.asarray([[5, 6, 7], [7, 0, 0], [9, 5, 0]], jnp.int32)

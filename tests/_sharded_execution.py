@@ -99,7 +99,7 @@ def main(only: tuple[str, ...] = ("",)):
   from jax.sharding import PartitionSpec as P
 
   from lm_decoding.decoding import base, make_decoder, sampling, sharded
-  from lm_decoding.decoding.iterative import ScheduledDecoder
+  from lm_decoding.decoding.denoising import ScheduledDecoder
   from lm_decoding.models import Model, TransformerConfig, init_params
   from lm_decoding.models import make_logits_fn
   from lm_decoding.parallel import sharding

@@ -100,7 +100,7 @@ import numpy as np
 import pytest
 
 from lm_decoding.decoding import base, make_decoder
-from lm_decoding.decoding.iterative import ScheduledDecoder
+from lm_decoding.decoding.denoising import ScheduledDecoder
 from lm_decoding.models import KVCache, Model, init_params
 from lm_decoding.models.output import ModelOutput
 from lm_decoding.special_tokens import MASK_ID, PAD_ID

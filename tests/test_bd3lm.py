@@ -14,8 +14,9 @@ import pytest
 import stubs
 from lm_decoding.decoding import base
 from lm_decoding.decoding.base import bind, make_decoder
-from lm_decoding.decoding.bd3lm import (
-    BD3LMDecoder, active_sub_block, block_causal_layout_mask)
+from lm_decoding.decoding.bd3lm import BD3LMDecoder
+from lm_decoding.decoding.contexts import block_causal_layout_mask
+from lm_decoding.decoding.rules import active_sub_block
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.models import Model, TransformerConfig, make_logits_fn
 from lm_decoding.models import masks
@@ -438,10 +439,12 @@ def test_layout_mask_worked_example_and_training_alignment():
     (lambda: BD3LMDecoder(output_length=8, steps=8, block_length=4,
                           remasking="threshold", kv_cache="dual"),
      "kv_cache='dual' needs sub_block_length"),
-    (lambda: BD3LMDecoder(output_length=8, steps=8, cache_refresh="step"),
-     "cache_refresh='step'"),
-    (lambda: BD3LMDecoder(output_length=8, steps=8, attention="causal"),
-     "attention='causal'"),
+    # the block-causal mask and the once-per-block write are the context's:
+    # bd3lm has no options for them
+    (lambda: make_decoder("bd3lm", output_length=8, steps=8,
+                          cache_refresh="step"), "cache_refresh"),
+    (lambda: make_decoder("bd3lm", output_length=8, steps=8,
+                          attention="causal"), "attention"),
     (lambda: BD3LMDecoder(output_length=8, steps=8, remasking="top"),
      "remasking='top'"),
     (lambda: BD3LMDecoder(output_length=8, steps=8, schedule="square"),
@@ -460,8 +463,6 @@ def test_bad_options_raise_at_construction(make, match):
                         PROMPT_LENGTHS.at[0].set(5), KEY), "prompt_lengths"),
     (lambda d: d.decode({"draft": Model(stubs.RaisingLogitsFn())},
                         PROMPTS, PROMPT_LENGTHS, KEY), "roles"),
-    (lambda d: d.denoise(bind(stubs.RaisingLogitsFn(), None), PROMPTS,
-                         PROMPT_LENGTHS, KEY, trace=True), "trace"),
 ])
 def test_bad_input_raises_before_the_model_runs(call, match):
   with pytest.raises(ValueError, match=match):
@@ -473,6 +474,5 @@ def test_registered_and_hashable():
   assert decoder == BD3LMDecoder(output_length=8, steps=4, block_length=4)
   assert hash(decoder) == hash(dataclasses.replace(decoder))
   assert decoder.kv_cache == "prefix" and decoder.remasking == "ancestral"
-  with pytest.raises(NotImplementedError):
-    decoder.infill(bind(stubs.RaisingLogitsFn(), None), PROMPTS,
-                   jnp.ones(PROMPTS.shape, bool), KEY)
+  # blocks go left to right after a prompt: no infill to refuse
+  assert not hasattr(decoder, "infill")

@@ -426,8 +426,8 @@ def test_expected_forward_tokens_bound_the_measured_ones(measured):
   planned, result, _ = measured
   by_label = {p.label: p for p in planned}
   for r in result.rows:
-    expected = comparison.expected_work(
-        by_label[r["decoder"]].decoder, r["batch_size"], 4).forward_tokens
+    expected = by_label[r["decoder"]].decoder.expected_work(
+        r["batch_size"], 4).forward_tokens
     measured_tokens = sum(r["forward_tokens"].values())
     if r["decoder"] == "AR cached":
       assert expected == measured_tokens
@@ -457,7 +457,7 @@ def test_expected_forward_tokens_bound_the_measured_ones(measured):
 ])
 def test_expected_forward_tokens_exactly(name, options, batch, t, tokens):
   decoder = base.make_decoder(name, output_length=t, eos_ids=(), **options)
-  assert comparison.expected_work(decoder, batch, 16).forward_tokens == tokens
+  assert decoder.expected_work(batch, 16).forward_tokens == tokens
 
 
 def test_expected_drawn_positions():
@@ -465,7 +465,7 @@ def test_expected_drawn_positions():
   verifier one position per row per token it scores."""
   def work(name, t, batch, **options):
     decoder = base.make_decoder(name, output_length=t, eos_ids=(), **options)
-    return comparison.expected_work(decoder, batch, 16)
+    return decoder.expected_work(batch, 16)
   assert work("mdlm", 256, 8, steps=8).drawn == 8 * 8 * 256
   assert work("llada", 256, 8, steps=32, block_length=32).drawn == 32 * 8 * 32
   assert work("ar", 256, 8).drawn == 8 * 256
@@ -495,9 +495,9 @@ def test_cached_rows_report_their_approximation(measured):
 
 
 def test_uniform_eb_rows_run_cached_and_uncached(tokenizer):
-  """uniform_eb has no masked loop: its cached row's error is measured by
-  `uniform_diffusion.cache_error` (exact cache: rounding only, same
-  tokens as its kv_cache=none row), and it reports like any other row."""
+  """uniform_eb's cached row's error is measured by its own `cache_error`
+  (exact cache: rounding only, same tokens as its kv_cache=none row), its
+  row names the context that ran, and it reports like any other row."""
   texts = [f"uni {{steps}} {{block_length}} {{kv_cache}} | uniform_eb"
            f" | model=mdlm | steps=4 block_length=4 kv_cache={kv}"
            for kv in ("prefix", "none")]
@@ -512,6 +512,8 @@ def test_uniform_eb_rows_run_cached_and_uncached(tokenizer):
   cached = rows["uni 4 4 prefix"]
   assert 0 <= cached["max_logit_error"] < 1e-4
   assert cached["agreement"] == 1.0 and cached["reference"] == "uni 4 4 none"
+  assert (cached["context"], rows["uni 4 4 none"]["context"]) == (
+      "canvas_prefix", "full")
   assert cached["gen_ppl"] > 1 and rows["uni 4 4 none"]["gen_ppl"] > 1
   assert (cached["forward_tokens"]["model"]
           < rows["uni 4 4 none"]["forward_tokens"]["model"])

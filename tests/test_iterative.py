@@ -17,7 +17,8 @@ import stubs
 from lm_decoding.decoding import base, make_decoder, registered
 from lm_decoding.decoding.autoregressive import SequenceConfig
 from lm_decoding.decoding.base import bind
-from lm_decoding.decoding.iterative import IterativeDecoder, ScheduledDecoder
+from lm_decoding.decoding.denoising import DenoisingDecoder, ScheduledDecoder
+from lm_decoding.decoding.rules import Step, commit_factor
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.decoding.schedule import cosine_schedule, transfer_schedule
 from lm_decoding.decoding.speculative import DraftVerifyDecoder
@@ -85,12 +86,14 @@ def test_permissive_rules_commit_a_whole_block_per_step(name, option):
 
 def test_factor_rule_counts():
   """(n + 1)(1 - c_n) < f on known confidences, and f tiny == tau = 1."""
-  decoder = make_decoder("factor", output_length=4, factor=1.0)
   confidence = jnp.array([0.9, 0.2, 0.7, 0.8])  # sorted .9 .8 .7 .2
-  masked = jnp.ones(4, bool)
+  step = Step(k=jnp.int32(0), masked=jnp.ones(4, bool),
+              fill=jnp.ones(4, bool), num_masked=jnp.int32(4),
+              drawn=jnp.zeros(4, jnp.int32),
+              probs=jnp.stack([confidence, 1 - confidence], -1),
+              committed_confidence=jnp.zeros(4), uniform=jnp.zeros(4))
   # n=1: 2 * .1 = .2 < 1; n=2: 3 * .2 = .6 < 1; n=3: 4 * .3 = 1.2 >= 1.
-  np.testing.assert_array_equal(decoder._accept(confidence, masked),
-                                [1, 0, 0, 1])
+  np.testing.assert_array_equal(commit_factor(step, 1.0), [1, 0, 0, 1])
   tight = make_decoder("factor", output_length=8, block_length=4, factor=1e-9)
   one = make_decoder("threshold", output_length=8, block_length=4, threshold=1.0)
   np.testing.assert_array_equal(_denoise(tight).tokens, _denoise(one).tokens)
@@ -306,7 +309,7 @@ def test_reported_cost_is_what_the_stub_ran(name):
     (lambda: make_decoder("threshold", output_length=8, threshold=1.5),
      r"threshold=1.5 must be in \(0, 1\]"),
     (lambda: make_decoder("threshold", output_length=8, steps=8),
-     "steps=8 must be None"),
+     r"takes no options \['steps'\]"),
     (lambda: make_decoder("factor", output_length=8, factor=0.0), "factor=0.0"),
     (lambda: make_decoder("threshold", output_length=8, block_length=3),
      "block_length=3"),
@@ -396,7 +399,7 @@ def test_options_that_would_fail_late_raise_at_construction_or_call():
 # Bad options and inputs of the iterative decoders.
 
 PARALLEL = tuple(n for n in registered()
-                 if issubclass(base.decoder_class(n), IterativeDecoder))
+                 if issubclass(base.decoder_class(n), DenoisingDecoder))
 
 
 @pytest.mark.parametrize("name", PARALLEL)
@@ -404,7 +407,7 @@ def test_masked_diffusion_rejects_fractional_prompt_lengths(name):
   """Bug: MDLM/LLaDA cast prompt_lengths to int32 silently (2.5 -> 2) while
   the AR decoders refuse non-integers.
 
-  Fix: in `IterativeDecoder._check`, before the cast, raise
+  Fix: in `DenoisingDecoder._check`, before the cast, raise
   ValueError unless `jnp.issubdtype(jnp.result_type(prompt_lengths),
   jnp.integer)` (after `jnp.asarray`), naming prompt_lengths.
   """

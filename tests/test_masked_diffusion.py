@@ -13,7 +13,8 @@ import pytest
 import stubs
 from lm_decoding.decoding import base
 from lm_decoding.decoding.base import bind
-from lm_decoding.decoding.iterative import Step, prompt_layout
+from lm_decoding.decoding.engine import prompt_layout
+from lm_decoding.decoding.rules import Step
 from lm_decoding.decoding.llada import LLaDADecoder
 from lm_decoding.decoding.mdlm import MDLMDecoder
 from lm_decoding.decoding.rows import eos_counts, finish_at_eos

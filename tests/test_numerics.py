@@ -20,7 +20,7 @@ from jax.experimental import checkify
 import stubs
 from lm_decoding import debug
 from lm_decoding.decoding import base, make_decoder, registered, sampling
-from lm_decoding.decoding.iterative import ScheduledDecoder
+from lm_decoding.decoding.denoising import ScheduledDecoder
 from lm_decoding.models import TransformerConfig, init_params, make_logits_fn
 from lm_decoding.models import Model
 

@@ -25,7 +25,7 @@ import stubs
 from lm_decoding.decoding import autoregressive as ar
 from lm_decoding.decoding import (base, make_decoder, registered, sampling,
                                   speculative)
-from lm_decoding.decoding.iterative import ScheduledDecoder
+from lm_decoding.decoding.denoising import ScheduledDecoder
 from lm_decoding.special_tokens import EOS_ID, MASK_ID, PAD_ID
 
 V = 8

@@ -15,7 +15,7 @@ from absl.testing import parameterized
 
 import stubs
 from lm_decoding.decoding import base, make_decoder
-from lm_decoding.decoding.uniform_diffusion import temperature
+from lm_decoding.decoding.rules import temperature
 from lm_decoding.models import TransformerConfig, make_logits_fn
 from lm_decoding.models.transformer import init_params
 from lm_decoding.training import objectives

@@ -14,7 +14,6 @@ import pytest
 import stubs
 from lm_decoding.decoding import base, make_decoder, speculative
 from lm_decoding.decoding.sampling import SamplingConfig
-from lm_decoding.evaluation import comparison
 from lm_decoding.models import Model, TransformerConfig, make_logits_fn
 from lm_decoding.models.binding import causal_view
 from lm_decoding.special_tokens import EOS_ID, MASK_ID, PAD_ID
@@ -195,11 +194,10 @@ def test_calls_rounds_and_the_acceptance_histogram_agree():
   assert 0 <= (np.arange(5) + 1) @ counts - 60 <= 4
 
 
-def test_expected_work_is_the_decoders_own_and_the_harness_reads_it():
+def test_expected_work_is_the_decoders_own():
   decoder = make_decoder("self_speculative", output_length=32, gamma=4)
   # 16 rounds of a draft and a verify call of 5 positions; 4 + 5 drawn.
-  assert decoder.expected_work(1, 16) == (16 + 16 * 10, 16 * 9)
-  work = comparison.expected_work(decoder, 1, 16)
+  work = decoder.expected_work(1, 16)
   assert (work.forward_tokens, work.drawn) == (16 + 16 * 10, 16 * 9)
 
 

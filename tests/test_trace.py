@@ -7,7 +7,7 @@ import pytest
 import stubs
 from lm_decoding.decoding import make_decoder
 from lm_decoding.decoding.base import bind
-from lm_decoding.decoding.iterative import prompt_layout
+from lm_decoding.decoding.engine import prompt_layout
 from lm_decoding.evaluation import trace
 from lm_decoding.special_tokens import MASK_ID
 

@@ -17,8 +17,8 @@ from transformers.models.diffusion_gemma import generation_diffusion_gemma as re
 
 import stubs
 from lm_decoding.decoding import base, make_decoder
-from lm_decoding.decoding.uniform_diffusion import (
-    ancestral_posterior, cache_error, entropy, entropy_bounded)
+from lm_decoding.decoding.rules import (
+    ancestral_posterior, entropy, entropy_bounded)
 from lm_decoding.models import TransformerConfig, make_logits_fn
 from lm_decoding.models.transformer import ModelLogitsFn
 
@@ -141,11 +141,11 @@ def test_cache_error_measures_the_cached_canvas_logits(bias, conditioned):
   decoder = make_decoder("uniform_eb", output_length=8, steps=8,
                          block_length=4, kv_cache="prefix", eos_ids=(),
                          entropy_bound=0.3, early_stop=False)
-  error = float(cache_error(decoder, models, PROMPTS, LENGTHS, KEY))
+  error = float(decoder.cache_error(models, PROMPTS, LENGTHS, KEY))
   assert error == pytest.approx(bias, abs=1e-5)
-  # kv_cache="none" rows measure the prefix cache alike
-  assert float(cache_error(dataclasses.replace(decoder, kv_cache="none"),
-                           models, PROMPTS, LENGTHS, KEY)) == error
+  # a full pass is exact by construction: nothing to measure
+  assert float(dataclasses.replace(decoder, kv_cache="none").cache_error(
+      models, PROMPTS, LENGTHS, KEY)) == 0
 
 
 @pytest.mark.parametrize("options, match", [

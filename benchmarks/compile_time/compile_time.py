@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lm_decoding.decoding import make_decoder
+from lm_decoding.decoding import base, make_decoder
 from lm_decoding.evaluation import cost
 from lm_decoding.models import (
     Model, TransformerConfig, init_params, make_logits_fn)
@@ -52,9 +52,9 @@ def main(out_path):
   rows = []
   for block in BLOCKS:
     for name, decoder in _decoders(block):
-      fn = jax.jit(lambda m, p, l, k, d=decoder: d.decode({"model": m}, p, l,
-                                                         k))
-      timing, _, out = cost.measure(fn, (model, prompts, lengths, key),
+      fn = base.jit_decode(decoder)
+      timing, _, out = cost.measure(fn, ({"model": model}, prompts, lengths,
+                                         key),
                                     warmup=0, runs=1)
       row = dict(decoder=name, block_length=block,
                  blocks=OUTPUT_LEN // block,

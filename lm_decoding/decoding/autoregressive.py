@@ -105,6 +105,12 @@ class SequenceConfig:
 
   roles = ("model",)
 
+  def expected_work(self, batch: int, prompt_width: int) -> base.Work:
+    """One cached AR decode at B = `batch`, P = `prompt_width`: a prefill
+    and T - 1 one-position steps, one draw per row per token (exact)."""
+    t = self.output_length
+    return base.Work(batch * (prompt_width + t - 1), batch * t)
+
   def checked_cache_length(self, models: Mapping[str, Model],
                            prompts: jax.Array, prompt_lengths: jax.Array):
     """Validates a decode call's inputs; returns the cache length to use.
@@ -408,6 +414,12 @@ class EarlyExitDecoder(AutoregressiveDecoder):
 @dataclasses.dataclass(frozen=True)
 class UncachedDecoder(AutoregressiveDecoder):
   """Full recompute of the fixed [B, cache_length] buffer for every token."""
+
+  def expected_work(self, batch: int, prompt_width: int) -> base.Work:
+    """T full passes over B x (P + T) positions, one draw per row per token
+    (exact at the default cache_length)."""
+    t = self.output_length
+    return base.Work(t * batch * (prompt_width + t), batch * t)
 
   def decode(self, models: Mapping[str, Model], prompts: jax.Array,
              prompt_lengths: jax.Array, key: jax.Array) -> DecodeResult:

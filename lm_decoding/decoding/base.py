@@ -86,6 +86,30 @@ class Cost:
     return sum(self.calls.values(), jnp.int32(0))
 
 
+@dataclasses.dataclass(frozen=True)
+class Work:
+  """The expected work of one decode, before it runs (`expected_work`).
+
+  Attributes:
+    forward_tokens: token positions the model calls process (B x L per
+      call, summed over calls and roles).
+    drawn: positions that draw a token through the sampler.
+  """
+
+  forward_tokens: int
+  drawn: int
+
+  @property
+  def positions(self) -> int:
+    """The cost weight: forward and drawn positions cost alike on the
+    tiny model on 2 CPU cores (within 2x over the default grid)."""
+    return self.forward_tokens + self.drawn
+
+  def __add__(self, other: "Work") -> "Work":
+    return Work(self.forward_tokens + other.forward_tokens,
+                self.drawn + other.drawn)
+
+
 def forward(models: Mapping[str, Model], role: str, cost: Cost,
             tokens: jax.Array, positions: jax.Array, cache: Any = None,
             attention_mask: jax.Array | None = None,
@@ -152,6 +176,31 @@ class Decoder(Protocol):
   def decode(self, models: Mapping[str, Model], prompts: jax.Array,
              prompt_lengths: jax.Array, key: jax.Array) -> DecodeResult:
     """Decodes continuations of right-padded `prompts` int32[B, P]."""
+
+
+def jit_decode(decoder: Decoder, in_shardings: Any = None,
+               out_shardings: Any = None):
+  """The jit boundary of every decode: `decoder.decode` under `jax.jit`.
+
+  Every caller that compiles a whole decode goes through here (the
+  comparison harness, the benchmarks, a mesh through `sharded.jit_decode`,
+  which passes the shardings), so the traced function and its arguments are
+  the same everywhere.
+
+  Args:
+    decoder: a decoder config (a static, hashable dataclass).
+    in_shardings, out_shardings: explicit shardings of (models, prompts,
+      prompt_lengths, key) and of the `DecodeResult`, or None (one device).
+  Returns:
+    jitted (models, prompts int32[B, P], prompt_lengths int32[B], key) ->
+    `DecodeResult`.
+  """
+  def run(models, prompts, prompt_lengths, key):
+    return decoder.decode(models, prompts, prompt_lengths, key)
+
+  if in_shardings is None and out_shardings is None:
+    return jax.jit(run)
+  return jax.jit(run, in_shardings=in_shardings, out_shardings=out_shardings)
 
 
 def check_models(decoder: Any, models: Mapping[str, Model]) -> None:

@@ -20,60 +20,35 @@ the drawn token under the softmax over the whole vocabulary. Combine with
   in its own masked-diffusion setting: with the masked positions sorted by
   the entropy of their softmax (whole vocabulary, as the confidence),
   commit the longest prefix whose summed entropy minus its largest is
-  <= the bound (`uniform_diffusion.entropy_bounded`, shared with the
-  uniform-noise sampler). Bound near 0 is one token per step.
+  <= the bound (`rules.entropy_bounded`, shared with the uniform-noise
+  sampler). Bound near 0 is one token per step.
+
+The rules themselves are `rules.commit_above`, `rules.commit_factor` and
+`rules.entropy_bounded`; the classes here are their configs.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-import jax
 import jax.numpy as jnp
 
 from lm_decoding.checks import is_number
 from lm_decoding.decoding.base import register
-from lm_decoding.decoding.iterative import IterativeDecoder, Step
+from lm_decoding.decoding.iterative import IterativeDecoder
+from lm_decoding.decoding.rules import (
+    Step, commit_above, commit_factor, entropy_bounded)
 from lm_decoding.decoding.sampling import SamplingConfig
-from lm_decoding.decoding.uniform_diffusion import entropy_bounded
-from lm_decoding.models.selection import top_n
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class _SelfPacedDecoder(IterativeDecoder):
-  """Up to W steps per block of W; at least one commit per step.
-
-  Raises:
-    ValueError: `steps` given (these decoders take no step budget).
-  """
+  """Up to W steps per block of W; at least one commit per step."""
 
   sampling: SamplingConfig = SamplingConfig(temperature=0.0)
 
-  def __post_init__(self):
-    super().__post_init__()
-    if self.steps is not None:
-      raise ValueError(f"steps={self.steps} must be None: "
-                       f"{type(self).__name__} takes as many steps as it "
-                       "needs, at most block_length per block")
-
   def max_block_steps(self, width: int) -> int:
     return width
-
-  def select(self, step: Step):
-    confidence = step.confidence("low_confidence")
-    commit = self._accept(jnp.where(step.masked, confidence, -jnp.inf),
-                          step.masked)
-    commit |= top_n(confidence, step.masked, 1)
-    return commit, jnp.zeros_like(commit)
-
-
-def commit_above(step: Step, threshold: float) -> jax.Array:
-  """bool[W]: the masked positions with confidence > `threshold`, and at
-  least the most confident one: threshold decoding's commit (module doc),
-  for the decoders that offer it as one of their rules (BD3-LM)."""
-  confidence = step.confidence("low_confidence")
-  return ((step.masked & (confidence > threshold))
-          | top_n(confidence, step.masked, 1))
 
 
 @register("threshold")
@@ -93,8 +68,9 @@ class ThresholdDecoder(_SelfPacedDecoder):
       raise ValueError(f"threshold={self.threshold!r} must be in (0, 1] "
                        "(a number)")
 
-  def _accept(self, confidence_W, masked_W):
-    return masked_W & (confidence_W > self.threshold)
+  def select(self, step: Step):
+    commit = commit_above(step, self.threshold)
+    return commit, jnp.zeros_like(commit)
 
 
 @register("entropy_bound")
@@ -137,8 +113,6 @@ class FactorDecoder(_SelfPacedDecoder):
       raise ValueError(f"factor={self.factor!r} must be in (0, inf) "
                        "(a number)")
 
-  def _accept(self, confidence_W, masked_W):
-    sorted_W = -jnp.sort(-confidence_W)  # descending; -inf past the masked
-    n_W = jnp.arange(1, sorted_W.shape[0] + 1)
-    count = jnp.sum((n_W + 1) * (1.0 - sorted_W) < self.factor)
-    return top_n(confidence_W, masked_W, count)
+  def select(self, step: Step):
+    commit = commit_factor(step, self.factor)
+    return commit, jnp.zeros_like(commit)

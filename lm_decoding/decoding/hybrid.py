@@ -59,7 +59,7 @@ import jax.numpy as jnp
 from lm_decoding.checks import is_count, is_number
 from lm_decoding.decoding import base, sampling, schedule
 from lm_decoding.decoding.base import register
-from lm_decoding.decoding.iterative import windows
+from lm_decoding.decoding.engine import windows
 from lm_decoding.decoding.mdlm import MDLMDecoder
 from lm_decoding.decoding.speculative import DraftVerifyDecoder, processed
 from lm_decoding.models import masks
@@ -204,6 +204,12 @@ class SkeletonPolishDecoder(DraftVerifyDecoder):
         output_length=self.output_length,
         steps=self.draft_steps or self.output_length, sampling=self.sampling,
         mask_id=self.mask_id, pad_id=self.pad_id, eos_ids=self.eos_ids)
+
+  def expected_work(self, batch: int, prompt_width: int) -> base.Work:
+    """The target's rounds (`verify_work`) plus the skeleton decoder's own
+    work."""
+    return (self.verify_work(batch, prompt_width)
+            + self.skeleton_decoder().expected_work(batch, prompt_width))
 
   def role_length(self, role, width):
     """The draft reads the prompt and the T skeleton positions only (P + T);

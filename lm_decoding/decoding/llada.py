@@ -7,16 +7,15 @@ import dataclasses
 import jax.numpy as jnp
 
 from lm_decoding.decoding.base import register
-from lm_decoding.decoding.iterative import (
-    ORDERINGS, ScheduledDecoder, Step)
+from lm_decoding.decoding.iterative import ScheduledIterativeDecoder
+from lm_decoding.decoding.rules import ORDERINGS, Step, ranked
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.decoding.schedule import transfer_schedule
-from lm_decoding.models.selection import top_n
 
 
 @register("llada")
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class LLaDADecoder(ScheduledDecoder):
+class LLaDADecoder(ScheduledIterativeDecoder):
   """Semi-autoregressive blocks, K / N steps each, ranked commits.
 
   At step k of a block that started with n masked positions, the
@@ -29,7 +28,7 @@ class LLaDADecoder(ScheduledDecoder):
   leftmost position.
 
   Attributes (besides `IterativeDecoder`'s):
-    remasking: one of `iterative.ORDERINGS`.
+    remasking: one of `rules.ORDERINGS`.
     sampling: default greedy (temperature 0), as in LLaDA.
   """
 
@@ -44,5 +43,5 @@ class LLaDADecoder(ScheduledDecoder):
   def select(self, step: Step):
     count = transfer_schedule(step.num_masked,
                               self.steps // self.num_blocks())[step.k]
-    commit = top_n(step.confidence(self.remasking), step.masked, count)
+    commit = ranked(step, self.remasking, count)
     return commit, jnp.zeros_like(commit)

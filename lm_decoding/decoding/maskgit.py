@@ -8,14 +8,15 @@ import jax.numpy as jnp
 
 from lm_decoding.checks import is_number
 from lm_decoding.decoding.base import register
-from lm_decoding.decoding.iterative import ScheduledDecoder, Step
+from lm_decoding.decoding.iterative import ScheduledIterativeDecoder
+from lm_decoding.decoding.rules import Step
 from lm_decoding.decoding.schedule import cosine_schedule
 from lm_decoding.models.selection import top_n
 
 
 @register("maskgit")
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class MaskGITDecoder(ScheduledDecoder):
+class MaskGITDecoder(ScheduledIterativeDecoder):
   """Cosine schedule, commits ranked by confidence plus annealed noise.
 
   At step k of the k_b = K / N steps of a block that started with n masked

@@ -7,13 +7,14 @@ import dataclasses
 import jax.numpy as jnp
 
 from lm_decoding.decoding.base import register
-from lm_decoding.decoding.iterative import ScheduledDecoder, Step
+from lm_decoding.decoding.iterative import ScheduledIterativeDecoder
+from lm_decoding.decoding.rules import Step, unmask_ancestral
 from lm_decoding.models import diffusion
 
 
 @register("mdlm")
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class MDLMDecoder(ScheduledDecoder):
+class MDLMDecoder(ScheduledIterativeDecoder):
   """Ancestral sampling of a masked-diffusion LM, with the caching trick.
 
   Step k of the k_b = K / N steps of a block goes from t = 1 - k / k_b to
@@ -38,9 +39,6 @@ class MDLMDecoder(ScheduledDecoder):
                        f"{diffusion.SCHEDULES}")
 
   def select(self, step: Step):
-    steps = self.steps // self.num_blocks()
-    t = 1.0 - step.k / steps
-    s = 1.0 - (step.k + 1) / steps
-    p_unmask = jnp.where(step.k == steps - 1, 1.0,
-                         diffusion.unmask_probability(self.schedule, t, s))
-    return step.masked & (step.uniform < p_unmask), jnp.zeros_like(step.masked)
+    commit = unmask_ancestral(step, self.schedule,
+                              self.steps // self.num_blocks())
+    return commit, jnp.zeros_like(commit)

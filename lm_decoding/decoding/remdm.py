@@ -14,8 +14,8 @@ import dataclasses
 import jax.numpy as jnp
 
 from lm_decoding.decoding.base import register
-from lm_decoding.decoding.iterative import (
-    ORDERINGS, ScheduledDecoder, Step)
+from lm_decoding.decoding.iterative import ScheduledIterativeDecoder
+from lm_decoding.decoding.rules import ORDERINGS, Step, ranked
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.decoding.schedule import transfer_schedule
 from lm_decoding.models.selection import top_n
@@ -23,7 +23,7 @@ from lm_decoding.models.selection import top_n
 
 @register("remdm")
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class ReMDMDecoder(ScheduledDecoder):
+class ReMDMDecoder(ScheduledIterativeDecoder):
   """LLaDA's schedule plus a bounded re-masking of committed tokens.
 
   Step k of the k_b = K / N steps of a block commits c_k + r_k masked
@@ -66,6 +66,5 @@ class ReMDMDecoder(ScheduledDecoder):
         middle, jnp.minimum(self.remask_per_step,
                             jnp.minimum(jnp.sum(committed), spare)), 0)
     remask = top_n(-step.committed_confidence, committed, remask_count)
-    commit = top_n(step.confidence(self.ordering), step.masked,
-                   count + remask_count)
+    commit = ranked(step, self.ordering, count + remask_count)
     return commit, remask

@@ -190,13 +190,13 @@ class SelfSpeculativeDecoder(DraftVerifyDecoder):
         keys_BxG, q_BxGxV)
     return draft_BxG.astype(jnp.int32), q_BxGxV, None, cost
 
-  def expected_work(self, batch: int, prompt_width: int) -> tuple[int, int]:
-    """(forward token positions, drawn positions) of one decode, before it
-    runs: the causal prefill (B P) and T / 2 rounds (about two tokens a
+  def expected_work(self, batch: int, prompt_width: int) -> base.Work:
+    """The forward token positions and drawn positions of one decode, before
+    it runs: the causal prefill (B P) and T / 2 rounds (about two tokens a
     round: d_0 is the target's own token) of a draft and a verify call of
     B (gamma + 1) positions each; the draft draws gamma positions a row,
     the verification gamma + 1."""
     rounds = -(-self.output_length // 2)
     per_call = batch * (self.gamma + 1)
-    return (batch * prompt_width + 2 * rounds * per_call,
-            rounds * batch * (2 * self.gamma + 1))
+    return base.Work(batch * prompt_width + 2 * rounds * per_call,
+                     rounds * batch * (2 * self.gamma + 1))

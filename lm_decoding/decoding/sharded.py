@@ -159,7 +159,8 @@ def place(models: Mapping[str, Model], prompts, prompt_lengths,
 
 def jit_decode(decoder: base.Decoder, args: tuple, mesh: Mesh,
                rules=sharding.DEFAULT_RULES):
-  """`decoder.decode` jitted with explicit input and output shardings.
+  """`decoder.decode` jitted with explicit input and output shardings
+  (`base.jit_decode` with the shardings of the mesh).
 
   Args:
     decoder: a registered decoder config.
@@ -175,11 +176,7 @@ def jit_decode(decoder: base.Decoder, args: tuple, mesh: Mesh,
   """
   models, prompts, prompt_lengths, _ = args
   replicated = sharding.replicated(mesh)
-
-  def run(models, prompts, prompt_lengths, key):
-    return decoder.decode(models, prompts, prompt_lengths, key)
-
-  abstract = jax.eval_shape(run, *args)
+  abstract = jax.eval_shape(base.jit_decode(decoder), *args)
   out_shardings = jax.tree.map(lambda _: replicated, abstract).replace(
       tokens=sharding.batch_sharding(mesh, abstract.tokens.shape, rules),
       lengths=sharding.batch_sharding(mesh, abstract.lengths.shape, rules))
@@ -187,7 +184,7 @@ def jit_decode(decoder: base.Decoder, args: tuple, mesh: Mesh,
                   sharding.batch_sharding(mesh, prompts.shape, rules),
                   sharding.batch_sharding(mesh, prompt_lengths.shape, rules),
                   replicated)
-  return jax.jit(run, in_shardings=in_shardings, out_shardings=out_shardings)
+  return base.jit_decode(decoder, in_shardings, out_shardings)
 
 
 def decode(decoder: base.Decoder, models: Mapping[str, Model], prompts,

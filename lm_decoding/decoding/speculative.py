@@ -175,6 +175,22 @@ class DraftVerifyDecoder(SequenceConfig):
 
   # --- what a subclass provides ---------------------------------------------
 
+  def expected_work(self, batch: int, prompt_width: int) -> base.Work:
+    """T / 2 rounds (about one draft token accepted per round) of gamma + 1
+    target positions after a prefill, and for an AR draft model ("draft"
+    role) gamma draft positions a round after its own prefill."""
+    work = self.verify_work(batch, prompt_width)
+    if "draft" in self.roles:
+      draft = batch * -(-self.output_length // 2) * self.gamma
+      work += base.Work(batch * prompt_width + draft, draft)
+    return work
+
+  def verify_work(self, batch: int, prompt_width: int) -> base.Work:
+    """The target's part of `expected_work`: a prefill, then T / 2 rounds
+    of gamma + 1 positions."""
+    target = batch * -(-self.output_length // 2) * (self.gamma + 1)
+    return base.Work(batch * prompt_width + target, target)
+
   def start(self, models, prompts_BxP, prompt_lengths_B, cache_length, cost,
             key_B):
     """(draft state, cost) before the first round; `key_B` holds each row's

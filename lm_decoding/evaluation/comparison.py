@@ -18,9 +18,9 @@ fold_in(key, b), so a row decodes the same in any batch):
   formula for every decoder.
 At the largest batch the EOS-mode samples are scored under the evaluator
 (with the self-correction rate of a decoder that counts it), and rows with
-an approximate KV cache (`kv_cache` other than "none") get their
-approximation measured, untimed: the largest logit error of the cached
-window against an uncached pass (`denoise(measure_error=True)`), and token
+a KV cache (`kv_cache` other than "none") get it measured, untimed: the
+largest logit error of the cached window against an uncached pass (the
+decoder's `cache_error`), and token
 agreement with the same decoder with kv_cache="none" (same key, fixed
 length).
 """
@@ -39,9 +39,7 @@ from jax.sharding import Mesh
 
 from lm_decoding.checks import is_count
 from lm_decoding.data.tokenizer import Tokenizer
-from lm_decoding.decoding import (
-    autoregressive, base, bd3lm, hybrid, iterative, self_speculative,
-    sharded, speculative, uniform_diffusion)
+from lm_decoding.decoding import base, sharded
 from lm_decoding.decoding.rows import eos_counts
 from lm_decoding.evaluation import cost, entries, quality
 from lm_decoding.evaluation.entries import Planned
@@ -79,8 +77,7 @@ def _jit_decode(decoder, args: tuple, mesh: Mesh | None, rules):
   (`sharded.jit_decode`)."""
   if mesh is not None:
     return sharded.jit_decode(decoder, args, mesh, rules)
-  return jax.jit(lambda models, prompts, lengths, key: decoder.decode(
-      models, prompts, lengths, key))
+  return base.jit_decode(decoder)
 
 
 def _per_device_columns(row: dict, models: Mapping[str, Model],
@@ -120,111 +117,23 @@ def _timing_columns(timing: cost.Timing) -> dict:
 COMPILE_POSITIONS = 175_000
 
 
-@dataclasses.dataclass(frozen=True)
-class Work:
-  """What one decode is expected to process (`expected_work`).
-
-  Attributes:
-    forward_tokens: token positions the models process, all roles (the
-      harness's `forward_tokens`, summed).
-    drawn: positions whose token is drawn from a distribution over the
-      vocabulary (softmax and sampling over V): an iterative decoder draws
-      at every position of its window at every step, an AR decoder one per
-      row per step.
-  """
-
-  forward_tokens: int
-  drawn: int
-
-  @property
-  def positions(self) -> int:
-    """The cost weight: forward and drawn positions cost alike on the
-    tiny model on 2 CPU cores (within 2x over the default grid)."""
-    return self.forward_tokens + self.drawn
-
-  def __add__(self, other: "Work") -> "Work":
-    return Work(self.forward_tokens + other.forward_tokens,
-                self.drawn + other.drawn)
-
-
-def expected_work(decoder, batch: int, prompt_len: int) -> Work:
-  """The work of one decode, estimated from the decoder's options before it
-  runs (for the progress bar).
-
-  Forward tokens are exact for cached AR (B x (P + T - 1)), uncached AR
-  (T x B x (P + T)), BD3-LM and scheduled iterative decoders without a
-  cache (K x B x (P + T)); an upper bound for self-paced ones (at most W
-  steps per block of W, e.g. threshold decoding) and those skipping
-  unchanged calls (MDLM). Cached iterative decoders: one full pass per
-  block, the other steps over the block (dual cache, BD3-LM) or from the
-  block to the end (prefix cache). Draft-verify decoders: T / 2 rounds
-  (about one draft token accepted per round) of gamma + 1 target positions
-  and gamma draft positions for an AR draft, plus the skeleton decoder's
-  own work for a diffusion skeleton; self-speculation its own estimate
-  (`SelfSpeculativeDecoder.expected_work`). Any other decoder: T full passes.
-
-  Args:
-    decoder: a decoder config (`entries.build`).
-    batch: B.
-    prompt_len: P.
-  Returns:
-    A `Work`.
-  """
-  t = decoder.output_length
-  full = batch * (prompt_len + t)
-  if isinstance(decoder, self_speculative.SelfSpeculativeDecoder):
-    return Work(*decoder.expected_work(batch, prompt_len))
-  if isinstance(decoder, speculative.DraftVerifyDecoder):
-    rounds = -(-t // 2)
-    target = batch * rounds * (decoder.gamma + 1)
-    work = Work(batch * prompt_len + target, target)
-    if isinstance(decoder, hybrid.SkeletonPolishDecoder):
-      return work + expected_work(decoder.skeleton_decoder(), batch,
-                                  prompt_len)
-    if "draft" in decoder.roles:
-      draft = batch * rounds * decoder.gamma
-      work += Work(batch * prompt_len + draft, draft)
-    return work
-  if isinstance(decoder, autoregressive.UncachedDecoder):
-    return Work(t * full, batch * t)
-  if isinstance(decoder, autoregressive.SequenceConfig):
-    return Work(batch * (prompt_len + t - 1), batch * t)
-  if isinstance(decoder, iterative.IterativeDecoder):
-    width, blocks = decoder.block_size(), decoder.num_blocks()
-    per_block = decoder.max_block_steps(width)
-    drawn = blocks * per_block * batch * width
-    if isinstance(decoder, bd3lm.BD3LMDecoder):
-      # prefill, K window calls, a cache write between blocks
-      return Work(batch * (prompt_len
-                           + (blocks * (per_block + 1) - 1) * width), drawn)
-    if decoder.kv_cache == "none":
-      return Work(blocks * per_block * full, drawn)
-    rest = (per_block - 1) * batch
-    if decoder.kv_cache == "dual" or isinstance(
-        decoder, uniform_diffusion.UniformCanvasDecoder):
-      # a window per cached step (uniform_eb's prefix cache: the canvas)
-      return Work(blocks * (full + rest * width), drawn)
-    return Work(sum(full + rest * (t - n * width) for n in range(blocks)),
-                drawn)
-  return Work(t * full, batch * t)
-
-
 def _expected_cost(p: Planned, batch: int, largest: bool, prompt_len: int,
                    runs: int) -> float:
   """The expected cost of one work unit of `run`, in positions.
 
   The timed runs (plus, at the largest batch, the EOS-mode decode and, for
   a cached decoder, the error measurement and its kv_cache="none"
-  reference) at `expected_work(...).positions` each, and
+  reference) at the decoder's `expected_work(B, P).positions` each (the
+  decoder owns its estimate: `base.Work`), and
   `COMPILE_POSITIONS` per compile.
   """
-  positions = expected_work(p.decoder, batch, prompt_len).positions
+  positions = p.decoder.expected_work(batch, prompt_len).positions
   decodes, compiles = runs, 1
   if largest:
     decodes, compiles = decodes + 1 + p.cached, compiles + 1 + 2 * p.cached
   total = decodes * positions + compiles * COMPILE_POSITIONS
   if largest and p.cached:
-    total += expected_work(p.reference, batch, prompt_len).positions
+    total += p.reference.expected_work(batch, prompt_len).positions
   return float(total)
 
 
@@ -349,6 +258,8 @@ def _cost_row(p: Planned, b: int, fixed: base.DecodeResult,
       row["forward_tokens"][r] == c * b * (prompt_len + t)
       for r, c in row["calls"].items())
   row["cached"] = p.cached
+  row["context"] = (p.decoder.context().record
+                    if hasattr(p.decoder, "context") else "")
   row["reference"] = p.reference_label
   row["judged_against"] = p.judged_against
   row["ms_per_token"] = row["ms_min"] / t
@@ -377,9 +288,9 @@ def _eos_columns(eos_fn, args: tuple, fixed: base.DecodeResult,
 
 
 def _self_correction(result: base.DecodeResult) -> dict:
-  """A decoder that counts revisions (`uniform_eb`'s stats 'revised' and
-  'accepted'): revised / accepted acceptances, pooled over the rows; {} for
-  the others."""
+  """For a decoder whose stats count acceptances ('accepted') and those that
+  revised an earlier one ('revised'): revised / accepted, pooled over the
+  rows; {} for the others."""
   if "revised" not in result.stats:
     return {}
   accepted = int(jnp.sum(result.stats["accepted"]))
@@ -390,14 +301,11 @@ def _self_correction(result: base.DecodeResult) -> dict:
 def _cache_columns(p: Planned, args: tuple, fixed: base.DecodeResult,
                    fixed_tokens: Mapping[tuple, jax.Array], mesh: Mesh | None,
                    rules) -> dict:
-  """A cached decoder's largest logit error against exact recomputation and
-  its token agreement with its uncached reference (decoded here unless the
-  reference row already ran)."""
+  """A cached decoder's largest logit error against exact recomputation
+  (its own `cache_error`) and its token agreement with its uncached
+  reference (decoded here unless the reference row already ran)."""
   b = args[1].shape[0]
-  if isinstance(p.decoder, uniform_diffusion.UniformCanvasDecoder):
-    error = uniform_diffusion.cache_error(p.decoder, *args)  # no masked loop
-  else:
-    error = p.decoder.denoise(*args, measure_error=True).max_logit_error
+  error = p.decoder.cache_error(*args)
   reference = fixed_tokens.get((p.reference, p.roles, b))
   if reference is None:
     reference = _jit_decode(p.reference, args, mesh, rules)(*args).tokens

@@ -117,6 +117,10 @@ CACHE_COLUMNS = (
     ("decoder", "decoder", 0, "as above"),
     ("batch_size", "B", 0, "as above"),
     ("output_length", "T", 0, "as above"),
+    ("context", "context", 0, "the cache context that ran, by its record "
+     "name (`lm_decoding/decoding/contexts.py`: prefix and dual are "
+     "Fast-dLLM's approximate caches, blocks and sub_blocks BD3-LM's, "
+     "canvas_prefix the uniform canvas's)"),
     ("speedup", "speed-up", 2, "ms min of the same decoder with "
      "kv_cache=none / this row's ms min ('—' when that decoder is not an "
      "entry)"),
