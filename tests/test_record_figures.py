@@ -245,6 +245,24 @@ def test_readme_grid_sizes_quote_the_configs_and_the_record():
           f"T = {recorded_lengths}") in text("README.md")
 
 
+def test_results_and_docstrings_count_the_grids():
+  tiny, full, base = (config(n).compare for n in ("tiny", "full", "base"))
+  recorded = {n: len(run_json(n)["config"]["compare"]["decoders"])
+              for n in ("tiny_cpu_2core", "base_cpu_2core")}
+  results = text("docs/results.md")
+  assert (f"default grid ({recorded['tiny_cpu_2core']} decoders in its record, "
+          f"{len(tiny.decoders)} in `configs/tiny.py` today") in results
+  assert f"(`configs/full.py`: {len(full.decoders)} decoders at T" in results
+  assert (f"{recorded['base_cpu_2core']} decoders `configs/base.py` held then "
+          f"({len(base.decoders)} today)") in results
+  assert f"main job: {len(full.decoders)} decoders x" in (
+      ROOT / "configs" / "full.py").read_text()
+  main = (ROOT / "experiments" / "compare_decoding.py").read_text()
+  assert (f"({len(tiny.decoders)} decoders, each decoding family" in main
+          and f"{recorded['tiny_cpu_2core']} in its record" in main
+          and f"grid ({len(full.decoders)} decoders at T" in main)
+
+
 def test_speculative_known_limit_quotes_the_records():
   readme = text("README.md")
   spec = "speculative small draft gamma=4"
