@@ -263,6 +263,27 @@ def test_results_and_docstrings_count_the_grids():
           and f"grid ({len(full.decoders)} decoders at T" in main)
 
 
+def test_cost_model_quotes_its_validation_record():
+  report = (RESULTS / "cost_model" / "report.md").read_text()
+  median, saved = re.search(r"Median \|error\| (\d+)%.+?with the saved profile "
+                            r"(\d+)%", report).groups()
+  points = [line.split("|")[1:-1] for line in report.splitlines()
+            if re.match(r"\| (small|medium|large) \|", line)
+            and line.count("|") == 15]
+  ratios = [float(p[9]) / float(p[8]) for p in points
+            if p[4].strip() == "ar" and p[3].strip() in ("8", "32")]
+  b1 = sorted(-int(p[11].strip().rstrip("%")) for p in points
+              if p[4].strip() == "ar" and p[3].strip() == "1")
+  page = text("docs/cost_model.md")
+  assert (f"|error| of {median}% with the profile re-measured right after each "
+          f"point's runs ({saved}% with the saved profile") in page
+  assert f"predicted {b1[0]}-{b1[-1]}% below their measured time" in page
+  spread = f"{min(ratios):.1f}-{max(ratios):.1f}x"
+  assert f"B = 8 and 32 are {spread} slower than predicted" in page
+  assert f"(median error {median}%, one-sided; few-row AR GEMMs {spread})" in (
+      text("README.md"))
+
+
 def test_speculative_known_limit_quotes_the_records():
   readme = text("README.md")
   spec = "speculative small draft gamma=4"
