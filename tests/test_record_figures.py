@@ -284,6 +284,27 @@ def test_cost_model_quotes_its_validation_record():
       text("README.md"))
 
 
+def test_dual_cache_quotes_the_main_job_records():
+  threshold = "threshold tau=0.9 block=32 cache={}"
+  tiny, base = (record_figures.find(rows(n), "threshold tau=0.9 block=32 "
+                                    "cache=dual", 8, 256)
+                for n in ("tiny_cpu_2core", "base_cpu_2core"))
+  none, dual = (record_figures.find(rows("full_grid_cpu_2core"),
+                                    threshold.format(c), 8, 256)
+                for c in ("none", "dual"))
+  assert (f"max logit error {tiny['max_logit_error']:.4f} and "
+          f"{tiny['agreement']:.1%} token agreement with the uncached decoder on "
+          f"the tiny set, {base['max_logit_error']:.1f} and "
+          f"{base['agreement']:.0%} on the base set") in text("docs/fast_dllm.md")
+  assert (f"max logit error {base['max_logit_error']:.1f} and "
+          f"{base['agreement']:.0%} token agreement "
+          f"({tiny['max_logit_error']:.4f} and {tiny['agreement']:.1%} on the "
+          "tiny set)") in text("docs/results.md")
+  cut = none["forward_tokens_model"] / dual["forward_tokens_model"]
+  assert f"the dual cache cuts forward tokens {cut:.0f}x" in text(
+      "docs/fast_dllm.md")
+
+
 def test_speculative_known_limit_quotes_the_records():
   readme = text("README.md")
   spec = "speculative small draft gamma=4"
