@@ -305,6 +305,21 @@ def test_dual_cache_quotes_the_main_job_records():
       "docs/fast_dllm.md")
 
 
+def test_scale_out_quotes_the_parity_record():
+  parity = (ROOT / "benchmarks" / "hub_import" / "parity.md").read_text()
+  diffs = [float(d) for d in re.findall(
+      r"^\.?(?:gpt2|llama|mistral|qwen)[\w-]*: max \|logit difference\| "
+      r"([\d.e+-]+)$", parity, re.M)]
+  assert len(diffs) == 15
+
+  def short(x):
+    mantissa, exponent = f"{x:.1e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+  assert (f"(measured {short(min(diffs))} to {short(max(diffs))} with every "
+          "parameter perturbed") in text("docs/scale_out.md")
+
+
 def test_speculative_known_limit_quotes_the_records():
   readme = text("README.md")
   spec = "speculative small draft gamma=4"
