@@ -320,6 +320,26 @@ def test_scale_out_quotes_the_parity_record():
           "parameter perturbed") in text("docs/scale_out.md")
 
 
+@pytest.mark.parametrize("task, record", [
+    ("sudoku4", "tasks"), ("permutation", "tasks"),
+    ("countdown", "tasks_countdown")])
+def test_task_tables_quote_the_task_records(task, record):
+  """Every row of tasks.md's table of `task` is a row of its record."""
+  section = (ROOT / "docs" / "tasks.md").read_text().split(f"### {task}\n")[1]
+  block = section.split("\n| model |", 1)[1].split("\n\n", 1)[0]
+  table = [[c.strip() for c in line.strip("|").split("|")]
+           for line in block.splitlines()[2:]]  # less the header and rule
+  recorded = {(r["model"], r["decoder"], "—" if r["steps"] is None
+               else f"{int(r['steps'])}"): r
+              for r in rows(record) if r["task"] == task}
+  assert len(table) >= 10
+  for model, decoder, k, exact, valid, accuracy, nfe, ms_problem in table:
+    r = recorded[model, decoder, k]
+    assert [exact, valid, accuracy, nfe, ms_problem] == [
+        f"{r['exact']:.3f}", f"{r['valid']:.3f}", f"{r['token_accuracy']:.3f}",
+        f"{int(r['nfe'])}", f"{r['ms_per_problem']:.1f}"], (model, decoder, k)
+
+
 def test_speculative_known_limit_quotes_the_records():
   readme = text("README.md")
   spec = "speculative small draft gamma=4"
