@@ -340,6 +340,29 @@ def test_task_tables_quote_the_task_records(task, record):
         f"{int(r['nfe'])}", f"{r['ms_per_problem']:.1f}"], (model, decoder, k)
 
 
+@pytest.mark.parametrize("lineage", ["tiny", "base"])
+def test_adaptation_tables_quote_the_lineage_records(lineage):
+  """adaptation.md's adapted-against-scratch table of each set is its
+  lineage record's rows: compute, bound and ratio to `ar`."""
+  record = (RESULTS / "adaptation" / lineage / "lineage.md").read_text()
+  members = {}
+  for line in record.splitlines():
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    if line.startswith("| ") and len(cells) == 11 and cells[0] != "member":
+      members[cells[0]] = cells
+  page = text("docs/adaptation.md")
+  for name, recipe in [("bd3lm4", "block diffusion, blocks of 4, shift, "
+                        "complementary masks"),
+                       ("bd3lm16", "block diffusion, blocks of 16, shift, "
+                        "complementary masks"),
+                       ("mdlm", "full-sequence MDLM, shift, mask annealing")]:
+    adapted, scratch = members[f"{name}_from_ar"], members[f"{name}_scratch"]
+    assert adapted[8] == scratch[8]
+    assert (f"| {recipe} | {adapted[8]} | {float(adapted[9]):.1f} "
+            f"({adapted[10]}x) | {float(scratch[9]):.1f} ({scratch[10]}x) |"
+            ) in page, (lineage, name)
+
+
 def test_speculative_known_limit_quotes_the_records():
   readme = text("README.md")
   spec = "speculative small draft gamma=4"
