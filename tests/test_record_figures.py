@@ -363,6 +363,30 @@ def test_adaptation_tables_quote_the_lineage_records(lineage):
             ) in page, (lineage, name)
 
 
+def shows(cell: str, value: float) -> bool:
+  """`cell` is `value` rounded to the digits the cell shows."""
+  digits = len(cell.split(".")[1]) if "." in cell else 0
+  return abs(float(cell) - value) <= 0.5 * 10**-digits + 1e-12
+
+
+def test_translation_table_quotes_its_record():
+  """Every row of translation.md's main table is its record's row, to the
+  digits each cell shows."""
+  recorded = {r["decoder"]: r for r in rows("translation")}
+  page = (ROOT / "docs" / "translation.md").read_text()
+  block = page.split("\n| decoder | BLEU |", 1)[1].split("\n\n", 1)[0]
+  table = [[c.strip() for c in line.strip("|").split("|")]
+           for line in block.splitlines()[2:]]
+  assert len(table) == 11
+  keys = ("bleu", "chrf", "repetition", "omission", "length_mean_signed",
+          "nfe", "ms_per_sentence", "speedup_vs_ar_greedy")
+  for decoder, *cells in table:
+    r = recorded[decoder.replace(" = ", "=").replace(", ", " ")
+                 .replace("(upsample 2)", "x2")]
+    assert all(shows(c, r[k]) for c, k in zip(cells, keys, strict=True)), (
+        decoder, cells, [r[k] for k in keys])
+
+
 def test_speculative_known_limit_quotes_the_records():
   readme = text("README.md")
   spec = "speculative small draft gamma=4"
