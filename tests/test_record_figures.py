@@ -387,6 +387,28 @@ def test_translation_table_quotes_its_record():
         decoder, cells, [r[k] for k in keys])
 
 
+def test_ar_and_bd3lm_pages_quote_the_main_job_records():
+  full, tiny, base = "full_grid_cpu_2core", "tiny_cpu_2core", "base_cpu_2core"
+  ar = {b: ms(full, "AR cached", b) for b in (1, 8)}
+  uncached = {b: ms(full, "AR uncached", b) for b in (1, 8)}
+  page = text("docs/autoregressive.md")
+  assert (f"(`full_grid_cpu_2core`: {ar[1]:.0f} ms for 256 tokens at B = 1, "
+          f"{ar[8]:.0f} ms at B = 8; in the default grid's record, "
+          f"`tiny_cpu_2core`, MDLM K = 8 is "
+          f"{ms(tiny, 'AR cached', 1) - ms(tiny, 'MDLM K=8', 1):.1f} ms faster at "
+          "B = 1)") in page
+  assert (f"AR cached {ar[1]:.1f} / {ar[8]:.1f} ms at B = 1 / 8, AR uncached "
+          f"{uncached[1]:.1f} / {uncached[8]:.1f} ms") in page
+  assert (f"it is {ms(tiny, 'AR uncached', 1) / ms(tiny, 'AR cached', 1):.0f}x "
+          "slower at B = 1 on the tiny set (`tiny_cpu_2core`") in page
+  bd3 = "BD3-LM block=16 K=256"
+  nfe = [record_figures.find(rows(full), bd3, b, 256)["nfe"] for b in (1, 8)]
+  assert (f"tiny set {ms(full, bd3, 1):.1f} / {ms(full, bd3, 8):.1f} ms at B = 1 "
+          f"/ 8 (NFE {nfe[0]:.0f} / {nfe[1]:.0f}; `full_grid_cpu_2core`), base "
+          f"set {ms(base, bd3, 1):.1f} / {ms(base, bd3, 8):.1f} ms "
+          "(`base_cpu_2core`") in text("docs/block_diffusion.md")
+
+
 def test_speculative_known_limit_quotes_the_records():
   readme = text("README.md")
   spec = "speculative small draft gamma=4"
