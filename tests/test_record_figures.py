@@ -409,6 +409,25 @@ def test_ar_and_bd3lm_pages_quote_the_main_job_records():
           "(`base_cpu_2core`") in text("docs/block_diffusion.md")
 
 
+def test_masked_diffusion_page_quotes_the_main_job_records():
+  page = text("docs/masked_diffusion.md")
+  base = "base_cpu_2core"
+  assert (f"at B = 8 MDLM K = 8 takes {ms(base, 'MDLM K=8', 8):.0f} ms against "
+          f"AR's {ms(base, 'AR cached', 8):.0f} on the base set") in page
+  assert (f"MDLM K = 8 takes {ms(base, 'MDLM K=8', 1):.0f} ms against AR's "
+          f"{ms(base, 'AR cached', 1):.0f} ms for 256 tokens at B = 1") in page
+  full = rows("full_grid_cpu_2core")
+  for name, label in [("MDLM K = 8", "MDLM K=8"), ("MDLM K = 32", "MDLM K=32"),
+                      ("LLaDA K = 32 block 32", "LLaDA K=32 block=32"),
+                      ("MaskGIT K = 32", "MaskGIT K=32"),
+                      ("AR cached", "AR cached")]:
+    one, eight = (record_figures.find(full, label, b, 256) for b in (1, 8))
+    first = name == "MDLM K = 8"
+    assert (f"{name} {one['ms_min']:.1f} / {eight['ms_min']:.1f} ms, "
+            f"{'gen-PPL ' * first}{eight['gen_ppl']:.1f} at "
+            f"{'entropy ' * first}{eight['entropy']:.2f}") in page, name
+
+
 def test_speculative_known_limit_quotes_the_records():
   readme = text("README.md")
   spec = "speculative small draft gamma=4"
