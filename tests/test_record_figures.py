@@ -428,6 +428,24 @@ def test_masked_diffusion_page_quotes_the_main_job_records():
             f"{'entropy ' * first}{eight['entropy']:.2f}") in page, name
 
 
+def test_training_times_are_the_manifests_wall_times():
+  def minutes(*members):
+    return sum(json.loads((ROOT / "lm_decoding" / "pretrained" / m /
+                           "manifest.json").read_text())["metrics"]["wall_s"]
+               for m in members) / 60
+  four = minutes("ar", "mdlm", "bd3lm", "evaluator")
+  assert f"training all four took about {four:.0f} minutes" in text(
+      "docs/models.md")
+  bound = {m for entry in config("tiny").compare.decoders
+           for m in re.findall(r"\b(?:model|target|draft)=(\w+)",
+                               entry.split("|", 2)[2])}
+  assert bound == {"ar", "mdlm", "bd3lm", "uniform", "draft_small"}
+  six = minutes(*bound, "evaluator")
+  assert (f"the default grid's six, `ar`, `mdlm`, `bd3lm`, `uniform`, "
+          f"`draft_small` and the evaluator, took about {six:.0f} minutes") in (
+              text("docs/corpus.md"))
+
+
 def test_speculative_known_limit_quotes_the_records():
   readme = text("README.md")
   spec = "speculative small draft gamma=4"
