@@ -16,6 +16,7 @@ import json
 import math
 import pathlib
 import re
+import statistics
 
 import pytest
 
@@ -444,6 +445,31 @@ def test_training_times_are_the_manifests_wall_times():
   assert (f"the default grid's six, `ar`, `mdlm`, `bd3lm`, `uniform`, "
           f"`draft_small` and the evaluator, took about {six:.0f} minutes") in (
               text("docs/corpus.md"))
+
+
+def test_results_speculative_section_quotes_its_records():
+  results = text("docs/results.md")
+  spread = [record_figures.find(rows("base_cpu_2core"), d, 1, 256)["spread"]
+            for d in ("AR cached", "MDLM K=8", "speculative small draft gamma=4")]
+  assert (f"the B = 1 spread of these three rows (AR, MDLM K = 8, speculative) "
+          f"is {min(spread):.0%}-{max(spread):.0%}").replace("%-", "-") in results
+  measured = {}
+  for name in ("speculative", "speculative_base"):
+    with open(RESULTS / name / "speculative.csv") as f:
+      measured[name] = [r for r in csv.DictReader(f) if r["decoder"] == "spec"]
+  c = {n: [float(r["c"]) for r in rs] for n, rs in measured.items()}
+  assert (f"(c = {min(c['speculative_base']):.3f}-"
+          f"{max(c['speculative_base']):.3f}, against {min(c['speculative']):.2f}"
+          f"-{max(c['speculative']):.2f} on the tiny set)") in results
+  paper = [float(r["measured_over_predicted"]) for r in measured["speculative"]]
+  assert (f"measured over predicted, is {min(paper):.2f}-{max(paper):.2f}"
+          ) in results
+  with open(RESULTS / "speculative" / "speculative.csv") as f:
+    errors = [abs(float(r["model_error"])) for r in csv.DictReader(f)]
+  assert (f"within 10% of the measured speed-up on "
+          f"{sum(e <= 0.1 for e in errors)} of {len(errors)} points (median "
+          f"|error| {statistics.median(errors):.1%}, largest {max(errors):.0%})"
+          ) in results
 
 
 def test_speculative_known_limit_quotes_the_records():
