@@ -472,6 +472,35 @@ def test_results_speculative_section_quotes_its_records():
           ) in results
 
 
+def test_benchmarks_tables_quote_the_benchmark_ar_records():
+  """benchmarks.md's two tables against `transformers`, row by row, to the
+  digits each cell shows (T = 128 decodes)."""
+  def decodes(name):
+    return {(r["size"], int(r["batch"])): r for r in rows(name)
+            if r["kind"] == "decode" and r["new_tokens"] == 128}
+  page = (ROOT / "docs" / "benchmarks.md").read_text()
+  first, second = (
+      [[c.strip() for c in line.strip("|").split("|")]
+       for line in block.split("\n\n", 1)[0].splitlines()[2:]]
+      for block in page.split("\n| size (f32) |")[1:3])
+  one, two = decodes("benchmark_ar"), decodes("benchmark_ar/machine_b")
+  assert len(first) == len(second) == 3
+  for size_cell, tok_s, *cells in first:
+    size = size_cell.split()[0]
+    ours, hf = tok_s.split(" / ")
+    b1, b8 = one[size, 1], one[size, 8]
+    assert shows(ours, b1["ours_tok_s"]) and shows(hf, b1["hf_tok_s"])
+    assert all(shows(c, v) for c, v in zip(cells, [
+        b1["speedup"], b1["ours_x_roofline"], b1["ours_x_floor"],
+        b8["speedup"], b8["ours_x_roofline"]], strict=True)), size
+  for size_cell, *cells in second:
+    size = size_cell.split()[0]
+    b1, b8, b32 = (two[size, b] for b in (1, 8, 32))
+    assert all(shows(c, v) for c, v in zip(cells, [
+        b1["speedup"], b1["ours_x_roofline"], b8["speedup"],
+        b8["ours_x_roofline"], b32["speedup"]], strict=True)), size
+
+
 def test_speculative_known_limit_quotes_the_records():
   readme = text("README.md")
   spec = "speculative small draft gamma=4"
