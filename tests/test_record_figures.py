@@ -501,6 +501,36 @@ def test_benchmarks_tables_quote_the_benchmark_ar_records():
         b8["ours_x_roofline"], b32["speedup"]], strict=True)), size
 
 
+def test_training_speed_tables_quote_the_benchmark_training_records():
+  """training_speed.md's before/after and batch-shape tables, cell by cell."""
+  def by_program(name):
+    return {(r["objective"], r["program"]): r
+            for r in rows(f"benchmark_training/{name}")}
+  before, after = by_program("base_before"), by_program("base")
+  page = (ROOT / "docs" / "training_speed.md").read_text()
+  block = page.split("\n| objective | program |", 1)[1].split("\n\n", 1)[0]
+  table = [[c.strip() for c in line.strip("|").split("|")]
+           for line in block.splitlines()[2:]]
+  assert len(table) == 6
+  for objective, program, tok_before, tok_after, speedup, mfu_before, \
+      mfu_after, _ in table:
+    b, a = before[objective, program], after[objective, program]
+    assert [tok_before.replace(",", ""), tok_after.replace(",", ""), speedup,
+            mfu_before, mfu_after.strip("*")] == [
+                f"{b['tokens_per_s']:.0f}", f"{a['tokens_per_s']:.0f}",
+                f"{a['tokens_per_s'] / b['tokens_per_s']:.2f}×",
+                f"{b['mfu']:.3f}", f"{a['mfu']:.3f}"], (objective, program)
+  shapes = [r for r in rows("benchmark_training/base_shapes")
+            if r["program"] == "train step"]
+  assert ("| B × L | " + " | ".join(
+      f"{r['batch_size']:.0f} × {r['seq_len']:.0f}" for r in shapes) + " |"
+          ) in page
+  assert ("| train tokens/s | " + " | ".join(
+      f"{r['tokens_per_s']:,.0f}" for r in shapes) + " |") in page
+  assert ("| train MFU | " + " | ".join(f"{r['mfu']:.3f}" for r in shapes)
+          + " |") in page
+
+
 def test_speculative_known_limit_quotes_the_records():
   readme = text("README.md")
   spec = "speculative small draft gamma=4"
