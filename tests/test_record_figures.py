@@ -531,6 +531,44 @@ def test_training_speed_tables_quote_the_benchmark_training_records():
           + " |") in page
 
 
+def test_self_speculation_page_quotes_its_records():
+  folder = ROOT / "benchmarks" / "self_speculation" / "base"
+  runs = [r for r in json.loads((folder / "record.json").read_text())["rows"]
+          if r["decoder"] != "ar"]
+  calls = json.loads((folder / "calls.json").read_text())["rows"]
+  page = text("docs/self_speculation.md")
+  assert all(r["identical_to_ar"] for r in runs)
+
+  def tpf(member, batch):
+    return sorted(r["tpf"] for r in runs
+                  if r["member"] == member and r["batch"] == batch)
+  four = next(r for r in runs if r["member"] == "bd3lm4_from_ar"
+              and r["batch"] == 1 and r["gamma"] == 4)
+  b8 = [r["tpf"] for r in runs if r["batch"] == 8]
+  assert (f"TPF {four['tpf']:.2f} (`bd3lm4_from_ar`, B = 1, gamma 4; histogram "
+          f"{four['accept_histogram']}) and "
+          f"{max(tpf('bd3lm16_from_ar', 1)):.2f} (`bd3lm16_from_ar`") in page
+  assert f"{min(b8):.2f}-{max(b8):.2f} at B = 8" in page
+  n = [r["calls"] for r in runs]
+  assert (f"{min(n)}-{max(n)} calls for 256 tokens (AR: 256), each of gamma + 1 "
+          f"positions, so the time ratio cannot fall below {min(n) / 256:.2f}x"
+          ) in page
+
+  def predicted(batch, gamma):
+    row = next(r for r in calls if r["member"] == "bd3lm4_from_ar"
+               and r["batch"] == batch and r["gamma"] == gamma)
+    t = next(r["tpf"] for r in runs if r["member"] == "bd3lm4_from_ar"
+             and r["batch"] == batch and r["gamma"] == gamma)
+    ms = {k: v["min"] for k, v in row["call_ms"].items()}
+    return ms, (ms["draft"] + ms["verify"]) / ms["ar_step"] / t
+  ms, ratio = predicted(1, 2)
+  assert (f"costs {ms['draft']:.1f} ms against an AR step's {ms['ar_step']:.1f} "
+          f"ms, so a round costs {(ms['draft'] + ms['verify']) / ms['ar_step']:.1f}"
+          f" AR steps for {four['tpf']:.2f} tokens: predicted {ratio:.2f}x cached "
+          f"AR's time (gamma 2), {predicted(1, 4)[1]:.2f}x at gamma 4, "
+          f"{predicted(8, 2)[1]:.2f}x at B = 8") in page
+
+
 def test_speculative_known_limit_quotes_the_records():
   readme = text("README.md")
   spec = "speculative small draft gamma=4"
