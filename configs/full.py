@@ -1,4 +1,4 @@
-"""The full grid of the main job: 22 decoders x T = 32, 128, 256 x B = 1, 8.
+"""The full grid of the main job: 24 decoders x T = 32, 128, 256 x B = 1, 8.
 
 configs/tiny.py's models and data with today's whole comparison grid: every
 family at several settings (steps, blocks, caches, orderings), three output

@@ -16,6 +16,7 @@ import json
 import math
 import pathlib
 import re
+import statistics
 
 import pytest
 
@@ -243,6 +244,329 @@ def test_readme_grid_sizes_quote_the_configs_and_the_record():
           f"`configs/full.py` holds {len(full.decoders)} at T = {lengths}, and "
           f"its one record ran the {len(recorded['decoders'])} of its day at "
           f"T = {recorded_lengths}") in text("README.md")
+
+
+def test_results_and_docstrings_count_the_grids():
+  tiny, full, base = (config(n).compare for n in ("tiny", "full", "base"))
+  recorded = {n: len(run_json(n)["config"]["compare"]["decoders"])
+              for n in ("tiny_cpu_2core", "base_cpu_2core")}
+  results = text("docs/results.md")
+  assert (f"default grid ({recorded['tiny_cpu_2core']} decoders in its record, "
+          f"{len(tiny.decoders)} in `configs/tiny.py` today") in results
+  assert f"(`configs/full.py`: {len(full.decoders)} decoders at T" in results
+  assert (f"{recorded['base_cpu_2core']} decoders `configs/base.py` held then "
+          f"({len(base.decoders)} today)") in results
+  assert f"main job: {len(full.decoders)} decoders x" in (
+      ROOT / "configs" / "full.py").read_text()
+  main = (ROOT / "experiments" / "compare_decoding.py").read_text()
+  assert (f"({len(tiny.decoders)} decoders, each decoding family" in main
+          and f"{recorded['tiny_cpu_2core']} in its record" in main
+          and f"grid ({len(full.decoders)} decoders at T" in main)
+
+
+def test_cost_model_quotes_its_validation_record():
+  report = (RESULTS / "cost_model" / "report.md").read_text()
+  median, saved = re.search(r"Median \|error\| (\d+)%.+?with the saved profile "
+                            r"(\d+)%", report).groups()
+  points = [line.split("|")[1:-1] for line in report.splitlines()
+            if re.match(r"\| (small|medium|large) \|", line)
+            and line.count("|") == 15]
+  ratios = [float(p[9]) / float(p[8]) for p in points
+            if p[4].strip() == "ar" and p[3].strip() in ("8", "32")]
+  b1 = sorted(-int(p[11].strip().rstrip("%")) for p in points
+              if p[4].strip() == "ar" and p[3].strip() == "1")
+  page = text("docs/cost_model.md")
+  assert (f"|error| of {median}% with the profile re-measured right after each "
+          f"point's runs ({saved}% with the saved profile") in page
+  assert f"predicted {b1[0]}-{b1[-1]}% below their measured time" in page
+  spread = f"{min(ratios):.1f}-{max(ratios):.1f}x"
+  assert f"B = 8 and 32 are {spread} slower than predicted" in page
+  assert f"(median error {median}%, one-sided; few-row AR GEMMs {spread})" in (
+      text("README.md"))
+
+
+def test_dual_cache_quotes_the_main_job_records():
+  threshold = "threshold tau=0.9 block=32 cache={}"
+  tiny, base = (record_figures.find(rows(n), "threshold tau=0.9 block=32 "
+                                    "cache=dual", 8, 256)
+                for n in ("tiny_cpu_2core", "base_cpu_2core"))
+  none, dual = (record_figures.find(rows("full_grid_cpu_2core"),
+                                    threshold.format(c), 8, 256)
+                for c in ("none", "dual"))
+  assert (f"max logit error {tiny['max_logit_error']:.4f} and "
+          f"{tiny['agreement']:.1%} token agreement with the uncached decoder on "
+          f"the tiny set, {base['max_logit_error']:.1f} and "
+          f"{base['agreement']:.0%} on the base set") in text("docs/fast_dllm.md")
+  assert (f"max logit error {base['max_logit_error']:.1f} and "
+          f"{base['agreement']:.0%} token agreement "
+          f"({tiny['max_logit_error']:.4f} and {tiny['agreement']:.1%} on the "
+          "tiny set)") in text("docs/results.md")
+  cut = none["forward_tokens_model"] / dual["forward_tokens_model"]
+  assert f"the dual cache cuts forward tokens {cut:.0f}x" in text(
+      "docs/fast_dllm.md")
+
+
+def test_scale_out_quotes_the_parity_record():
+  parity = (ROOT / "benchmarks" / "hub_import" / "parity.md").read_text()
+  diffs = [float(d) for d in re.findall(
+      r"^\.?(?:gpt2|llama|mistral|qwen)[\w-]*: max \|logit difference\| "
+      r"([\d.e+-]+)$", parity, re.M)]
+  assert len(diffs) == 15
+
+  def short(x):
+    mantissa, exponent = f"{x:.1e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+  assert (f"(measured {short(min(diffs))} to {short(max(diffs))} with every "
+          "parameter perturbed") in text("docs/scale_out.md")
+
+
+@pytest.mark.parametrize("task, record", [
+    ("sudoku4", "tasks"), ("permutation", "tasks"),
+    ("countdown", "tasks_countdown")])
+def test_task_tables_quote_the_task_records(task, record):
+  """Every row of tasks.md's table of `task` is a row of its record."""
+  section = (ROOT / "docs" / "tasks.md").read_text().split(f"### {task}\n")[1]
+  block = section.split("\n| model |", 1)[1].split("\n\n", 1)[0]
+  table = [[c.strip() for c in line.strip("|").split("|")]
+           for line in block.splitlines()[2:]]  # less the header and rule
+  recorded = {(r["model"], r["decoder"], "—" if r["steps"] is None
+               else f"{int(r['steps'])}"): r
+              for r in rows(record) if r["task"] == task}
+  assert len(table) >= 10
+  for model, decoder, k, exact, valid, accuracy, nfe, ms_problem in table:
+    r = recorded[model, decoder, k]
+    assert [exact, valid, accuracy, nfe, ms_problem] == [
+        f"{r['exact']:.3f}", f"{r['valid']:.3f}", f"{r['token_accuracy']:.3f}",
+        f"{int(r['nfe'])}", f"{r['ms_per_problem']:.1f}"], (model, decoder, k)
+
+
+@pytest.mark.parametrize("lineage", ["tiny", "base"])
+def test_adaptation_tables_quote_the_lineage_records(lineage):
+  """adaptation.md's adapted-against-scratch table of each set is its
+  lineage record's rows: compute, bound and ratio to `ar`."""
+  record = (RESULTS / "adaptation" / lineage / "lineage.md").read_text()
+  members = {}
+  for line in record.splitlines():
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    if line.startswith("| ") and len(cells) == 11 and cells[0] != "member":
+      members[cells[0]] = cells
+  page = text("docs/adaptation.md")
+  for name, recipe in [("bd3lm4", "block diffusion, blocks of 4, shift, "
+                        "complementary masks"),
+                       ("bd3lm16", "block diffusion, blocks of 16, shift, "
+                        "complementary masks"),
+                       ("mdlm", "full-sequence MDLM, shift, mask annealing")]:
+    adapted, scratch = members[f"{name}_from_ar"], members[f"{name}_scratch"]
+    assert adapted[8] == scratch[8]
+    assert (f"| {recipe} | {adapted[8]} | {float(adapted[9]):.1f} "
+            f"({adapted[10]}x) | {float(scratch[9]):.1f} ({scratch[10]}x) |"
+            ) in page, (lineage, name)
+
+
+def shows(cell: str, value: float) -> bool:
+  """`cell` is `value` rounded to the digits the cell shows."""
+  digits = len(cell.split(".")[1]) if "." in cell else 0
+  return abs(float(cell) - value) <= 0.5 * 10**-digits + 1e-12
+
+
+def test_translation_table_quotes_its_record():
+  """Every row of translation.md's main table is its record's row, to the
+  digits each cell shows."""
+  recorded = {r["decoder"]: r for r in rows("translation")}
+  page = (ROOT / "docs" / "translation.md").read_text()
+  block = page.split("\n| decoder | BLEU |", 1)[1].split("\n\n", 1)[0]
+  table = [[c.strip() for c in line.strip("|").split("|")]
+           for line in block.splitlines()[2:]]
+  assert len(table) == 11
+  keys = ("bleu", "chrf", "repetition", "omission", "length_mean_signed",
+          "nfe", "ms_per_sentence", "speedup_vs_ar_greedy")
+  for decoder, *cells in table:
+    r = recorded[decoder.replace(" = ", "=").replace(", ", " ")
+                 .replace("(upsample 2)", "x2")]
+    assert all(shows(c, r[k]) for c, k in zip(cells, keys, strict=True)), (
+        decoder, cells, [r[k] for k in keys])
+
+
+def test_ar_and_bd3lm_pages_quote_the_main_job_records():
+  full, tiny, base = "full_grid_cpu_2core", "tiny_cpu_2core", "base_cpu_2core"
+  ar = {b: ms(full, "AR cached", b) for b in (1, 8)}
+  uncached = {b: ms(full, "AR uncached", b) for b in (1, 8)}
+  page = text("docs/autoregressive.md")
+  assert (f"(`full_grid_cpu_2core`: {ar[1]:.0f} ms for 256 tokens at B = 1, "
+          f"{ar[8]:.0f} ms at B = 8; in the default grid's record, "
+          f"`tiny_cpu_2core`, MDLM K = 8 is "
+          f"{ms(tiny, 'AR cached', 1) - ms(tiny, 'MDLM K=8', 1):.1f} ms faster at "
+          "B = 1)") in page
+  assert (f"AR cached {ar[1]:.1f} / {ar[8]:.1f} ms at B = 1 / 8, AR uncached "
+          f"{uncached[1]:.1f} / {uncached[8]:.1f} ms") in page
+  assert (f"it is {ms(tiny, 'AR uncached', 1) / ms(tiny, 'AR cached', 1):.0f}x "
+          "slower at B = 1 on the tiny set (`tiny_cpu_2core`") in page
+  bd3 = "BD3-LM block=16 K=256"
+  nfe = [record_figures.find(rows(full), bd3, b, 256)["nfe"] for b in (1, 8)]
+  assert (f"tiny set {ms(full, bd3, 1):.1f} / {ms(full, bd3, 8):.1f} ms at B = 1 "
+          f"/ 8 (NFE {nfe[0]:.0f} / {nfe[1]:.0f}; `full_grid_cpu_2core`), base "
+          f"set {ms(base, bd3, 1):.1f} / {ms(base, bd3, 8):.1f} ms "
+          "(`base_cpu_2core`") in text("docs/block_diffusion.md")
+
+
+def test_masked_diffusion_page_quotes_the_main_job_records():
+  page = text("docs/masked_diffusion.md")
+  base = "base_cpu_2core"
+  assert (f"at B = 8 MDLM K = 8 takes {ms(base, 'MDLM K=8', 8):.0f} ms against "
+          f"AR's {ms(base, 'AR cached', 8):.0f} on the base set") in page
+  assert (f"MDLM K = 8 takes {ms(base, 'MDLM K=8', 1):.0f} ms against AR's "
+          f"{ms(base, 'AR cached', 1):.0f} ms for 256 tokens at B = 1") in page
+  full = rows("full_grid_cpu_2core")
+  for name, label in [("MDLM K = 8", "MDLM K=8"), ("MDLM K = 32", "MDLM K=32"),
+                      ("LLaDA K = 32 block 32", "LLaDA K=32 block=32"),
+                      ("MaskGIT K = 32", "MaskGIT K=32"),
+                      ("AR cached", "AR cached")]:
+    one, eight = (record_figures.find(full, label, b, 256) for b in (1, 8))
+    first = name == "MDLM K = 8"
+    assert (f"{name} {one['ms_min']:.1f} / {eight['ms_min']:.1f} ms, "
+            f"{'gen-PPL ' * first}{eight['gen_ppl']:.1f} at "
+            f"{'entropy ' * first}{eight['entropy']:.2f}") in page, name
+
+
+def test_training_times_are_the_manifests_wall_times():
+  def minutes(*members):
+    return sum(json.loads((ROOT / "lm_decoding" / "pretrained" / m /
+                           "manifest.json").read_text())["metrics"]["wall_s"]
+               for m in members) / 60
+  four = minutes("ar", "mdlm", "bd3lm", "evaluator")
+  assert f"training all four took about {four:.0f} minutes" in text(
+      "docs/models.md")
+  bound = {m for entry in config("tiny").compare.decoders
+           for m in re.findall(r"\b(?:model|target|draft)=(\w+)",
+                               entry.split("|", 2)[2])}
+  assert bound == {"ar", "mdlm", "bd3lm", "uniform", "draft_small"}
+  six = minutes(*bound, "evaluator")
+  assert (f"the default grid's six, `ar`, `mdlm`, `bd3lm`, `uniform`, "
+          f"`draft_small` and the evaluator, took about {six:.0f} minutes") in (
+              text("docs/corpus.md"))
+
+
+def test_results_speculative_section_quotes_its_records():
+  results = text("docs/results.md")
+  spread = [record_figures.find(rows("base_cpu_2core"), d, 1, 256)["spread"]
+            for d in ("AR cached", "MDLM K=8", "speculative small draft gamma=4")]
+  assert (f"the B = 1 spread of these three rows (AR, MDLM K = 8, speculative) "
+          f"is {min(spread):.0%}-{max(spread):.0%}").replace("%-", "-") in results
+  measured = {}
+  for name in ("speculative", "speculative_base"):
+    with open(RESULTS / name / "speculative.csv") as f:
+      measured[name] = [r for r in csv.DictReader(f) if r["decoder"] == "spec"]
+  c = {n: [float(r["c"]) for r in rs] for n, rs in measured.items()}
+  assert (f"(c = {min(c['speculative_base']):.3f}-"
+          f"{max(c['speculative_base']):.3f}, against {min(c['speculative']):.2f}"
+          f"-{max(c['speculative']):.2f} on the tiny set)") in results
+  paper = [float(r["measured_over_predicted"]) for r in measured["speculative"]]
+  assert (f"measured over predicted, is {min(paper):.2f}-{max(paper):.2f}"
+          ) in results
+  with open(RESULTS / "speculative" / "speculative.csv") as f:
+    errors = [abs(float(r["model_error"])) for r in csv.DictReader(f)]
+  assert (f"within 10% of the measured speed-up on "
+          f"{sum(e <= 0.1 for e in errors)} of {len(errors)} points (median "
+          f"|error| {statistics.median(errors):.1%}, largest {max(errors):.0%})"
+          ) in results
+
+
+def test_benchmarks_tables_quote_the_benchmark_ar_records():
+  """benchmarks.md's two tables against `transformers`, row by row, to the
+  digits each cell shows (T = 128 decodes)."""
+  def decodes(name):
+    return {(r["size"], int(r["batch"])): r for r in rows(name)
+            if r["kind"] == "decode" and r["new_tokens"] == 128}
+  page = (ROOT / "docs" / "benchmarks.md").read_text()
+  first, second = (
+      [[c.strip() for c in line.strip("|").split("|")]
+       for line in block.split("\n\n", 1)[0].splitlines()[2:]]
+      for block in page.split("\n| size (f32) |")[1:3])
+  one, two = decodes("benchmark_ar"), decodes("benchmark_ar/machine_b")
+  assert len(first) == len(second) == 3
+  for size_cell, tok_s, *cells in first:
+    size = size_cell.split()[0]
+    ours, hf = tok_s.split(" / ")
+    b1, b8 = one[size, 1], one[size, 8]
+    assert shows(ours, b1["ours_tok_s"]) and shows(hf, b1["hf_tok_s"])
+    assert all(shows(c, v) for c, v in zip(cells, [
+        b1["speedup"], b1["ours_x_roofline"], b1["ours_x_floor"],
+        b8["speedup"], b8["ours_x_roofline"]], strict=True)), size
+  for size_cell, *cells in second:
+    size = size_cell.split()[0]
+    b1, b8, b32 = (two[size, b] for b in (1, 8, 32))
+    assert all(shows(c, v) for c, v in zip(cells, [
+        b1["speedup"], b1["ours_x_roofline"], b8["speedup"],
+        b8["ours_x_roofline"], b32["speedup"]], strict=True)), size
+
+
+def test_training_speed_tables_quote_the_benchmark_training_records():
+  """training_speed.md's before/after and batch-shape tables, cell by cell."""
+  def by_program(name):
+    return {(r["objective"], r["program"]): r
+            for r in rows(f"benchmark_training/{name}")}
+  before, after = by_program("base_before"), by_program("base")
+  page = (ROOT / "docs" / "training_speed.md").read_text()
+  block = page.split("\n| objective | program |", 1)[1].split("\n\n", 1)[0]
+  table = [[c.strip() for c in line.strip("|").split("|")]
+           for line in block.splitlines()[2:]]
+  assert len(table) == 6
+  for objective, program, tok_before, tok_after, speedup, mfu_before, \
+      mfu_after, _ in table:
+    b, a = before[objective, program], after[objective, program]
+    assert [tok_before.replace(",", ""), tok_after.replace(",", ""), speedup,
+            mfu_before, mfu_after.strip("*")] == [
+                f"{b['tokens_per_s']:.0f}", f"{a['tokens_per_s']:.0f}",
+                f"{a['tokens_per_s'] / b['tokens_per_s']:.2f}×",
+                f"{b['mfu']:.3f}", f"{a['mfu']:.3f}"], (objective, program)
+  shapes = [r for r in rows("benchmark_training/base_shapes")
+            if r["program"] == "train step"]
+  assert ("| B × L | " + " | ".join(
+      f"{r['batch_size']:.0f} × {r['seq_len']:.0f}" for r in shapes) + " |"
+          ) in page
+  assert ("| train tokens/s | " + " | ".join(
+      f"{r['tokens_per_s']:,.0f}" for r in shapes) + " |") in page
+  assert ("| train MFU | " + " | ".join(f"{r['mfu']:.3f}" for r in shapes)
+          + " |") in page
+
+
+def test_self_speculation_page_quotes_its_records():
+  folder = ROOT / "benchmarks" / "self_speculation" / "base"
+  runs = [r for r in json.loads((folder / "record.json").read_text())["rows"]
+          if r["decoder"] != "ar"]
+  calls = json.loads((folder / "calls.json").read_text())["rows"]
+  page = text("docs/self_speculation.md")
+  assert all(r["identical_to_ar"] for r in runs)
+
+  def tpf(member, batch):
+    return sorted(r["tpf"] for r in runs
+                  if r["member"] == member and r["batch"] == batch)
+  four = next(r for r in runs if r["member"] == "bd3lm4_from_ar"
+              and r["batch"] == 1 and r["gamma"] == 4)
+  b8 = [r["tpf"] for r in runs if r["batch"] == 8]
+  assert (f"TPF {four['tpf']:.2f} (`bd3lm4_from_ar`, B = 1, gamma 4; histogram "
+          f"{four['accept_histogram']}) and "
+          f"{max(tpf('bd3lm16_from_ar', 1)):.2f} (`bd3lm16_from_ar`") in page
+  assert f"{min(b8):.2f}-{max(b8):.2f} at B = 8" in page
+  n = [r["calls"] for r in runs]
+  assert (f"{min(n)}-{max(n)} calls for 256 tokens (AR: 256), each of gamma + 1 "
+          f"positions, so the time ratio cannot fall below {min(n) / 256:.2f}x"
+          ) in page
+
+  def predicted(batch, gamma):
+    row = next(r for r in calls if r["member"] == "bd3lm4_from_ar"
+               and r["batch"] == batch and r["gamma"] == gamma)
+    t = next(r["tpf"] for r in runs if r["member"] == "bd3lm4_from_ar"
+             and r["batch"] == batch and r["gamma"] == gamma)
+    ms = {k: v["min"] for k, v in row["call_ms"].items()}
+    return ms, (ms["draft"] + ms["verify"]) / ms["ar_step"] / t
+  ms, ratio = predicted(1, 2)
+  assert (f"costs {ms['draft']:.1f} ms against an AR step's {ms['ar_step']:.1f} "
+          f"ms, so a round costs {(ms['draft'] + ms['verify']) / ms['ar_step']:.1f}"
+          f" AR steps for {four['tpf']:.2f} tokens: predicted {ratio:.2f}x cached "
+          f"AR's time (gamma 2), {predicted(1, 4)[1]:.2f}x at gamma 4, "
+          f"{predicted(8, 2)[1]:.2f}x at B = 8") in page
 
 
 def test_speculative_known_limit_quotes_the_records():
