@@ -51,6 +51,7 @@ from lm_decoding.models import TransformerConfig, abstract_params
 from lm_decoding.models import count_params, init_params, make_logits_fn
 from lm_decoding.parallel import multihost
 from lm_decoding.parallel import sharding
+from lm_decoding.training import certainty_forcing
 from lm_decoding.training import objectives
 from lm_decoding.training import translation_objectives
 from lm_decoding.training.checkpoints import CheckpointError, Checkpoints
@@ -58,10 +59,12 @@ from lm_decoding.training.checkpoints import CheckpointError, Checkpoints
 _ATTENTION = {"ar": "causal", "mdlm": "bidirectional",
               "bd3lm": "bidirectional",  # bd3lm passes its block masks
               "uniform": "bidirectional",
+              "certainty_forcing": "bidirectional",  # as bd3lm
               "translation_ar": "causal",  # the objectives pass their masks
               "cmlm": "bidirectional", "ctc": "bidirectional"}
 _LOSSES = {"ar": objectives.ar_loss, "mdlm": objectives.mdlm_loss,
            "bd3lm": objectives.bd3lm_loss, "uniform": objectives.uniform_loss,
+           "certainty_forcing": certainty_forcing.certainty_forcing_loss,
            "translation_ar": translation_objectives.translation_ar_loss,
            "cmlm": translation_objectives.cmlm_loss,
            "ctc": translation_objectives.ctc_loss}
@@ -74,9 +77,14 @@ def objective_options(config: ml_collections.ConfigDict) -> dict:
 
   cmlm: length_weight (train.length_weight); ctc: source_width
   (data.max_source_tokens) and upsample (train.ctc_upsample); mdlm and
-  bd3lm with train.complementary_masks: complementary; {} otherwise.
+  bd3lm with train.complementary_masks: complementary; certainty_forcing:
+  prompt_length (train.prompt_length, default 0) and complementary; {}
+  otherwise.
   """
   objective = config.train.objective
+  if objective == "certainty_forcing":
+    return {"prompt_length": config.train.get("prompt_length", 0),
+            "complementary": bool(config.train.get("complementary_masks"))}
   if objective == "cmlm":
     return {"length_weight": config.train.length_weight}
   if objective == "ctc":
@@ -110,6 +118,9 @@ def training_data(config: ml_collections.ConfigDict, data_dir: str):
   `data_dir`) laid out by `parallel_text.layout` for a translation one;
   with data.targets 'distilled' the pairs are `data_dir`'s distilled file
   (`parallel_text.pairs_path`), which must share that cached tokenizer.
+  With data.distillation_set (a folder of
+  `certainty_forcing.write_distillation_set`) the training rows are that
+  set's; validation stays the corpus's.
   """
   if config.train.objective in TRANSLATION_OBJECTIVES:
     path = parallel_text.pairs_path(
@@ -122,8 +133,15 @@ def training_data(config: ml_collections.ConfigDict, data_dir: str):
   corpus = pipeline.prepare(config.data.path, config.data.vocab_size,
                             data_dir, config.data.get("format", "auto"))
   seq_len = config.data.seq_len
-  return (corpus, pipeline.pack(corpus.tokens["train"], seq_len),
-          pipeline.pack(corpus.tokens["valid"], seq_len))
+  valid = pipeline.pack(corpus.tokens["valid"], seq_len)
+  if config.data.get("distillation_set"):
+    rows, _ = certainty_forcing.read_distillation_set(
+        config.data.distillation_set)
+    if rows.shape[1] != seq_len:
+      raise ValueError(f"data.distillation_set rows hold {rows.shape[1]} "
+                       f"tokens; data.seq_len={seq_len}")
+    return corpus, rows, valid
+  return (corpus, pipeline.pack(corpus.tokens["train"], seq_len), valid)
 
 
 @flax.struct.dataclass
@@ -215,7 +233,7 @@ def check_config(config: ml_collections.ConfigDict) -> TransformerConfig:
   if not is_number(peak) or not 0 <= peak < math.inf:
     raise ValueError(f"peak_flops={peak!r} must be a number in [0, inf) "
                      "(0: measured at the start)")
-  if config.train.objective == "bd3lm":
+  if config.train.objective in ("bd3lm", "certainty_forcing"):
     block, seq_len = config.train.get("block_length"), config.data.seq_len
     if not is_count(block) or seq_len % block:
       raise ValueError(f"train.block_length={block!r} must be an integer in "
@@ -227,9 +245,11 @@ def check_config(config: ml_collections.ConfigDict) -> TransformerConfig:
 # Optional keys (the adaptation recipes', and model.self_conditioning):
 # absent, a recipe (and the shipped members' manifests) is unchanged.
 # key -> the objectives it applies to.
-_ADAPTATION_KEYS = {("model", "token_shift"): ("mdlm", "bd3lm"),
+_ADAPTATION_KEYS = {("model", "token_shift"): ("mdlm", "bd3lm",
+                                                "certainty_forcing"),
                     ("model", "self_conditioning"): ("mdlm", "uniform"),
-                    ("train", "complementary_masks"): ("mdlm", "bd3lm"),
+                    ("train", "complementary_masks"): ("mdlm", "bd3lm",
+                                                       "certainty_forcing"),
                     ("train", "anneal_steps"): ("mdlm",),
                     ("train", "block_schedule"): ("bd3lm",)}
 
@@ -418,7 +438,7 @@ def objective_loss(objective, block_length: int | None = None,
   task objective, `task_objectives`, with its `options`)."""
   loss_fn = functools.partial(
       objective if callable(objective) else _LOSSES[objective], **options)
-  if objective == "bd3lm":
+  if objective in ("bd3lm", "certainty_forcing"):
     loss_fn = functools.partial(loss_fn, block_length=block_length)
   return loss_fn
 
@@ -505,7 +525,7 @@ def make_eval_fn(model_cfg: TransformerConfig, objective: str,
                                       jax.random.key(0), **options)
     elif objective == "ar":
       _, metrics = objectives.ar_eval(logits_fn, params, tokens)
-    elif objective == "bd3lm":
+    elif objective in ("bd3lm", "certainty_forcing"):  # the student's bound
       _, metrics = objectives.bd3lm_bound(logits_fn, params, tokens,
                                           jax.random.key(0), num_timesteps,
                                           block_length=block_length)
@@ -604,7 +624,7 @@ def _fingerprint(config: ml_collections.ConfigDict) -> dict:
   if scheduled is not None:  # absent: old checkpoints fit
     fingerprint["scheduled_sampling"] = list(scheduled)
   for key in ("init_from", "complementary_masks", "anneal_steps",
-              "block_schedule"):
+              "block_schedule", "prompt_length"):
     if config.train.get(key) is not None:  # absent: old checkpoints fit
       fingerprint[key] = config.train[key]
   return fingerprint
