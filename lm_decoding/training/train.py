@@ -120,7 +120,8 @@ def training_data(config: ml_collections.ConfigDict, data_dir: str):
   (`parallel_text.pairs_path`), which must share that cached tokenizer.
   With data.distillation_set (a folder of
   `certainty_forcing.write_distillation_set`) the training rows are that
-  set's; validation stays the corpus's.
+  set's, cut to their first data.seq_len tokens; validation stays the
+  corpus's.
   """
   if config.train.objective in TRANSLATION_OBJECTIVES:
     path = parallel_text.pairs_path(
@@ -137,10 +138,10 @@ def training_data(config: ml_collections.ConfigDict, data_dir: str):
   if config.data.get("distillation_set"):
     rows, _ = certainty_forcing.read_distillation_set(
         config.data.distillation_set)
-    if rows.shape[1] != seq_len:
+    if rows.shape[1] < seq_len:
       raise ValueError(f"data.distillation_set rows hold {rows.shape[1]} "
-                       f"tokens; data.seq_len={seq_len}")
-    return corpus, rows, valid
+                       f"tokens; data.seq_len={seq_len} must be at most that")
+    return corpus, rows[:, :seq_len], valid
   return (corpus, pipeline.pack(corpus.tokens["train"], seq_len), valid)
 
 
