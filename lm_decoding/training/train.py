@@ -78,13 +78,19 @@ def objective_options(config: ml_collections.ConfigDict) -> dict:
   cmlm: length_weight (train.length_weight); ctc: source_width
   (data.max_source_tokens) and upsample (train.ctc_upsample); mdlm and
   bd3lm with train.complementary_masks: complementary; certainty_forcing:
-  prompt_length (train.prompt_length, default 0) and complementary; {}
-  otherwise.
+  prompt_length (train.prompt_length, default 0), complementary, weight and
+  temperature (train.certainty_weight and train.certainty_temperature,
+  default dParallel's 2.0 and 0.5); {} otherwise.
   """
   objective = config.train.objective
   if objective == "certainty_forcing":
     return {"prompt_length": config.train.get("prompt_length", 0),
-            "complementary": bool(config.train.get("complementary_masks"))}
+            "complementary": bool(config.train.get("complementary_masks")),
+            "weight": config.train.get("certainty_weight",
+                                       certainty_forcing.CERTAINTY_WEIGHT),
+            "temperature": config.train.get(
+                "certainty_temperature",
+                certainty_forcing.CERTAINTY_TEMPERATURE)}
   if objective == "cmlm":
     return {"length_weight": config.train.length_weight}
   if objective == "ctc":
