@@ -165,17 +165,13 @@ def certainty_forcing_loss(logits_fn, params, tokens_BxL: jax.Array,
   if not is_count(prompt_length, minimum=0) or prompt_length >= length:
     raise ValueError(f"prompt_length={prompt_length!r} must be an integer in "
                      f"[0, {length - 1}]")
-  for name, value, low in (("weight", weight, 0.0),
-                           ("temperature", temperature, None),
-                           ("mask_rate", mask_rate, None)):
-    ok = is_number(value) and math.isfinite(value)
-    ok = ok and (value >= low if low is not None else value > 0)
-    if name == "mask_rate":
-      ok = ok and value < 1
-    if not ok:
-      bound = {"weight": "[0, inf)", "temperature": "(0, inf)",
-               "mask_rate": "(0, 1)"}[name]
-      raise ValueError(f"{name}={value!r} must be a number in {bound}")
+  if not (is_number(weight) and 0 <= weight < math.inf):
+    raise ValueError(f"weight={weight!r} must be a number in [0, inf)")
+  if not (is_number(temperature) and 0 < temperature < math.inf):
+    raise ValueError(f"temperature={temperature!r} must be a number in "
+                     "(0, inf)")
+  if not (is_number(mask_rate) and 0 < mask_rate < 1):
+    raise ValueError(f"mask_rate={mask_rate!r} must be a number in (0, 1)")
   check_attention(logits_fn, causal=False, user="certainty_forcing_loss")
   masked_CxL = semi_ar_masks(key, tokens_BxL, prompt_length,
                              shifted(logits_fn), mask_rate, complementary)
