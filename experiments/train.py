@@ -49,6 +49,7 @@ from ml_collections import config_flags
 from lm_decoding.data import pipeline
 from lm_decoding.parallel import multihost
 from lm_decoding.evaluation import records
+from lm_decoding.training import self_distillation
 from lm_decoding.training import pretrained
 from lm_decoding.training import train
 
@@ -149,6 +150,9 @@ def main(argv):
                          * config.data.seq_len)
     if record is not None:
       summary["parent"] = record
+    if config.data.get("distillation_set"):  # its compute counts too
+      summary["distillation_set"] = self_distillation.read_distillation_set(
+          config.data.distillation_set)[1]
   except (ValueError, OSError) as e:  # CheckpointError, CheckpointWriteError
     sys.exit(f"error: {e}")
   print(json.dumps(summary, indent=2))

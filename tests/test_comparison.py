@@ -614,8 +614,11 @@ def test_fixed_length_and_eos_modes_exactly(tokenizer):
            "MDLM K={steps} | mdlm | model=mdlm | steps=T"]
   planned = entries.plan(entries.parse_entries(texts), (t,), 1.0, MEMBERS)
   model = Model(stub, None)
-  result = comparison.run(planned, {"ar": model, "mdlm": model}, model,
-                          tokenizer, np.full((2, p), 7, np.int32), ["x", "y"],
+  # The evaluator shares the tokenizer's vocabulary (the references are
+  # real text); the stub's 16 ids are in it.
+  result = comparison.run(planned, {"ar": model, "mdlm": model},
+                          transformer("causal", 2), tokenizer,
+                          np.full((2, p), 7, np.int32), ["x", "y"],
                           batch_sizes=(1, 2), runs=1, progress=False)
   rows = {(r["decoder"], r["batch_size"]): r for r in result.rows}
   early, mdlm = rows["AR early exit", 2], rows[f"MDLM K={t}", 2]

@@ -37,9 +37,9 @@ def test_optional_keys_apply_where_they_did():
       "model.token_shift", "model.self_conditioning",
       "train.complementary_masks", "train.anneal_steps",
       "train.block_schedule", "train.scheduled_sampling")} == {
-          "model.token_shift": ("mdlm", "bd3lm"),
+          "model.token_shift": ("mdlm", "bd3lm", "certainty_forcing"),
           "model.self_conditioning": ("mdlm", "uniform"),
-          "train.complementary_masks": ("mdlm", "bd3lm"),
+          "train.complementary_masks": ("mdlm", "bd3lm", "certainty_forcing"),
           "train.anneal_steps": ("mdlm",),
           "train.block_schedule": ("bd3lm",),
           "train.scheduled_sampling": ("ar",)}

@@ -85,13 +85,13 @@ def block_causal_layout_mask(prompt_lengths_B: jax.Array, valid_BxL: jax.Array,
 
 
 def canvas_mask(valid_BxL, start_B, width, num_queries, first_query_B):
-  """bool[B, Q, L]: queries from first_query[b] on, a query before the
+  """bool[B, L, S]: queries from first_query[b] on, a query before the
   canvas [start, start + W) sees the keys before it, one in it those before
   its end; nothing sees PAD or positions past the canvas."""
   key_L = jnp.arange(valid_BxL.shape[1])
-  query_BxQ = first_query_B[:, None] + jnp.arange(num_queries)[None, :]
+  query_BxL = first_query_B[:, None] + jnp.arange(num_queries)[None, :]
   end_B = start_B + width
-  seen = jnp.where((query_BxQ >= start_B[:, None])[..., None],
+  seen = jnp.where((query_BxL >= start_B[:, None])[..., None],
                    key_L[None, None, :] < end_B[:, None, None],
                    key_L[None, None, :] < start_B[:, None, None])
   return seen & valid_BxL[:, None, :]

@@ -1,6 +1,7 @@
 """The rows an objective trains on, by the data kind its registry entry
-names (`registry.Objective.data`): 'text', the packed corpus; 'pairs', the
-laid-out verse pairs. A new kind of data is one function here and one
+names (`registry.Objective.data`): 'text', the packed corpus;
+'distillation', a teacher's continuations; 'pairs', the laid-out verse
+pairs. A new kind of data is one function here and one
 entry of `SOURCES`."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import ml_collections
 
 from lm_decoding.data import parallel_text
 from lm_decoding.data import pipeline
+from lm_decoding.training import self_distillation
 from lm_decoding.training.objectives import registry
 
 
@@ -38,7 +40,28 @@ def pairs(config: ml_collections.ConfigDict, data_dir: str):
           parallel_text.layout(data.splits["valid"]))
 
 
-SOURCES = {"text": text, "pairs": pairs}
+def distillation(config: ml_collections.ConfigDict, data_dir: str):
+  """(corpus, train int32[R, L], valid int32[R', L]): `text`, whose training
+  rows are those of data.distillation_set when it is set (a folder of
+  `self_distillation.write_distillation_set`), cut to their first
+  data.seq_len tokens; validation stays the corpus's.
+
+  Raises:
+    ValueError: the set's rows are shorter than data.seq_len, or as
+      `self_distillation.read_distillation_set`.
+  """
+  corpus, train, valid = text(config, data_dir)
+  path, seq_len = config.data.get("distillation_set"), config.data.seq_len
+  if not path:
+    return corpus, train, valid
+  rows, _ = self_distillation.read_distillation_set(path)
+  if rows.shape[1] < seq_len:
+    raise ValueError(f"data.distillation_set rows hold {rows.shape[1]} "
+                     f"tokens; data.seq_len={seq_len} must be at most that")
+  return corpus, rows[:, :seq_len], valid
+
+
+SOURCES = {"text": text, "distillation": distillation, "pairs": pairs}
 
 
 def training_data(config: ml_collections.ConfigDict, data_dir: str):

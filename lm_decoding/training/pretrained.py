@@ -422,7 +422,8 @@ def load_member(member: pathlib.Path, manifest: dict, model_config):
 
 
 # What a parent may differ in from the model adapted from it.
-_PARENT_MAY_DIFFER = ("model.token_shift", "data.seq_len")
+_PARENT_MAY_DIFFER = ("model.token_shift", "data.seq_len",
+                      "data.distillation_set")  # a student's own data
 
 
 def _parent_differences(parent: dict, config: ml_collections.ConfigDict

@@ -25,8 +25,8 @@ import jax
 import ml_collections
 
 from lm_decoding.checks import is_count, is_number
-from lm_decoding.training.objectives import ar, bd3lm, mdlm, translation
-from lm_decoding.training.objectives import uniform
+from lm_decoding.training.objectives import ar, bd3lm, certainty_forcing
+from lm_decoding.training.objectives import mdlm, translation, uniform
 
 ConfigDict = ml_collections.ConfigDict
 
@@ -54,8 +54,9 @@ class Objective:
       fixed key; `num_timesteps` time bins where the objective integrates
       over time), metrics holding 'nll' and 'tokens'.
     attention: the backbone's attention kind ('causal', 'bidirectional').
-    data: 'text' (the packed corpus, rows of data.seq_len tokens) or
-      'pairs' (the verse pairs of `parallel_text.layout`).
+    data: 'text' (the packed corpus, rows of data.seq_len tokens),
+      'distillation' (a teacher's continuations, `data_sources`) or 'pairs'
+      (the verse pairs of `parallel_text.layout`).
     bound_name: what exp(validation loss) is: 'perplexity' or
       'perplexity bound'.
     options: config -> the static keyword arguments of `loss` and `bound`.
@@ -97,8 +98,8 @@ def _mdlm_bound(logits_fn, params, tokens, num_timesteps,
 
 
 def _bd3lm_bound(logits_fn, params, tokens, num_timesteps, *, block_length,
-                 complementary=False):
-  del complementary
+                 complementary=False, **training_only):
+  del complementary, training_only  # training options (certainty forcing's)
   return bd3lm.bd3lm_bound(logits_fn, params, tokens, jax.random.key(_KEY),
                            num_timesteps, block_length=block_length)[1]
 
@@ -121,6 +122,19 @@ def _loss_as_bound(loss: Callable) -> Callable:
 def _complementary(config: ConfigDict) -> dict:
   return ({"complementary": True} if config.train.get("complementary_masks")
           else {})
+
+
+def _certainty_forcing(config: ConfigDict) -> dict:
+  """prompt_length (train.prompt_length, default 0), complementary, weight
+  and temperature (train.certainty_weight, train.certainty_temperature;
+  default dParallel's 2.0 and 0.5)."""
+  return {"prompt_length": config.train.get("prompt_length", 0),
+          "complementary": bool(config.train.get("complementary_masks")),
+          "weight": config.train.get("certainty_weight",
+                                     certainty_forcing.CERTAINTY_WEIGHT),
+          "temperature": config.train.get(
+              "certainty_temperature",
+              certainty_forcing.CERTAINTY_TEMPERATURE)}
 
 
 def _pair_length(config: ConfigDict) -> int:
@@ -147,6 +161,13 @@ _ENTRIES = (
               bound_name="perplexity bound", options=_complementary,
               optional_keys=("model.token_shift", "train.complementary_masks",
                              "train.block_schedule"), blocks=True),
+    # dParallel's certainty forcing on the BD3-LM layout, validated by the
+    # BD3-LM bound; trains on data.distillation_set when it is set.
+    Objective("certainty_forcing", certainty_forcing.certainty_forcing_loss,
+              _bd3lm_bound, "bidirectional", data="distillation",
+              bound_name="perplexity bound", options=_certainty_forcing,
+              optional_keys=("model.token_shift", "train.complementary_masks"),
+              blocks=True),
     Objective("uniform", uniform.uniform_loss, _uniform_bound,
               "bidirectional", bound_name="perplexity bound",
               optional_keys=("model.self_conditioning",)),
@@ -312,7 +333,7 @@ def fingerprint(config: ConfigDict) -> dict:
   if scheduled is not None:
     out["scheduled_sampling"] = list(scheduled)
   for key in ("init_from", "complementary_masks", "anneal_steps",
-              "block_schedule"):
+              "block_schedule", "prompt_length"):
     if config.train.get(key) is not None:
       out[key] = config.train[key]
   return out

@@ -1,0 +1,203 @@
+r"""Measures block-diffusion members at threshold commits against cached AR
+greedy: the certainty-forcing student beside its teacher (issue 36, item 5).
+
+  python experiments/distill_measure.py --config=configs/base.py \
+      --set_dir=/work/runs/distill/set \
+      --models=bd3lm16_from_ar,bd3lm16_distilled \
+      --out=experiments/results/distill_base
+
+For every member of --models and every tau of --thresholds: `bd3lm` with
+blocks of --block_length, remasking='threshold', greedy (temperature 0),
+the exact prefix cache, on --num_prompts held-out test prompts of
+--prompt_length tokens, T = --output_length. Per row: TPF = T / NFE with
+the row decoded alone (B = 1, the latency case) and the batch's T / NFE;
+gen-PPL under --evaluator, unigram entropy, rep-4; agreement with AR
+greedy's tokens (the fraction of the T positions that hold the same token,
+and the mean length of the common prefix). AR greedy (`ar`, cached) is the
+reference row. Then the AR decode and each member at --timed_tau are timed
+in turns (`cost.interleaved`, --timed_runs rounds) at B = 1 on the first
+prompt: ms per sequence and the speed-up over cached AR.
+
+Writes rows.csv, record.json and record.md (with this command, the commit
+and the load) under --out.
+"""
+
+import os
+import sys
+import time
+
+from absl import app
+from absl import flags
+from absl import logging
+import jax
+import jax.numpy as jnp
+import ml_collections
+from ml_collections import config_flags
+import numpy as np
+
+from lm_decoding.data import pipeline
+from lm_decoding.data.tokenizer import Tokenizer
+from lm_decoding.decoding import base
+from lm_decoding.decoding.sampling import SamplingConfig
+from lm_decoding.evaluation import cost
+from lm_decoding.evaluation import quality
+from lm_decoding.evaluation import records
+from lm_decoding.training import pretrained
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", os.path.join(os.path.dirname(__file__), "..", "configs",
+                           "tiny.py"), "The set's config (data path).")
+_SET_DIR = flags.DEFINE_string("set_dir", str(pretrained.DEFAULT_DIR),
+                               "The pretrained set of every member named.")
+_MODELS = flags.DEFINE_list("models", ["bd3lm16_from_ar", "bd3lm16_distilled"],
+                            "Block-diffusion members to decode, each NAME "
+                            "or NAME:W (its block length; default "
+                            "--block_length).")
+_AR = flags.DEFINE_string("ar", "ar", "The AR member (the reference).")
+_EVALUATOR = flags.DEFINE_string("evaluator", "evaluator", "Scores gen-PPL.")
+_THRESHOLDS = flags.DEFINE_list("thresholds", ["0.3", "0.5", "0.7", "0.9"],
+                                "tau of the threshold commits.")
+_BLOCK = flags.DEFINE_integer("block_length", 16, "W of the members.")
+_NUM_PROMPTS = flags.DEFINE_integer("num_prompts", 8, "Held-out prompts.")
+_PROMPT_LENGTH = flags.DEFINE_integer("prompt_length", 16, "P, tokens.")
+_OUTPUT_LENGTH = flags.DEFINE_integer("output_length", 256, "T, tokens.")
+_TIMED_TAU = flags.DEFINE_float("timed_tau", 0.5, "tau of the timed rows.")
+_TIMED_RUNS = flags.DEFINE_integer("timed_runs", 5, "Timed rounds at B = 1.")
+_OUT = flags.DEFINE_string("out", None, "Output folder.", required=True)
+
+GREEDY = SamplingConfig(temperature=0.0)
+
+
+def _load(config, names):
+  """(tokenizer, corpus, {name: Model}) of the members of --set_dir."""
+  set_dir = _SET_DIR.value
+  data_dir = os.path.join(_OUT.value, ".data_cache")
+  pretrained.seed_data_cache(config, data_dir, set_dir)
+  corpus = pipeline.prepare(config.data.path, config.data.vocab_size,
+                            data_dir, config.data.format)
+  tokenizer = Tokenizer.load(os.path.join(set_dir, pretrained.TOKENIZER_FILE))
+  members = {n: ml_collections.ConfigDict(
+      pretrained.read_manifest(n, set_dir)["recipe"]) for n in names}
+  loaded = pretrained.load_models(members, data_dir, tokenizer,
+                                  progress=False, out_dir=set_dir)
+  missing = [n for n, m in loaded.items() if not m.shipped]
+  if missing:
+    raise ValueError(f"members {missing} did not load from {set_dir}")
+  return tokenizer, corpus, {n: m.model for n, m in loaded.items()}
+
+
+def _decode(decoder, model, prompts):
+  """(DecodeResult of the batch, [T / NFE of each row decoded alone])."""
+  models = {"model": model}
+  lengths = jnp.full((prompts.shape[0],), prompts.shape[1], jnp.int32)
+  key = jax.random.key(0)
+  batch = decoder.decode(models, jnp.asarray(prompts), lengths, key)
+  alone = [float(decoder.output_length / decoder.decode(
+      models, jnp.asarray(prompts[i:i + 1]), lengths[:1], key).nfe)
+           for i in range(prompts.shape[0])]
+  return batch, alone
+
+
+def _row(label, result, alone, prompts, evaluator, reference):
+  tokens, lengths = np.asarray(result.tokens), np.asarray(result.lengths)
+  ppl = quality.gen_ppl(evaluator.logits_fn, evaluator.params, tokens,
+                        lengths, prompts,
+                        np.full(len(prompts), prompts.shape[1], np.int32))
+  same = tokens == reference
+  prefix = np.where(same.all(1), same.shape[1], np.argmin(same, 1))
+  return {"label": label, "tpf_b1": float(np.mean(alone)),
+          "tpf_batch": float(tokens.shape[1] / int(result.nfe)),
+          "gen_ppl": float(ppl.ppl), "entropy": float(np.mean(ppl.row_entropy)),
+          "rep_4": float(np.nanmean(quality.repetition_rate(tokens, lengths,
+                                                            4))),
+          "agreement": float(same.mean()),
+          "common_prefix": float(prefix.mean())}
+
+
+def main(argv):
+  del argv
+  logging.set_verbosity(logging.FATAL)
+  config, start = _CONFIG.value, time.time()
+  load_start = os.getloadavg()[0]
+  widths = dict((entry.split(":")[0], int(entry.split(":")[1]))
+                if ":" in entry else (entry, _BLOCK.value)
+                for entry in _MODELS.value)
+  try:
+    tokenizer, corpus, models = _load(
+        config, [_AR.value, _EVALUATOR.value, *widths])
+    prompts, _ = pipeline.prompts(corpus, "test", _NUM_PROMPTS.value,
+                                  _PROMPT_LENGTH.value, 1)
+  except (ValueError, OSError) as e:
+    sys.exit(f"distill_measure: error: {e}")
+  del tokenizer
+  t = _OUTPUT_LENGTH.value
+  ar = base.make_decoder("ar", output_length=t, sampling=GREEDY)
+  evaluator = models[_EVALUATOR.value]
+  ar_result, ar_alone = _decode(ar, models[_AR.value], prompts)
+  reference = np.asarray(ar_result.tokens)
+  rows = [_row("AR greedy (cached)", ar_result, ar_alone, prompts, evaluator,
+               reference)]
+
+  def bd3lm(tau, name):
+    return base.make_decoder(
+        "bd3lm", output_length=t, steps=t, block_length=widths[name],
+        remasking="threshold", threshold=tau, sampling=GREEDY,
+        kv_cache="prefix")
+
+  for name in widths:
+    for tau in map(float, _THRESHOLDS.value):
+      result, alone = _decode(bd3lm(tau, name), models[name], prompts)
+      rows.append({**_row(f"{name} tau={tau}", result, alone, prompts,
+                          evaluator, reference), "member": name, "tau": tau})
+      print(rows[-1], flush=True)
+  one = jnp.asarray(prompts[:1])
+  one_len = jnp.full((1,), prompts.shape[1], jnp.int32)
+  key = jax.random.key(0)
+  calls = {"AR greedy (cached)": lambda: ar.decode(
+      {"model": models[_AR.value]}, one, one_len, key)}
+  for name in widths:
+    decoder = bd3lm(_TIMED_TAU.value, name)
+    calls[f"{name} tau={_TIMED_TAU.value}"] = (
+        lambda d=decoder, m=models[name]: d.decode({"model": m}, one,
+                                                   one_len, key))
+  times, _ = cost.interleaved(calls, _TIMED_RUNS.value, warmup=1)
+  ar_ms = 1e3 * float(np.median(times["AR greedy (cached)"]))
+  timed = [{"label": label, "ms_median": 1e3 * float(np.median(s)),
+            "ms_min": 1e3 * float(np.min(s)),
+            "speedup_vs_ar": ar_ms / (1e3 * float(np.median(s)))}
+           for label, s in times.items()]
+  load = cost.load_summary((load_start, os.getloadavg()[0]))
+  record = {"command": records.command(), "commit": pretrained.current_commit(),
+            "set_dir": os.path.abspath(_SET_DIR.value),
+            "manifests": {n: pretrained.read_manifest(n, _SET_DIR.value)
+                          for n in widths},
+            "prompts": int(len(prompts)), "prompt_length": _PROMPT_LENGTH.value,
+            "output_length": t, "block_lengths": widths,
+            "device": jax.devices()[0].device_kind, "cpus": os.cpu_count(),
+            "load": load, "wall_s": time.time() - start,
+            "rows": rows, "timed_b1": timed}
+  os.makedirs(_OUT.value, exist_ok=True)
+  records.write_csv(rows, os.path.join(_OUT.value, "rows.csv"))
+  records.write_json(record, os.path.join(_OUT.value, "record.json"))
+  columns = ("label", "tpf_b1", "tpf_batch", "gen_ppl", "entropy", "rep_4",
+             "agreement", "common_prefix")
+  lines = [f"Command: `{record['command']}`", "",
+           f"Commit {record['commit'][:10]}; set {record['set_dir']}; "
+           f"{len(prompts)} held-out prompts of {_PROMPT_LENGTH.value} tokens, "
+           f"T = {t}, greedy; {load}.", "",
+           "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+  lines += ["| " + " | ".join(
+      r[c] if isinstance(r[c], str) else f"{r[c]:.3g}" for c in columns)
+            + " |" for r in rows]
+  lines += ["", f"B = 1, first prompt, {_TIMED_RUNS.value} interleaved rounds:",
+            "", "| decoder | ms median | ms min | speed-up vs cached AR |",
+            "|---|---|---|---|"]
+  lines += [f"| {r['label']} | {r['ms_median']:.1f} | {r['ms_min']:.1f} | "
+            f"{r['speedup_vs_ar']:.2f} |" for r in timed]
+  with open(os.path.join(_OUT.value, "record.md"), "w") as f:
+    f.write("\n".join(lines) + "\n")
+  print("\n".join(lines))
+
+
+if __name__ == "__main__":
+  app.run(main)

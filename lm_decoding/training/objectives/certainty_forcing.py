@@ -1,0 +1,181 @@
+"""Certainty-forcing self-distillation of a block-diffusion model (dParallel):
+the loss. The data set (the teacher's continuations) is
+`training/self_distillation.py`'s.
+
+dParallel (Chen et al. 2025, arXiv:2509.26488) fine-tunes a masked-diffusion
+LM on its own (or its teacher's) continuations so that it commits several
+tokens per forward pass at a confidence threshold of about 0.5. Two parts:
+
+Data (`self_distillation.teacher_continuations`,
+`self_distillation.write_distillation_set`): R prefixes of P
+training tokens, each continued for T tokens by a registered decoder on the
+teacher (the AR parent with the cached `ar` decoder is the cheapest; greedy
+and sampled); rows [prefix (P) | continuation (T)], PAD after an EOS, saved
+as `tokens.npy` int32[R, P + T] beside `manifest.json` (teacher, decoder,
+prefixes, counts, seconds, command).
+
+Loss (`certainty_forcing_loss`): semi-autoregressive masking mapped onto the
+BD3-LM training layout (`bd3lm.bd3lm_logits`, one pass over
+[x_t ; x_0]): every block of the continuation is "the current block" at
+once, each of its tokens masked with probability `mask_rate` (0.5, the
+reference's fixed ratio); the blocks before it are its clean copy, and the
+blocks after it are hidden by the block-causal mask (dParallel masks them
+fully; a block decoder never sees them either). The prefix is never masked
+nor scored. The complementary row (Fast-dLLM v2's complementary masks, also
+in the reference) masks exactly the continuation tokens the first row keeps,
+so every token is scored once per pair. On the masked positions M, with
+SUBS log-probabilities (MASK excluded):
+
+  loss = mean_{i in M} -log p(x_i)
+         + weight * mean_{i in C} H(softmax(logits_i / temperature)),
+
+C = {i in M : argmax logits_i = x_i} (the positions the model already gets
+right; the entropy is pushed down only there), weight 2.0 and temperature
+0.5 (`CERTAINTY_WEIGHT`, `CERTAINTY_TEMPERATURE`). The student is then
+decoded by `bd3lm` with remasking='threshold' at tau = 0.5.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+from lm_decoding.checks import is_count, is_number
+from lm_decoding.models.config import check_attention
+from lm_decoding.models.diffusion import subs_log_probs
+from lm_decoding.special_tokens import MASK_ID
+from lm_decoding.models.config import token_shift as shifted
+from lm_decoding.training.objectives.bd3lm import (
+    bd3lm_logits, check_block_length)
+from lm_decoding.training.objectives.common import check_tokens, maskable
+
+CERTAINTY_WEIGHT = 2.0  # beta of the entropy term (the issue's recipe)
+CERTAINTY_TEMPERATURE = 0.5  # the entropy is of softmax(logits / 0.5)
+MASK_RATE = 0.5  # dParallel's fixed masking ratio of the current block
+
+
+def semi_ar_masks(key: jax.Array, x0_BxL: jax.Array, prompt_length: int,
+                  token_shift: bool, mask_rate: float = MASK_RATE,
+                  complementary: bool = True) -> jax.Array:
+  """bool[C B, L]: the positions masked in each training row (C = 2 with
+  `complementary`, the second B rows masking exactly the continuation tokens
+  the first B keep; else C = 1).
+
+  A position may be masked only if it is in the continuation (index >=
+  `prompt_length`), not PAD, and not token 0 under a token shift
+  (`common.maskable`); each such position is masked independently with
+  probability `mask_rate`. Blocks are not drawn here: in the BD3-LM layout
+  every block is a current block (module docstring).
+
+  Args:
+    key: PRNG key.
+    x0_BxL: int32[B, L] rows [prefix | continuation].
+    prompt_length: P, the prefix never masked, in [0, L - 1].
+    token_shift: whether the model predicts token i at position i - 1.
+    mask_rate: probability in (0, 1) that a maskable token is masked.
+    complementary: add the complementary rows.
+  Returns:
+    bool[2B, L] (or [B, L]) masks.
+  """
+  length = x0_BxL.shape[1]
+  keep_BxL = (maskable(x0_BxL, token_shift)
+              & (jnp.arange(length) >= prompt_length)[None, :])
+  u_BxL = jax.random.uniform(key, x0_BxL.shape, jnp.float32)
+  masked_BxL = keep_BxL & (u_BxL < mask_rate)
+  if not complementary:
+    return masked_BxL
+  return jnp.concatenate([masked_BxL, keep_BxL & ~masked_BxL])
+
+
+def certainty_forcing_terms(logits_BxLxV: jax.Array, x0_BxL: jax.Array,
+                            masked_BxL: jax.Array, *,
+                            weight: float = CERTAINTY_WEIGHT,
+                            temperature: float = CERTAINTY_TEMPERATURE,
+                            mask_id: int = MASK_ID):
+  """The certainty-forcing loss on given logits (module docstring).
+
+  Args:
+    logits_BxLxV: float[B, L, V], index i predicting token i.
+    x0_BxL: int32[B, L] targets.
+    masked_BxL: bool[B, L] the masked (scored) positions M.
+    weight: beta >= 0 of the entropy term.
+    temperature: > 0, of the softmax whose entropy is taken.
+    mask_id: the MASK id, given probability 0 (SUBS).
+  Returns:
+    (loss float32[], metrics {'ce', 'entropy', 'correct' (the fraction of M
+    in C), 'nll' (summed CE), 'tokens' (|M|)}). With no masked position
+    the CE is 0; with no correct one the entropy term is 0.
+  """
+  x_t_BxL = jnp.where(masked_BxL, mask_id, x0_BxL)
+  log_p = subs_log_probs(logits_BxLxV, x_t_BxL, mask_id)
+  nll_BxL = -jnp.take_along_axis(log_p, x0_BxL[..., None], -1)[..., 0]
+  count = masked_BxL.sum()
+  nll = jnp.where(masked_BxL, nll_BxL, 0.0).sum()
+  ce = nll / jnp.maximum(count, 1)
+  correct_BxL = masked_BxL & (jnp.argmax(log_p, -1) == x0_BxL)
+  log_q = subs_log_probs(logits_BxLxV / temperature, x_t_BxL, mask_id)
+  entropy_BxL = -(jnp.exp(log_q) * log_q).sum(-1)
+  num_correct = correct_BxL.sum()
+  entropy = (jnp.where(correct_BxL, entropy_BxL, 0.0).sum()
+             / jnp.maximum(num_correct, 1))
+  metrics = {"ce": ce, "entropy": entropy,
+             "correct": num_correct / jnp.maximum(count, 1),
+             "nll": nll, "tokens": count}
+  return ce + weight * entropy, metrics
+
+
+def certainty_forcing_loss(logits_fn, params, tokens_BxL: jax.Array,
+                           key: jax.Array, *, block_length: int,
+                           prompt_length: int = 0,
+                           complementary: bool = True,
+                           weight: float = CERTAINTY_WEIGHT,
+                           temperature: float = CERTAINTY_TEMPERATURE,
+                           mask_rate: float = MASK_RATE,
+                           mask_id: int = MASK_ID):
+  """dParallel's certainty-forcing loss on the BD3-LM layout.
+
+  `semi_ar_masks` draws the masks (both rows of a complementary pair), one
+  pass over [x_t ; x_0] per row gives every block's denoising logits
+  (`bd3lm.bd3lm_logits`, token shift included), and
+  `certainty_forcing_terms` scores them.
+
+  Args:
+    logits_fn, params: the block-diffusion model (non-causal attention).
+    tokens_BxL: int32[B, L] rows [prefix | continuation], PAD-padded.
+    key: PRNG key of the masks.
+    block_length: W, dividing L; should divide `prompt_length` so that the
+      continuation's blocks start where `decoding.bd3lm` starts them.
+    prompt_length: P in [0, L - 1], never masked.
+    complementary, weight, temperature, mask_rate, mask_id: as
+      `semi_ar_masks` and `certainty_forcing_terms`.
+  Returns:
+    (loss float32[], metrics) of `certainty_forcing_terms`.
+  Raises:
+    ValueError: tokens not int[B, L]; block_length not dividing L;
+      prompt_length, weight, temperature or mask_rate outside its range; a
+      causal model.
+  """
+  check_tokens(tokens_BxL, min_length=1)
+  length = tokens_BxL.shape[1]
+  check_block_length(block_length, length)
+  if not is_count(prompt_length, minimum=0) or prompt_length >= length:
+    raise ValueError(f"prompt_length={prompt_length!r} must be an integer in "
+                     f"[0, {length - 1}]")
+  if not (is_number(weight) and 0 <= weight < math.inf):
+    raise ValueError(f"weight={weight!r} must be a number in [0, inf)")
+  if not (is_number(temperature) and 0 < temperature < math.inf):
+    raise ValueError(f"temperature={temperature!r} must be a number in "
+                     "(0, inf)")
+  if not (is_number(mask_rate) and 0 < mask_rate < 1):
+    raise ValueError(f"mask_rate={mask_rate!r} must be a number in (0, 1)")
+  check_attention(logits_fn, causal=False, user="certainty_forcing_loss")
+  masked_CxL = semi_ar_masks(key, tokens_BxL, prompt_length,
+                             shifted(logits_fn), mask_rate, complementary)
+  x0_CxL = jnp.tile(tokens_BxL, (masked_CxL.shape[0] // tokens_BxL.shape[0],
+                                 1))
+  x_t_CxL = jnp.where(masked_CxL, mask_id, x0_CxL)
+  logits = bd3lm_logits(logits_fn, params, x0_CxL, x_t_CxL, block_length)
+  return certainty_forcing_terms(logits, x0_CxL, masked_CxL, weight=weight,
+                                 temperature=temperature, mask_id=mask_id)

@@ -1,0 +1,139 @@
+"""The self-distillation data set: a teacher's continuations of training
+prefixes (dParallel, Chen et al. 2025, arXiv:2509.26488; the loss that trains
+on them is `objectives/certainty_forcing.py`).
+
+R prefixes of P training tokens, each continued for T tokens by a registered
+decoder on the teacher (the AR parent with the cached `ar` decoder is the
+cheapest; greedy and sampled); rows [prefix (P) | continuation (T)], PAD
+after an EOS, saved as `tokens.npy` int32[R, P + T] beside `manifest.json`
+(teacher, decoder, prefixes, counts, seconds, command).
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from lm_decoding.checks import is_count
+from lm_decoding.models import Model
+from lm_decoding.special_tokens import PAD_ID
+
+TOKENS_FILE = "tokens.npy"
+MANIFEST_FILE = "manifest.json"
+
+
+def distillation_prefixes(stream: np.ndarray, prompt_length: int, count: int,
+                          seed: int) -> np.ndarray:
+  """int32[count, P]: `count` distinct prefixes of P tokens of the token
+  stream `stream` (a training split), cut at multiples of P and drawn
+  without replacement by `numpy.random.default_rng(seed)`.
+
+  Raises:
+    ValueError: P or count below 1, or more prefixes asked than the stream
+      holds.
+  """
+  if not is_count(prompt_length) or not is_count(count):
+    raise ValueError(f"prompt_length={prompt_length!r} and count={count!r} "
+                     "must be integers >= 1")
+  available = len(stream) // prompt_length
+  if count > available:
+    raise ValueError(f"count={count} prefixes of {prompt_length} tokens; the "
+                     f"stream holds {available}")
+  starts = np.random.default_rng(seed).choice(available, count,
+                                              replace=False) * prompt_length
+  return np.stack([stream[s:s + prompt_length] for s in starts]).astype(
+      np.int32)
+
+
+def teacher_continuations(decoder, teacher: Model, prefixes_RxP: np.ndarray,
+                          key: jax.Array, batch_size: int) -> np.ndarray:
+  """int32[R, P + T]: each prefix followed by the `decoder`'s continuation.
+
+  The rows are decoded in chunks of `batch_size` (the last one padded with
+  copies of its first row, so one compile serves every chunk); chunk c
+  uses `fold_in(key, c)`, and a registered decoder's rows decode alike in
+  any batch, so the result depends on (decoder, teacher, prefixes, key,
+  batch_size) only. Tokens after a row's EOS are PAD.
+
+  Args:
+    decoder: a registered decoder config with role 'model' (e.g. `ar`).
+    teacher: the model it decodes with.
+    prefixes_RxP: int32[R, P] prompts (full length, no PAD).
+    key: PRNG key (unused by greedy decoders).
+    batch_size: rows per decode call, >= 1.
+  Raises:
+    ValueError: batch_size below 1, no prefix, or as the decoder's decode.
+  """
+  if not is_count(batch_size):
+    raise ValueError(f"batch_size={batch_size!r} must be an integer >= 1")
+  prefixes_RxP = np.asarray(prefixes_RxP, np.int32)
+  rows, prompt_length = prefixes_RxP.shape
+  if rows < 1:
+    raise ValueError("prefixes_RxP must hold at least one row")
+  models = {"model": teacher}
+  out = []
+  for c, start in enumerate(range(0, rows, batch_size)):
+    chunk = prefixes_RxP[start:start + batch_size]
+    padded = np.concatenate(
+        [chunk, np.repeat(chunk[:1], batch_size - len(chunk), 0)])
+    result = decoder.decode(models, jnp.asarray(padded),
+                            jnp.full((batch_size,), prompt_length, jnp.int32),
+                            jax.random.fold_in(key, c))
+    out.append(np.asarray(result.tokens)[:len(chunk)])
+  return np.concatenate([prefixes_RxP, np.concatenate(out)], axis=1)
+
+
+def write_distillation_set(out_dir: str | pathlib.Path, tokens_RxL: np.ndarray,
+                           manifest: dict) -> pathlib.Path:
+  """Writes `tokens.npy` (int32[R, L]) and `manifest.json` (`manifest` plus
+  'rows' and 'tokens', the non-PAD count) into `out_dir` (created).
+
+  Returns:
+    `out_dir` as a path.
+  """
+  out = pathlib.Path(out_dir)
+  out.mkdir(parents=True, exist_ok=True)
+  tokens_RxL = np.asarray(tokens_RxL, np.int32)
+  np.save(out / TOKENS_FILE, tokens_RxL)
+  manifest = {**manifest, "rows": int(tokens_RxL.shape[0]),
+              "tokens": int((tokens_RxL != PAD_ID).sum())}
+  (out / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
+  return out
+
+
+def read_distillation_set(path: str | pathlib.Path
+                          ) -> tuple[np.ndarray, dict]:
+  """(tokens int32[R, L], manifest) of a set `write_distillation_set` wrote.
+
+  Raises:
+    ValueError: `path` holds no such set.
+  """
+  path = pathlib.Path(path)
+  if not (path / TOKENS_FILE).is_file() or not (path / MANIFEST_FILE).is_file():
+    raise ValueError(f"data.distillation_set={str(path)!r} holds no "
+                     f"{TOKENS_FILE} and {MANIFEST_FILE} (write it with "
+                     "experiments/distill_data.py)")
+  return (np.load(path / TOKENS_FILE).astype(np.int32),
+          json.loads((path / MANIFEST_FILE).read_text()))
+
+
+def timed_continuations(decoders: dict, teacher: Model,
+                        prefixes_RxP: np.ndarray, key: jax.Array,
+                        batch_size: int) -> tuple[np.ndarray, dict]:
+  """(tokens int32[D R, P + T], {label: seconds}): `teacher_continuations`
+  of every decoder of `decoders` ({label: config}) in order, decoder d with
+  `fold_in(key, d)`, with each one's wall seconds (compile included: the
+  generation's compute, counted in the student's)."""
+  rows, seconds = [], {}
+  for d, (label, decoder) in enumerate(decoders.items()):
+    tick = time.time()
+    rows.append(teacher_continuations(decoder, teacher, prefixes_RxP,
+                                      jax.random.fold_in(key, d), batch_size))
+    seconds[label] = time.time() - tick
+  return np.concatenate(rows), seconds
+

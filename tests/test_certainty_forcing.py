@@ -1,0 +1,189 @@
+"""Tests of dParallel's certainty-forcing loss
+(lm_decoding/training/objectives/certainty_forcing.py) and its data set
+(lm_decoding/training/self_distillation.py)."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import stubs
+from lm_decoding.decoding import base
+from lm_decoding.decoding.sampling import SamplingConfig
+from lm_decoding.models import Model, TransformerConfig, make_logits_fn
+from lm_decoding.special_tokens import MASK_ID, PAD_ID
+from lm_decoding.training import self_distillation as sd
+from lm_decoding.training import train
+from lm_decoding.training.objectives import certainty_forcing as cf
+from lm_decoding.training.objectives.bd3lm import bd3lm_logits
+
+PARENT = TransformerConfig(vocab_size=32, d_model=32, num_layers=1,
+                           num_heads=2, num_kv_heads=2, head_dim=16,
+                           mlp_dim=64, max_len=40, attention="causal")
+STUDENT = PARENT.replace(attention="bidirectional", token_shift=True)
+PARAMS = stubs.random_params(PARENT)
+
+
+def _log_softmax(x):
+  x = np.asarray(x, np.float64)
+  x = x - x.max(-1, keepdims=True)
+  return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+def test_terms_equal_their_definition_on_a_hand_example():
+  # Vocabulary 6 (MASK = 4 is excluded from every softmax). Row 0: positions
+  # 0 (masked, argmax right), 1 (masked, argmax wrong), 2 (not masked).
+  logits = np.zeros((1, 3, 6), np.float32)
+  logits[0, 0] = [0.1, 2.0, 0.3, 0.0, 50.0, -1.0]  # argmax (no MASK) = 1
+  logits[0, 1] = [1.5, 0.2, 0.0, 0.7, 50.0, 0.4]   # argmax = 0
+  logits[0, 2] = [3.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+  x0 = np.array([[1, 5, 0]], np.int32)
+  masked = np.array([[True, True, False]])
+  loss, metrics = cf.certainty_forcing_terms(
+      jnp.asarray(logits), jnp.asarray(x0), jnp.asarray(masked))
+  keep = [0, 1, 2, 3, 5]
+  ce = np.mean([-_log_softmax(logits[0, i, keep])[keep.index(x0[0, i])]
+                for i in (0, 1)])
+  log_q = _log_softmax(logits[0, 0, keep] / 0.5)  # only position 0 is right
+  entropy = -(np.exp(log_q) * log_q).sum()
+  np.testing.assert_allclose(float(metrics["ce"]), ce, rtol=1e-5)
+  np.testing.assert_allclose(float(metrics["entropy"]), entropy, rtol=1e-5)
+  np.testing.assert_allclose(float(loss), ce + 2.0 * entropy, rtol=1e-5)
+  assert float(metrics["correct"]) == 0.5 and int(metrics["tokens"]) == 2
+
+
+def test_no_correct_position_gives_no_entropy_term():
+  logits = jnp.zeros((1, 2, 6)).at[0, :, 0].set(5.0)  # always predicts 0
+  loss, metrics = cf.certainty_forcing_terms(
+      logits, jnp.array([[1, 2]]), jnp.array([[True, True]]))
+  assert float(metrics["entropy"]) == 0.0
+  np.testing.assert_allclose(float(loss), float(metrics["ce"]))
+
+
+def test_masks_follow_the_recipe():
+  x0 = jax.random.randint(jax.random.key(0), (64, 48), 5, 32).at[3, 40:].set(
+      PAD_ID)
+  masks = np.asarray(cf.semi_ar_masks(jax.random.key(1), x0, 16, True))
+  first, second = masks[:64], masks[64:]
+  maskable = (np.asarray(x0) != PAD_ID) & (np.arange(48) >= 16)[None]
+  assert not masks[:, :16].any()  # the prefix is never masked
+  assert not masks[3, 40:].any() and not masks[67, 40:].any()  # nor PAD
+  np.testing.assert_array_equal(first ^ second, maskable)  # complementary
+  assert not (first & second).any()
+  rate = first[maskable].mean()
+  assert abs(rate - 0.5) < 4 * np.sqrt(0.25 / maskable.sum())
+  single = cf.semi_ar_masks(jax.random.key(1), x0, 16, True,
+                            complementary=False)
+  np.testing.assert_array_equal(np.asarray(single), first)
+  # Under a token shift token 0 is never masked even without a prefix.
+  assert not np.asarray(cf.semi_ar_masks(jax.random.key(2), x0, 0, True))[
+      :, 0].any()
+
+
+def test_loss_is_the_terms_on_the_bd3lm_layout_and_hides_later_blocks():
+  """The loss equals `certainty_forcing_terms` of the logits of the masked
+  rows in the BD3-LM layout, and a block's loss ignores the blocks after
+  it: changing the last block's tokens leaves block 1's terms unchanged."""
+  logits_fn = make_logits_fn(STUDENT)
+  tokens = jax.random.randint(jax.random.key(3), (2, 24), 5, 32)
+  key = jax.random.key(4)
+  loss, metrics = cf.certainty_forcing_loss(
+      logits_fn, PARAMS, tokens, key, block_length=8, prompt_length=8)
+  masked = cf.semi_ar_masks(key, tokens, 8, True)
+  x0 = jnp.tile(tokens, (2, 1))
+  logits = bd3lm_logits(logits_fn, PARAMS, x0,
+                         jnp.where(masked, MASK_ID, x0), 8)
+  expected, _ = cf.certainty_forcing_terms(logits, x0, masked)
+  np.testing.assert_allclose(float(loss), float(expected), rtol=1e-6)
+  assert int(metrics["tokens"]) == 2 * 16  # every continuation token once
+  only_block1 = masked & (jnp.arange(24) < 16)[None]
+  changed = tokens.at[:, 17:].set(7)  # the last block (16..23), past its
+  x0c = jnp.tile(changed, (2, 1))     # first token (predicted from 15)
+  logits_c = bd3lm_logits(logits_fn, PARAMS, x0c,
+                           jnp.where(masked, MASK_ID, x0c), 8)
+  a, _ = cf.certainty_forcing_terms(logits, x0, only_block1)
+  b, _ = cf.certainty_forcing_terms(logits_c, x0c, only_block1)
+  np.testing.assert_allclose(float(a), float(b), rtol=1e-6)
+
+
+def test_gradients_flow():
+  logits_fn = make_logits_fn(STUDENT)
+  tokens = jax.random.randint(jax.random.key(5), (2, 16), 5, 32).at[1, 13:].set(
+      PAD_ID)
+  loss_fn = functools.partial(cf.certainty_forcing_loss, logits_fn,
+                              block_length=4, prompt_length=4)
+  (loss, _), grads = jax.jit(jax.value_and_grad(loss_fn, has_aux=True))(
+      PARAMS, tokens, jax.random.key(6))
+  assert np.isfinite(float(loss)) and float(loss) > 0
+  norms = [float(jnp.abs(g).sum()) for g in jax.tree.leaves(grads)]
+  assert all(np.isfinite(norms)) and sum(norms) > 0
+
+
+def test_bad_options_raise():
+  logits_fn = make_logits_fn(STUDENT)
+  tokens = jnp.full((1, 16), 5, jnp.int32)
+  for kwargs, match in (({"block_length": 5}, "block_length"),
+                        ({"block_length": 4, "prompt_length": 16},
+                         "prompt_length"),
+                        ({"block_length": 4, "weight": -1.0}, "weight"),
+                        ({"block_length": 4, "temperature": 0.0},
+                         "temperature"),
+                        ({"block_length": 4, "mask_rate": 1.0}, "mask_rate")):
+    with pytest.raises(ValueError, match=match):
+      cf.certainty_forcing_loss(logits_fn, PARAMS, tokens, jax.random.key(0),
+                                **kwargs)
+  with pytest.raises(ValueError, match="certainty_forcing_loss"):
+    cf.certainty_forcing_loss(make_logits_fn(PARENT), PARAMS, tokens,
+                              jax.random.key(0), block_length=4)
+
+
+def test_data_generation_is_deterministic_for_a_seed(tmp_path):
+  stream = np.arange(5, 5 + 200, dtype=np.int32) % 32
+  prefixes = sd.distillation_prefixes(stream, 6, 5, seed=0)
+  np.testing.assert_array_equal(prefixes,
+                                sd.distillation_prefixes(stream, 6, 5, seed=0))
+  assert not np.array_equal(prefixes,
+                            sd.distillation_prefixes(stream, 6, 5, seed=1))
+  assert prefixes.shape == (5, 6)
+  positions = sd.distillation_prefixes(np.arange(200), 6, 33, seed=0)
+  assert len(set(positions[:, 0])) == 33  # no prefix drawn twice
+  assert set(positions[:, 0] % 6) == {0}  # cut at multiples of P
+  teacher = Model(make_logits_fn(PARENT), PARAMS)
+  decoders = {f"t={t}": base.make_decoder(
+      "ar", output_length=8, sampling=SamplingConfig(temperature=t))
+              for t in (0.0, 1.0)}
+  runs = [sd.timed_continuations(decoders, teacher, prefixes,
+                                 jax.random.key(seed), batch_size=2)[0]
+          for seed in (0, 0, 1)]
+  np.testing.assert_array_equal(runs[0], runs[1])
+  assert runs[0].shape == (10, 14)
+  np.testing.assert_array_equal(runs[0][:5, :6], prefixes)
+  np.testing.assert_array_equal(runs[0][:5], runs[2][:5])  # greedy: no key
+  assert not np.array_equal(runs[0][5:], runs[2][5:])  # sampled: the key
+  # Rows decode alike in any batch: chunks of 2 (padded) or all at once.
+  greedy = sd.teacher_continuations(decoders["t=0.0"], teacher, prefixes,
+                                    jax.random.key(0), batch_size=5)
+  np.testing.assert_array_equal(greedy, runs[0][:5])
+  out = sd.write_distillation_set(tmp_path / "set", runs[0], {"teacher": "x"})
+  tokens, manifest = sd.read_distillation_set(out)
+  np.testing.assert_array_equal(tokens, runs[0])
+  assert manifest["rows"] == 10 and manifest["teacher"] == "x"
+  with pytest.raises(ValueError, match="distillation_set"):
+    sd.read_distillation_set(tmp_path / "none")
+  with pytest.raises(ValueError, match="count"):
+    sd.distillation_prefixes(stream, 6, 40, seed=0)
+
+
+def test_train_wires_the_objective():
+  assert "certainty_forcing" in train.OBJECTIVES
+  loss = train.objective_loss("certainty_forcing", 4, prompt_length=4)
+  tokens = jax.random.randint(jax.random.key(7), (2, 16), 5, 32)
+  direct, _ = cf.certainty_forcing_loss(
+      make_logits_fn(STUDENT), PARAMS, tokens, jax.random.key(8),
+      block_length=4, prompt_length=4)
+  wired, _ = loss(make_logits_fn(STUDENT), PARAMS, tokens, jax.random.key(8))
+  np.testing.assert_allclose(float(wired), float(direct))
