@@ -37,8 +37,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from lm_decoding.evaluation import cost, cost_model  # noqa: E402
-from lm_decoding.studies import cost_model_check, records  # noqa: E402
+from lm_decoding.evaluation import cost, cost_model, records  # noqa: E402
+from lm_decoding.studies import cost_model_check  # noqa: E402
 from lm_decoding.models import TransformerConfig  # noqa: E402
 
 # name -> model shape; "large" (29M parameters, 117 MB in float32) does not

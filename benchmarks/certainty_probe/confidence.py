@@ -26,7 +26,7 @@ from lm_decoding.special_tokens import MASK_ID
 from lm_decoding.training.objectives import certainty_forcing as cf
 from lm_decoding.training import pretrained
 from lm_decoding.training import train
-from lm_decoding.training.objectives import _bd3lm_logits
+from lm_decoding.training.objectives.bd3lm import bd3lm_logits
 
 
 def main(set_dir, data_dir, *members):
@@ -46,7 +46,7 @@ def main(set_dir, data_dir, *members):
                                     pretrained.read_manifest(name, set_dir),
                                     config)
     fn = make_logits_fn(config)
-    logits = jax.jit(lambda p: _bd3lm_logits(fn, p, rows, x_t, 16))(params)
+    logits = jax.jit(lambda p: bd3lm_logits(fn, p, rows, x_t, 16))(params)
     _, terms = cf.certainty_forcing_terms(logits, rows, masked)
     top = np.asarray(jnp.max(jax.nn.softmax(logits, -1), -1))[m]
     print(f"| {name} | {float(terms['ce']):.3f} | {float(terms['correct']):.3f}"
