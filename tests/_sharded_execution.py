@@ -117,6 +117,9 @@ def main(only: tuple[str, ...] = ("",)):
   bi_params = init_params(bidirectional, jax.random.key(1))
   causal_model = Model(make_logits_fn(cfg), params)
   bi_model = Model(make_logits_fn(bidirectional), bi_params)
+  # self-speculation drafts with a block-diffusion model with a token shift
+  shifted_model = Model(make_logits_fn(bidirectional.replace(
+      token_shift=True)), bi_params)
   batch, prompt_width, output_length = 8, 4, 6
   prompts = jax.random.randint(jax.random.key(2), (batch, prompt_width), 5,
                                64)
@@ -164,7 +167,8 @@ def main(only: tuple[str, ...] = ("",)):
       options["sampling"] = sampling.SamplingConfig(temperature=0.0)
     decoder = make_decoder(name, **options)
     denoises = "mask_id" in fields
-    models = {role: bi_model if denoises and role != "target"
+    denoiser = (shifted_model if name == "self_speculative" else bi_model)
+    models = {role: denoiser if denoises and role != "target"
               else causal_model for role in decoder.roles}
     return decoder, models
 
@@ -248,8 +252,8 @@ def main(only: tuple[str, ...] = ("",)):
     new_state, metrics = step(
         state, sharding.shard_batch(tokens, mesh), train_key)
     # The gradients themselves (the step's metrics hold only their norm).
-    loss = lambda p: train._LOSSES["ar"](make_logits_fn(cfg), p, tokens,
-                                         train_key)[0]
+    loss = lambda p: train.objective_loss("ar")(make_logits_fn(cfg), p,
+                                                tokens, train_key)[0]
     ref_grads = jax.jit(jax.grad(loss))(params)
     param_shardings = shardings.params
     grads = jax.jit(jax.grad(loss), in_shardings=(param_shardings,),

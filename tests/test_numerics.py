@@ -40,10 +40,11 @@ def denoises(name: str) -> bool:
       base.decoder_class(name))}
 
 
-def bf16_model(attention: str) -> Model:
+def bf16_model(attention: str, token_shift: bool = False) -> Model:
   cfg = TransformerConfig(vocab_size=V, d_model=32, num_layers=2, num_heads=2,
                           num_kv_heads=1, head_dim=16, mlp_dim=64,
                           max_len=MAX_LEN, attention=attention,
+                          token_shift=token_shift,
                           dtype="bfloat16", param_dtype="bfloat16")
   return Model(make_logits_fn(cfg), init_params(cfg, jax.random.key(1)))
 
@@ -62,7 +63,8 @@ def test_bf16_decodes_finite_at_max_len(name, debugging):
   if "sampling" in fields:
     options["sampling"] = sampling.SamplingConfig(temperature=1.0)
   decoder = make_decoder(name, **options)
-  causal, bidirectional = bf16_model("causal"), bf16_model("bidirectional")
+  causal, bidirectional = bf16_model("causal"), bf16_model(
+      "bidirectional", token_shift=name == "self_speculative")
   models = {role: bidirectional if denoises(name) and role != "target"
             else causal for role in decoder.roles}
   prompts = jax.random.randint(jax.random.key(2), (2, PROMPT), 5, V)

@@ -380,7 +380,7 @@ def test_base_grid_is_the_full_one_without_the_uncached_full_pass_rows():
   ordering; uniform diffusion's one-canvas rows (K = 8, 32) are kept."""
   full, base = load_config("full").compare, load_config("base").compare
   kept = [d for d in full.decoders if d in base.decoders]
-  assert list(base.decoders) == kept and len(kept) == 14
+  assert list(base.decoders) == kept and len(kept) == 16
   labels = [d.split("|")[0].strip() for d in base.decoders]
   assert "AR cached" in labels and "AR uncached" not in labels
   assert sum("| uniform_eb |" in d for d in base.decoders) == 2

@@ -180,5 +180,14 @@ def causal_view(model: Model) -> Model:
   if config is None:
     return model
   causal = config.replace(attention="causal", block_length=0)
-  return Model(dataclasses.replace(model.logits_fn, config=causal),
-               model.params, model.ids)
+  return Model(_with_config(model.logits_fn, causal), model.params,
+               model.ids)
+
+
+def _with_config(logits_fn, config):
+  """`logits_fn` with `config`; a wrapper (a sharded logits_fn, whose config
+  is its inner one's) gets its inner logits_fn replaced."""
+  if "config" in {f.name for f in dataclasses.fields(logits_fn)}:
+    return dataclasses.replace(logits_fn, config=config)
+  return dataclasses.replace(
+      logits_fn, logits_fn=_with_config(logits_fn.logits_fn, config))

@@ -16,6 +16,7 @@ import dataclasses
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from lm_decoding.models import int8
 from lm_decoding.models import masks
@@ -344,7 +345,7 @@ class Transformer(nn.Module):
     cfg = self.config
     b, l = tokens_BxL.shape
     if not isinstance(positions_BxL, jax.core.Tracer):  # known: checked
-      top = int(jnp.max(positions_BxL, initial=-1))
+      top = int(np.max(np.asarray(positions_BxL), initial=-1))
       if top >= cfg.max_len:
         raise ValueError(f"positions reach {top}; the model's max_len="
                          f"{cfg.max_len} allows 0..{cfg.max_len - 1}")
