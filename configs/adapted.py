@@ -18,13 +18,11 @@ Usage:
       --workdir=/tmp/adapted_compare
 """
 
-import pathlib
 
 import ml_collections
 
-from lm_decoding.config_reference import load_config
+from lm_decoding.config_reference import load_sized
 
-_SIZES = ("tiny", "base")
 
 
 def adapted_decoders() -> tuple[str, ...]:
@@ -55,10 +53,7 @@ def adapted_decoders() -> tuple[str, ...]:
 
 
 def get_config(size: str = "tiny") -> ml_collections.ConfigDict:
-  if size not in _SIZES:
-    raise ValueError(f"configs/adapted.py:<size> must be one of {_SIZES}, "
-                     f"got {size!r}")
-  config = load_config(pathlib.Path(__file__).with_name(f"{size}.py"))
+  config = load_sized(__file__, size)
   if size == "tiny":
     config.compare.decoders = (
         "AR cached | ar | model=ar",

@@ -27,13 +27,11 @@ Usage:
       --workdir=/tmp/rules
 """
 
-import pathlib
 
 import ml_collections
 
-from lm_decoding.config_reference import load_config
+from lm_decoding.config_reference import load_sized
 
-_SIZES = ("tiny", "base")
 THRESHOLDS = (0.3, 0.5, 0.7, 0.9)  # tau
 FACTOR = 1.0  # f of Fast-dLLM's factor rule
 ENTROPY_BOUNDS = (0.1, 1.0)  # gamma, nats, of the entropy bound
@@ -67,10 +65,7 @@ def rule_decoders() -> tuple[str, ...]:
 
 
 def get_config(size: str = "tiny") -> ml_collections.ConfigDict:
-  if size not in _SIZES:
-    raise ValueError(f"configs/rules.py:<size> must be one of {_SIZES}, "
-                     f"got {size!r}")
-  config = load_config(pathlib.Path(__file__).with_name(f"{size}.py"))
+  config = load_sized(__file__, size)
   config.compare.output_lengths = (256,)
   config.compare.batch_sizes = (8,)
   config.compare.timed_runs = 1

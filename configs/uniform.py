@@ -28,23 +28,18 @@ Usage:
       --workdir=/tmp/uniform_few_step
 """
 
-import pathlib
 
 import ml_collections
 
-from lm_decoding.config_reference import load_config
+from lm_decoding.config_reference import load_sized
 
-_SIZES = ("tiny", "base")
 STEPS = (1, 2, 4, 8, 16)  # K, the few-step axis
 ENTROPY_BOUNDS = (0.1, 0.5, 2.0, 8.0)  # nats, entropy_bound on 'mdlm'
 THRESHOLDS = (0.9, 0.7, 0.5)  # tau, threshold on 'mdlm'
 
 
 def get_config(size: str = "tiny") -> ml_collections.ConfigDict:
-  if size not in _SIZES:
-    raise ValueError(f"configs/uniform.py:<size> must be one of {_SIZES}, "
-                     f"got {size!r}")
-  config = load_config(pathlib.Path(__file__).with_name(f"{size}.py"))
+  config = load_sized(__file__, size)
   config.compare.output_lengths = (64,)
   config.compare.batch_sizes = (16,)
   config.compare.timed_runs = 2

@@ -50,6 +50,23 @@ def load_config(path: pathlib.Path, preset: str = "") -> ml_collections.ConfigDi
   return module.get_config(preset) if preset else module.get_config()
 
 
+SIZES = ("tiny", "base")  # the shipped sets a study config can start from
+
+
+def load_sized(config_file: str, size: str) -> ml_collections.ConfigDict:
+  """`configs/<size>.py` beside `config_file` (a study's config, e.g.
+  configs/rules.py), the start of a config that takes `:tiny` or `:base`.
+
+  Raises:
+    ValueError: `size` not in SIZES, naming `configs/<file>:<size>`.
+  """
+  path = pathlib.Path(config_file)
+  if size not in SIZES:
+    raise ValueError(f"configs/{path.name}:<size> must be one of {SIZES}, "
+                     f"got {size!r}")
+  return load_config(path.with_name(f"{size}.py"))
+
+
 def flatten(config: ml_collections.ConfigDict,
             prefix: str = "") -> dict[str, Any]:
   """{'compare.batch_sizes': (1, 8), ...}: every leaf key of `config`

@@ -320,15 +320,15 @@ def _greedy_agreement(rows: Sequence[dict], planned: Sequence[Planned],
   judged against another greedy row (AR greedy): the fraction of its fixed-length
   tokens [B, T] equal to that row's, position by position (same prompts; a
   decoder that reproduces AR greedy scores 1)."""
-  greedy = {(p.label, p.output_length) for p in planned
-            if entries.greedy(p.decoder)}
+  by_label = {(p.label, p.output_length): p for p in planned
+              if entries.greedy(p.decoder)}
   for row, p in zip(rows, planned):
-    own = p.label, p.output_length, quality_batch
-    other = p.judged_against, p.output_length, quality_batch
-    if (row["batch_size"] == quality_batch and own[:2] in greedy
-        and other[:2] in greedy and other != own):
+    ref = by_label.get((p.judged_against, p.output_length))
+    if (row["batch_size"] == quality_batch and ref is not None
+        and ref is not p and entries.greedy(p.decoder)):
       row["greedy_agreement"] = float(jnp.mean(
-          fixed_tokens[own] == fixed_tokens[other]))
+          fixed_tokens[p.decoder, p.roles, quality_batch]
+          == fixed_tokens[ref.decoder, ref.roles, quality_batch]))
 
 
 def run(planned: Sequence[Planned], models: Mapping[str, Model],
@@ -383,7 +383,6 @@ def run(planned: Sequence[Planned], models: Mapping[str, Model],
     timing, _, fixed = cost.measure(
         _jit_decode(p.decoder, args, mesh, rules), args, 0, runs)
     fixed_tokens[p.decoder, p.roles, b] = fixed.tokens
-    fixed_tokens[p.label, t, b] = fixed.tokens
     eos_fn = _jit_decode(p.eos_decoder, args, mesh, rules)
     if b == quality_batch:  # first: work runs the largest batch first
       eos = eos_fn(*args)
