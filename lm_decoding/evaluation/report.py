@@ -358,11 +358,14 @@ def plot_speedup(found: Sequence[frontier.Verdict],
       ax.annotate(f"{v.speedup(p):.2f}x", (v.speedup(p), y), fontsize=7,
                   xytext=(3, -3), textcoords="offset points")
     ax.axvline(1.0, color="black", lw=1)
-    ax.set_xlim(right=1.6 * max(1.0, *(v.speedup(pts[x]) for x in shown)))
+    speedups = [v.speedup(pts[x]) for x in shown]
     ax.set_yticks(range(len(shown)), shown, fontsize=7)
     ax.invert_yaxis()
+    # Bars start at 0, off a log axis: both limits are set after the scale,
+    # or the left one collapses towards 0 and every bar looks full.
     ax.set(xscale="log", xlabel=f"{v.judged_against} ms / decoder ms "
            "(log; > 1 is faster)", title=_title(key, baseline))
+    ax.set_xlim(0.5 * min(1.0, *speedups), 1.6 * max(1.0, *speedups))
     ax.grid(True, axis="x", which="both", alpha=0.3)
   fig.suptitle(f"Speed-up over each panel's reference; filled: within the "
                f"quality tolerance of it (gen-PPL at most {tolerance.gen_ppl:.0%} "
