@@ -32,6 +32,7 @@ from absl import app
 from absl import flags
 import jax
 import jax.numpy as jnp
+import ml_collections
 from ml_collections import config_flags
 import numpy as np
 
@@ -231,15 +232,17 @@ def main(_):
                             _WORKDIR.value, data_format=config.data.format)
   prompts, _ = pipeline.prompts(corpus, "test", max(map(int, _BATCHES.value)),
                                 cmp.prompt_len, cmp.reference_len)
-  members = pretrained.member_configs(config)
   rows = []
   for name in _MEMBERS.value:
-    model_config = train_lib.model_config(members[name])
+    # The stored recipe, so a member outside the config (a distilled
+    # student) loads as well as the config's own.
     manifest = pretrained.read_manifest(name, set_dir)
+    recipe = ml_collections.ConfigDict(manifest["recipe"])
+    model_config = train_lib.model_config(recipe)
     params = pretrained.load_member(set_dir / name, manifest, model_config)
     run = call_rows if _CALLS_ONLY.value else measure
     rows += run(name, Model(make_logits_fn(model_config), params),
-                members[name].train.block_length, prompts)
+                recipe.train.block_length, prompts)
   record = {"command": "python " + " ".join(sys.argv),
             "commit": pretrained.current_commit(),
             "set_dir": str(set_dir),
