@@ -14,7 +14,10 @@ the row decoded alone (B = 1, the latency case) and the batch's T / NFE;
 gen-PPL under --evaluator, unigram entropy, rep-4; agreement with AR
 greedy's tokens (the fraction of the T positions that hold the same token,
 and the mean length of the common prefix). AR greedy (`ar`, cached) is the
-reference row. Then the AR decode and each member at --timed_tau are timed
+reference row. With --self_speculative_gammas, each member is also decoded
+by `self_speculative` (draft in diffusion mode, verify at block size 1: the
+member's own AR greedy output, token for token), its TPF the tokens per
+verifying call (T / rounds), and timed beside the others at the first gamma. Then the AR decode and each member at --timed_tau are timed
 in turns (`cost.interleaved`, --timed_runs rounds) at B = 1 on the first
 prompt: ms per sequence and the speed-up over cached AR.
 
@@ -63,6 +66,9 @@ _PROMPT_LENGTH = flags.DEFINE_integer("prompt_length", 16, "P, tokens.")
 _OUTPUT_LENGTH = flags.DEFINE_integer("output_length", 256, "T, tokens.")
 _TIMED_TAU = flags.DEFINE_float("timed_tau", 0.5, "tau of the timed rows.")
 _TIMED_RUNS = flags.DEFINE_integer("timed_runs", 5, "Timed rounds at B = 1.")
+_GAMMAS = flags.DEFINE_list(
+    "self_speculative_gammas", [], "Also decode each member with "
+    "`self_speculative` at each gamma (its lossless AR view's greedy output).")
 _OUT = flags.DEFINE_string("out", None, "Output folder.", required=True)
 
 GREEDY = SamplingConfig(temperature=0.0)
@@ -86,14 +92,22 @@ def _load(config, names):
   return tokenizer, corpus, {n: m.model for n, m in loaded.items()}
 
 
+def _tpf(decoder, result) -> float:
+  """Tokens per forward of one row's result: T / NFE, or for a draft-and-
+  verify decoder the tokens per verifying call (T / rounds)."""
+  if "rounds" in result.stats:
+    return float(decoder.output_length / result.stats["rounds"][0])
+  return float(decoder.output_length / result.nfe)
+
+
 def _decode(decoder, model, prompts):
-  """(DecodeResult of the batch, [T / NFE of each row decoded alone])."""
+  """(DecodeResult of the batch, [TPF of each row decoded alone])."""
   models = {"model": model}
   lengths = jnp.full((prompts.shape[0],), prompts.shape[1], jnp.int32)
   key = jax.random.key(0)
   batch = decoder.decode(models, jnp.asarray(prompts), lengths, key)
-  alone = [float(decoder.output_length / decoder.decode(
-      models, jnp.asarray(prompts[i:i + 1]), lengths[:1], key).nfe)
+  alone = [_tpf(decoder, decoder.decode(
+      models, jnp.asarray(prompts[i:i + 1]), lengths[:1], key))
            for i in range(prompts.shape[0])]
   return batch, alone
 
@@ -106,7 +120,9 @@ def _row(label, result, alone, prompts, evaluator, reference):
   same = tokens == reference
   prefix = np.where(same.all(1), same.shape[1], np.argmin(same, 1))
   return {"label": label, "tpf_b1": float(np.mean(alone)),
-          "tpf_batch": float(tokens.shape[1] / int(result.nfe)),
+          "tpf_batch": float(tokens.shape[1] / np.max(result.stats["rounds"])
+                             if "rounds" in result.stats
+                             else tokens.shape[1] / int(result.nfe)),
           "gen_ppl": float(ppl.ppl), "entropy": float(np.mean(ppl.row_entropy)),
           "rep_4": float(np.nanmean(quality.repetition_rate(tokens, lengths,
                                                             4))),
@@ -144,11 +160,22 @@ def main(argv):
         remasking="threshold", threshold=tau, sampling=GREEDY,
         kv_cache="prefix")
 
+  def self_speculative(gamma):
+    return base.make_decoder("self_speculative", output_length=t,
+                             gamma=gamma, sampling=GREEDY)
+
+  gammas = [int(g) for g in _GAMMAS.value]
   for name in widths:
     for tau in map(float, _THRESHOLDS.value):
       result, alone = _decode(bd3lm(tau, name), models[name], prompts)
       rows.append({**_row(f"{name} tau={tau}", result, alone, prompts,
                           evaluator, reference), "member": name, "tau": tau})
+      print(rows[-1], flush=True)
+    for gamma in gammas:
+      result, alone = _decode(self_speculative(gamma), models[name], prompts)
+      rows.append({**_row(f"{name} self_speculative gamma={gamma}", result,
+                          alone, prompts, evaluator, reference),
+                   "member": name, "gamma": gamma})
       print(rows[-1], flush=True)
   one = jnp.asarray(prompts[:1])
   one_len = jnp.full((1,), prompts.shape[1], jnp.int32)
@@ -160,6 +187,10 @@ def main(argv):
     calls[f"{name} tau={_TIMED_TAU.value}"] = (
         lambda d=decoder, m=models[name]: d.decode({"model": m}, one,
                                                    one_len, key))
+    if gammas:
+      calls[f"{name} self_speculative gamma={gammas[0]}"] = (
+          lambda d=self_speculative(gammas[0]), m=models[name]: d.decode(
+              {"model": m}, one, one_len, key))
   times, _ = cost.interleaved(calls, _TIMED_RUNS.value, warmup=1)
   ar_ms = 1e3 * float(np.median(times["AR greedy (cached)"]))
   timed = [{"label": label, "ms_median": 1e3 * float(np.median(s)),
