@@ -35,25 +35,19 @@ from lm_decoding.models.binding import Conventions, Model
 from lm_decoding.models.output import ModelOutput
 
 GOLDENS = pathlib.Path(__file__).parent / "goldens"
-VOCAB, MASK_ID, DIM, MAX_LEN = 24, 23, 8, 136
+MASK_ID = 23
 GREEDY = SamplingConfig(temperature=0.0)
 
 
 class _VisibleBag:
-  """sampler_goldens.py's stub in JAX: logits[i] = A[p_i] + E[x_i] C +
-  mean over the keys i may see (its attention_mask) of E[x_j] B, MASK's
-  column of A lowered by 30; `token_shift` as the family's config says."""
+  """sampler_goldens.py's stub in JAX, its weights read from the golden
+  (`stub_A`, ...): logits[i] = A[p_i] + E[x_i] C + mean over the keys i
+  may see (its attention_mask) of E[x_j] B; `token_shift` as the family's
+  config says."""
 
-  vocab_size, max_len = VOCAB, MAX_LEN
-
-  def __init__(self, seed, token_shift):
-    rng = np.random.RandomState(seed)
-    w = dict(A=rng.standard_normal((MAX_LEN, VOCAB)) * 4.0,
-             E=rng.standard_normal((VOCAB, DIM)),
-             B=rng.standard_normal((DIM, VOCAB)) * 2.0,
-             C=rng.standard_normal((DIM, VOCAB)) * 2.0)
-    w["A"][:, MASK_ID] -= 30.0
-    self.w = {k: jnp.asarray(v, jnp.float32) for k, v in w.items()}
+  def __init__(self, golden, token_shift):
+    self.w = {k: jnp.asarray(golden[f"stub_{k}"]) for k in "AEBC"}
+    self.max_len, self.vocab_size = golden["stub_A"].shape
     self.config = types.SimpleNamespace(token_shift=token_shift)
 
   def __call__(self, params, tokens, positions, cache=None,
@@ -70,8 +64,8 @@ class _VisibleBag:
     return ModelOutput(logits, None, e_BxLxD)
 
 
-def _decode(golden, seed, token_shift, name, **options):
-  model = Model(_VisibleBag(seed, token_shift), None,
+def _decode(golden, token_shift, name, **options):
+  model = Model(_VisibleBag(golden, token_shift), None,
                 Conventions(mask_id=MASK_ID, eos_ids=(22,), pad_id=0))
   decoder = base.make_decoder(name, output_length=64, eos_ids=(),
                               mask_id=MASK_ID, pad_id=0, **options)
@@ -88,7 +82,7 @@ def _decode(golden, seed, token_shift, name, **options):
 def test_llada_with_dream_transfer_draws_what_dream_generate_draws(
     alg, remasking):
   golden = np.load(GOLDENS / "dream_sampler.npz")
-  got = _decode(golden, 0, True, "llada", steps=32, remasking=remasking,
+  got = _decode(golden, True, "llada", steps=32, remasking=remasking,
                 transfer="dream")
   np.testing.assert_array_equal(got, golden[alg])
 
@@ -100,7 +94,7 @@ def test_llada_with_dream_transfer_draws_what_dream_generate_draws(
                         threshold=0.85))])
 def test_bd3lm_draws_what_sdar_generate_draws(setting, options):
   golden = np.load(GOLDENS / "sdar_sampler.npz")
-  got = _decode(golden, 1, False, "bd3lm", kv_cache="none", sampling=GREEDY,
+  got = _decode(golden, False, "bd3lm", kv_cache="none", sampling=GREEDY,
                 **options)
   np.testing.assert_array_equal(got, golden[setting])
 
@@ -111,9 +105,9 @@ def test_bd3lm_draws_what_fast_dllm_v2_generate_draws():
   options = dict(block_length=32, steps=64, remasking="threshold",
                  threshold=0.9, sub_block_length=8, kv_cache="none",
                  sampling=GREEDY)
-  got = _decode(golden, 2, True, "bd3lm", ar_first_token=True, **options)
+  got = _decode(golden, True, "bd3lm", ar_first_token=True, **options)
   np.testing.assert_array_equal(got, golden["tokens"])
-  assert not np.array_equal(_decode(golden, 2, True, "bd3lm", **options),
+  assert not np.array_equal(_decode(golden, True, "bd3lm", **options),
                             golden["tokens"])
 
 

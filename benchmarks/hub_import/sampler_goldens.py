@@ -22,7 +22,8 @@ The reference samplers are not part of this repository; pass the files:
                 Fast_dLLM_v2_7B/modeling.py at d3a3470), the two methods
                 taken from the file by name.
 
-The stub (`stub_weights`, rebuilt in the test) is a bag-of-tokens
+The stub (`stub_weights`, stored in each golden as float32 `stub_A`, ...,
+which the test reads) is a bag-of-tokens
 denoiser, float64 here: logits[i] = A[p_i] + E[x_i] C + mean_{j visible
 from i} E[x_j] B, with MASK's logit lowered by 30 (the references may draw
 MASK, ours never does); "visible" is the attention pattern of the family
@@ -85,7 +86,7 @@ def load(path, name):
   return module
 
 
-def dream(path, seed=0):
+def dream(path, seed):
   """Dream's diffusion_generate, greedy, one block of 64, 32 steps, per alg."""
   generation = load(path, "dream_generation_utils")
   # transformers 5 calls validate(user_set_attributes=...); Dream's takes none
@@ -121,7 +122,7 @@ def dream(path, seed=0):
   return out
 
 
-def sdar(path, seed=1):
+def sdar(path, seed):
   """SDAR's block_diffusion_generate, one row at a time (its batch is 1)."""
   reference = load(path, "sdar_generate")
   stub = Stub(seed)
@@ -168,7 +169,7 @@ def sdar(path, seed=1):
   return out
 
 
-def fast_dllm_v2(path, seed=2):
+def fast_dllm_v2(path, seed):
   """Fast-dLLM v2's generate: blocks of 32, sub-blocks of 8, threshold 0.9."""
   tree = ast.parse(pathlib.Path(path).read_text())
   methods = [node for cls in tree.body if isinstance(cls, ast.ClassDef)
@@ -214,10 +215,12 @@ def main():
   parser.add_argument("--sdar")
   parser.add_argument("--fast_dllm_v2")
   args = parser.parse_args()
-  for name, writer in (("dream", dream), ("sdar", sdar),
-                       ("fast_dllm_v2", fast_dllm_v2)):
+  for name, writer, seed in (("dream", dream, 0), ("sdar", sdar, 1),
+                             ("fast_dllm_v2", fast_dllm_v2, 2)):
     if getattr(args, name):
-      arrays = writer(getattr(args, name))
+      arrays = writer(getattr(args, name), seed)
+      arrays.update({f"stub_{k}": v.astype(np.float32)
+                     for k, v in stub_weights(seed).items()})
       np.savez(pathlib.Path(args.folder) / f"{name}_sampler.npz", **arrays)
       print(name, {k: v.shape for k, v in arrays.items()})
 
