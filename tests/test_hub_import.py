@@ -355,6 +355,11 @@ def test_a_direct_decode_refuses_a_model_that_cannot_serve_it():
                      "attends over the whole canvas"):
     base.make_decoder("llada", output_length=8, steps=2).decode(
         sdar, prompts, lengths, jax.random.key(0))
+  # The decoders built for a block-causal model pass the check.
+  v2 = imported("Fast_dLLM_Qwen")
+  for name, options in (("bd3lm", dict(block_length=8, steps=2)),
+                        ("self_speculative", {})):
+    base.check_models(base.make_decoder(name, output_length=8, **options), v2)
 
 
 # --- LLaDA's own sampler on a stub (the golden of its generate) ---------------

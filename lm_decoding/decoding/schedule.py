@@ -101,7 +101,7 @@ def dream_schedule(num_masked: jax.Array | int, steps: int,
   taken in float32 as Dream's generate takes it, so the counts match its
   commits exactly (a count may be 0: early steps of a long grid commit
   nothing). Worked example: 64 over 8 -> [7, 8, 8, 8, 8, 8, 8, 9] (the
-  remaining 64, 56, ... shrink while 1 - s / t grows to 1).
+  remaining 64, 57, ... shrink while 1 - s / t grows to 1).
 
   Args:
     num_masked: int[] masked positions at the start (>= 0; may be traced).
