@@ -351,10 +351,15 @@ def test_a_direct_decode_refuses_a_model_that_cannot_serve_it():
     base.make_decoder("bd3lm", output_length=8, block_length=8,
                       steps=2).decode(sdar, prompts, lengths,
                                       jax.random.key(0))
+  with pytest.raises(ValueError, match="has block_length=8; the model is "
+                     "block-causal"):  # None: one block of T = 8
+    base.make_decoder("bd3lm", output_length=8, steps=2).decode(
+        sdar, prompts, lengths, jax.random.key(0))
   with pytest.raises(ValueError, match="decoder 'llada' \\(role 'model'\\) "
                      "attends over the whole canvas"):
-    base.make_decoder("llada", output_length=8, steps=2).decode(
-        sdar, prompts, lengths, jax.random.key(0))
+    base.make_decoder("llada", output_length=8, steps=2,
+                      block_length=4).decode(sdar, prompts, lengths,
+                                             jax.random.key(0))
   # The decoders built for a block-causal model pass the check.
   v2 = imported("Fast_dLLM_Qwen")
   for name, options in (("bd3lm", dict(block_length=8, steps=2)),

@@ -70,6 +70,14 @@ def role_needs(decoder: Any) -> dict[str, tuple[bool, bool]]:
   return declared
 
 
+def _block_length(decoder: Any) -> int | None:
+  """The block length W a denoiser commits (`block_size()`: its
+  `block_length`, or the whole output when None), None if it has none."""
+  if hasattr(decoder, "block_size"):
+    return decoder.block_size()
+  return getattr(decoder, "block_length", None)
+
+
 def serves(decoder: Any, models: Mapping[str, Model]) -> None:
   """Raises ValueError, naming the decoder and role, when a bound model
   cannot serve it (`models.binding.check_serves`: AR decoding of a
@@ -82,7 +90,7 @@ def serves(decoder: Any, models: Mapping[str, Model]) -> None:
     if role not in models:
       continue
     user = f"decoder {name!r} (role {role!r})"
-    block = None if causal else getattr(decoder, "block_length", None)
+    block = None if causal else _block_length(decoder)
     check_serves(models[role], user, causal=causal, block_length=block,
                  masked=masked)
     c = conventions(models[role])
