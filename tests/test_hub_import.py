@@ -325,6 +325,48 @@ def test_block_decoders_must_use_the_models_block_length(tmp_path):
                       {"model": model})
 
 
+def test_a_direct_decode_refuses_a_model_that_cannot_serve_it():
+  """Without the hub job's `adopt`: `decoder.decode` (and its jit) refuses
+  an imported model that cannot serve the decoder's role, naming both,
+  before anything is traced (the params are None: any model call would
+  fail otherwise)."""
+  from lm_decoding.decoding import base
+
+  def imported(case):
+    fields = CASES[case][0]
+    return {"model": Model(make_logits_fn(checkpoints.config_from_hf(fields)),
+                           None, checkpoints.conventions_from_hf(fields))}
+
+  prompts, lengths = jnp.ones((1, 3), jnp.int32), jnp.full((1,), 3)
+  ar = base.make_decoder("ar", output_length=4)
+  for run in (ar.decode, base.jit_decode(ar)):
+    with pytest.raises(ValueError, match=r"decoder 'ar' \(role 'model'\) "
+                       r"needs 'causal' attention; the model's is "
+                       r"'bidirectional'"):
+      run(imported("Dream"), prompts, lengths, jax.random.key(0))
+  sdar = imported("sdar")
+  with pytest.raises(ValueError, match=r"decoder 'bd3lm' \(role 'model'\) "
+                     "has block_length=8; the model is block-causal with "
+                     "block_length=4"):
+    base.make_decoder("bd3lm", output_length=8, block_length=8,
+                      steps=2).decode(sdar, prompts, lengths,
+                                      jax.random.key(0))
+  with pytest.raises(ValueError, match="has block_length=8; the model is "
+                     "block-causal"):  # None: one block of T = 8
+    base.make_decoder("bd3lm", output_length=8, steps=2).decode(
+        sdar, prompts, lengths, jax.random.key(0))
+  with pytest.raises(ValueError, match="decoder 'llada' \\(role 'model'\\) "
+                     "attends over the whole canvas"):
+    base.make_decoder("llada", output_length=8, steps=2,
+                      block_length=4).decode(sdar, prompts, lengths,
+                                             jax.random.key(0))
+  # The decoders built for a block-causal model pass the check.
+  v2 = imported("Fast_dLLM_Qwen")
+  for name, options in (("bd3lm", dict(block_length=8, steps=2)),
+                        ("self_speculative", {})):
+    base.check_models(base.make_decoder(name, output_length=8, **options), v2)
+
+
 # --- LLaDA's own sampler on a stub (the golden of its generate) ---------------
 
 SAMPLER = pathlib.Path(__file__).parent / "goldens" / "llada_sampler.npz"

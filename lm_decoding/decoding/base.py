@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from lm_decoding import debug
+from lm_decoding.decoding import conventions
 from lm_decoding.models.binding import LogitsFn, Model
 from lm_decoding.models.output import ModelOutput
 
@@ -204,9 +205,17 @@ def jit_decode(decoder: Decoder, in_shardings: Any = None,
 
 
 def check_models(decoder: Any, models: Mapping[str, Model]) -> None:
-  """Raises ValueError unless `models` binds exactly `decoder.roles`.
+  """Raises ValueError unless `models` binds exactly `decoder.roles`, each
+  able to serve its role.
 
-  Called by every decoder before anything is traced.
+  Called by every decoder before anything is traced (inside a jit, once
+  per trace: it reads only static fields). A model that carries a
+  checkpoint's conventions (`Model.ids` set: `checkpoints.hub.load`) is
+  checked by `conventions.serves`: AR decoding of a bidirectional or
+  block-causal model, a denoiser on a causal one, a block length other
+  than the model's, are refused here as the hub job's `adopt` refuses them.
+  A model without them (the project's own, a stub) makes no claim and is
+  not checked.
   """
   if not isinstance(models, Mapping) or not all(
       isinstance(m, Model) for m in models.values()):
@@ -219,6 +228,8 @@ def check_models(decoder: Any, models: Mapping[str, Model]) -> None:
         f"decoder {type(decoder).__name__} needs roles "
         f"{sorted(wanted)}; got {sorted(given)} (unknown: "
         f"{sorted(given - wanted)}, missing: {sorted(wanted - given)})")
+  conventions.serves(decoder, {role: model for role, model in models.items()
+                               if model.ids is not None})
 
 
 def vocab_size(model: Model) -> int:

@@ -53,7 +53,12 @@ prediction sees only committed blocks; the others see the noisy window.
 Sub-blocks (`sub_block_length` S, Fast-dLLM v2): inside a block, the
 threshold rule commits only in the first S-position sub-block that still
 holds a MASK, so sub-blocks finish left to right; without the sub-block cache
-every step still calls the whole window.
+every step still calls the whole window. Fast-dLLM v2's own generate also
+writes each block's first token before denoising the block, by an AR step
+(the argmax of the logits that predict it, which with a token shift are
+the last committed position's); `ar_first_token` does the same at the
+block's first step (one more call per block than its generate, whose
+clean-block write returns those logits; the tokens are the same).
 
 Cost per role "model" (`base.forward`): cached, B P for the prefill, B W per
 denoising call (B (W + 1) with a token shift; B S, or B (S + 1), for a
@@ -65,6 +70,7 @@ from __future__ import annotations
 import dataclasses
 
 import jax.numpy as jnp
+import numpy as np
 
 from lm_decoding.checks import is_count, is_number
 from lm_decoding.decoding.base import register
@@ -113,6 +119,10 @@ class BD3LMDecoder(ScheduledDecoder):
       to the first sub-block of S positions still holding a MASK
       (Fast-dLLM v2); None is one sub-block of W. kv_cache='dual'
       needs it (module docstring).
+    ar_first_token: with remasking='threshold', commit the block's first
+      position alone at its first step (its argmax), then the threshold
+      rule: Fast-dLLM v2's generate, whose AR step writes it (module
+      docstring).
   Raises:
     ValueError: any option outside its range (at construction).
   """
@@ -122,6 +132,7 @@ class BD3LMDecoder(ScheduledDecoder):
   remasking: str = "ancestral"
   threshold: float = 0.9
   sub_block_length: int | None = None
+  ar_first_token: bool = False
 
   def __post_init__(self):
     super().__post_init__()
@@ -149,6 +160,12 @@ class BD3LMDecoder(ScheduledDecoder):
       if self.remasking != "threshold":
         raise ValueError(f"sub_block_length={self.sub_block_length} needs "
                          f"remasking='threshold', got {self.remasking!r}")
+    if not isinstance(self.ar_first_token, (bool, np.bool_)):
+      raise ValueError(f"ar_first_token={self.ar_first_token!r} must be True "
+                       "or False")
+    if self.ar_first_token and self.remasking != "threshold":
+      raise ValueError("ar_first_token=True needs remasking='threshold', got "
+                       f"{self.remasking!r}")
     if self.kv_cache == "dual" and self.sub_block_length is None:
       raise ValueError("kv_cache='dual' needs sub_block_length (a "
                        "divisor of block_length)")
@@ -175,6 +192,9 @@ class BD3LMDecoder(ScheduledDecoder):
           step.replace(masked=active_sub_block(step.masked,
                                                self.sub_block_size())),
           self.threshold)
+      if self.ar_first_token:
+        first = step.masked & (jnp.arange(step.masked.shape[0]) == 0)
+        commit = jnp.where((step.k == 0) & first[0], first, commit)
     else:
       commit = ranked(step, self.remasking,
                       transfer_schedule(step.num_masked, steps)[step.k])

@@ -27,9 +27,10 @@ its `role_causal` (the draft-and-verify decoders'):
 A block-causal model (SDAR, Fast-dLLM v2) is served only by the decoders
 that build its block masks (`BLOCK_DECODERS`: 'bd3lm', with the model's
 block length; Fast-dLLM v2's sampler is `remasking='threshold'` with
-`sub_block_length=8`); the other denoisers pass masks that let every
-position see the whole canvas, which is not the model as trained, and are
-refused by name.
+`sub_block_length=8`; and 'self_speculative', which drafts under its own
+block mask and verifies at block size 1, checking the model itself); the
+other denoisers pass masks that let every position see the whole canvas,
+which is not the model as trained, and are refused by name.
 
 A decoder whose fields are already set to other ids than the project's
 defaults keeps them only if they equal the model's: two sources that
@@ -47,7 +48,7 @@ from lm_decoding.special_tokens import EOS_ID, MASK_ID, PAD_ID
 _DEFAULTS = {"mask_id": MASK_ID, "eos_ids": (EOS_ID,), "pad_id": PAD_ID}
 # The registered decoders that run a block-causal model under its own block
 # masks (module docstring).
-BLOCK_DECODERS = ("bd3lm",)
+BLOCK_DECODERS = ("bd3lm", "self_speculative")
 
 
 def _fields(decoder: Any) -> set[str]:
@@ -69,6 +70,14 @@ def role_needs(decoder: Any) -> dict[str, tuple[bool, bool]]:
   return declared
 
 
+def _block_length(decoder: Any) -> int | None:
+  """The block length W a denoiser commits (`block_size()`: its
+  `block_length`, or the whole output when None), None if it has none."""
+  if hasattr(decoder, "block_size"):
+    return decoder.block_size()
+  return getattr(decoder, "block_length", None)
+
+
 def serves(decoder: Any, models: Mapping[str, Model]) -> None:
   """Raises ValueError, naming the decoder and role, when a bound model
   cannot serve it (`models.binding.check_serves`: AR decoding of a
@@ -81,7 +90,7 @@ def serves(decoder: Any, models: Mapping[str, Model]) -> None:
     if role not in models:
       continue
     user = f"decoder {name!r} (role {role!r})"
-    block = None if causal else getattr(decoder, "block_length", None)
+    block = None if causal else _block_length(decoder)
     check_serves(models[role], user, causal=causal, block_length=block,
                  masked=masked)
     c = conventions(models[role])
