@@ -441,7 +441,8 @@ def test_fast_dllm_v2_sub_blocks_come_from_the_model():
   sampler = conventions.adopt(base.make_decoder(
       "bd3lm", output_length=16, block_length=8, steps=16,
       remasking="threshold"), {"model": model})
-  assert (sampler.sub_block_length, sampler.mask_id) == (8, 151665)
+  assert (sampler.sub_block_length, sampler.ar_first_token,
+          sampler.mask_id) == (8, True, 151665)
   ancestral = conventions.adopt(base.make_decoder(
       "bd3lm", output_length=16, block_length=8, steps=4), {"model": model})
   assert ancestral.sub_block_length is None

@@ -114,7 +114,8 @@ def adopt(decoder: Any, models: Mapping[str, Model]) -> Any:
     (unless set to () for fixed-length decoding) and `pad_id` from the
     output role (the model's fill id: its PAD, else its first EOS); a
     threshold block decoder without sub-blocks gets the model's
-    `sub_block_length` (Fast-dLLM v2's 8) when it divides the block.
+    `sub_block_length` (Fast-dLLM v2's 8) when it divides the block, and
+    `ar_first_token=True` with it (v2's sampler, token for token).
   Raises:
     ValueError: a model that cannot serve its role, or a field set to ids
       other than the project's defaults and the model's (named).
@@ -137,9 +138,12 @@ def adopt(decoder: Any, models: Mapping[str, Model]) -> Any:
       and decoder.sub_block_length is None):
     sub = conventions(models[masked[0]]).sub_block_length
     if sub and decoder.block_length and decoder.block_length % sub == 0:
-      wanted["sub_block_length"] = sub  # Fast-dLLM v2's sampler
+      # Fast-dLLM v2's sampler: sub-blocks, each block's first token by
+      # argmax before the block is denoised.
+      wanted["sub_block_length"] = sub
+      wanted["ar_first_token"] = True
   for field, value in wanted.items():
-    if field == "sub_block_length":
+    if field in ("sub_block_length", "ar_first_token"):
       continue
     current = getattr(decoder, field)
     if current not in (_DEFAULTS[field], value):
