@@ -40,7 +40,7 @@ from lm_decoding.decoding import base, make_decoder, speculative
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.models import Model, make_logits_fn
 from lm_decoding.models.binding import causal_view
-from lm_decoding.training import pretrained
+from lm_decoding.training.pretrained import member_recipes, recipes, store
 from lm_decoding.training import train as train_lib
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/base.py",
@@ -225,23 +225,23 @@ def markdown(record: dict) -> str:
 def main(_):
   config = _CONFIG.value
   cmp = config.compare
-  set_dir = pathlib.Path(_SET_DIR.value or pretrained.set_dir(
+  set_dir = pathlib.Path(_SET_DIR.value or recipes.set_dir(
       cmp.pretrained_set))
   corpus = pipeline.prepare(config.data.path, config.data.vocab_size,
                             _WORKDIR.value, data_format=config.data.format)
   prompts, _ = pipeline.prompts(corpus, "test", max(map(int, _BATCHES.value)),
                                 cmp.prompt_len, cmp.reference_len)
-  members = pretrained.member_configs(config)
+  members = member_recipes.member_configs(config)
   rows = []
   for name in _MEMBERS.value:
     model_config = train_lib.model_config(members[name])
-    manifest = pretrained.read_manifest(name, set_dir)
-    params = pretrained.load_member(set_dir / name, manifest, model_config)
+    manifest = recipes.read_manifest(name, set_dir)
+    params = store.load_member(set_dir / name, manifest, model_config)
     run = call_rows if _CALLS_ONLY.value else measure
     rows += run(name, Model(make_logits_fn(model_config), params),
                 members[name].train.block_length, prompts)
   record = {"command": "python " + " ".join(sys.argv),
-            "commit": pretrained.current_commit(),
+            "commit": recipes.current_commit(),
             "set_dir": str(set_dir),
             "hardware": (f"{jax.devices()[0].platform}, {os.cpu_count()} "
                          f"cores, load average {os.getloadavg()[0]:.1f}"),
