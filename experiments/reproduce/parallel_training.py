@@ -5,7 +5,7 @@ r"""Claim 2: training is parallel over positions for both objectives.
 Teacher forcing with a causal mask (AR) and masked denoising (MDLM) both
 compute the loss of every position of a sequence in ONE forward and backward
 pass; only inference differs. The script times the project's train step
-(`training.train.make_train_step`: loss, gradients, AdamW update) of both
+(`training.train_step.make_train_step`: loss, gradients, AdamW update) of both
 objectives on random tokens of growing sequence length L, in turns, and
 compares each with what a loop over positions would cost: L steps of the
 shortest sequence (L0 = 2, one AR target), i.e. L x t(L0).

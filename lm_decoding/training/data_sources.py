@@ -32,6 +32,8 @@ from lm_decoding.data import corpus as corpus_lib
 from lm_decoding.data import parallel_text
 from lm_decoding.data import pipeline
 from lm_decoding.data.tokenizer import MIN_VOCAB_SIZE
+from lm_decoding.parallel import multihost
+from lm_decoding.parallel import sharding
 from lm_decoding.training import self_distillation
 from lm_decoding.training.objectives import registry
 from lm_decoding.training.objectives import tasks as task_objectives
@@ -143,6 +145,48 @@ def training_data(config: ml_collections.ConfigDict, data_dir: str):
     raise ValueError(f"tokenizer vocab_size={vocab_size} does not match "
                      f"data.vocab_size={config.data.vocab_size}")
   return data
+
+
+def validation_batches(data: tuple, batch_size: int,
+                       eval_batch_size: int | None, eval_batches: int,
+                       progress: bool) -> tuple[np.ndarray, np.ndarray]:
+  """(train sequences int32[R, L], validation batches int32[n, B', L]): a
+  source's triple `data` with its validation rows cut into batches of
+  B' = `eval_batch_size` (default the train batch size B), n =
+  min(eval_batches, what the split holds); with `progress`, prints what
+  the data is.
+
+  Raises:
+    ValueError: a validation split with fewer than one batch.
+  """
+  source, train_rows, valid_rows = data
+  if progress:
+    print(source.describe())
+  size = eval_batch_size or batch_size
+  seq_len = train_rows.shape[1]
+  num_valid = min(eval_batches, len(valid_rows) // size)
+  if num_valid < 1:
+    what = ("train.eval_batch_size" if eval_batch_size
+            else "train.batch_size")
+    raise ValueError(
+        f"validation split has {len(valid_rows)} sequences of "
+        f"seq_len={seq_len}: fewer than {what}={size}")
+  return train_rows, valid_rows[:num_valid * size].reshape(
+      num_valid, size, seq_len)
+
+
+def train_batches(rows: np.ndarray, batch_size: int, seed: int, first: int,
+                  mesh=None, rules=None):
+  """The training batches int32[B, L] of steps first, first + 1, ... of
+  `rows` int32[R, L] (`pipeline.batches`, drawn by `seed`): the same
+  sequence on one device as on a `mesh`, where each process reads its rows
+  only (`multihost.global_batches`, placed by `rules`)."""
+  if mesh is None:
+    return pipeline.batches(rows, batch_size, seed, start_step=first)
+  return multihost.global_batches(
+      rows, batch_size, seed,
+      sharding.batch_sharding(mesh, (batch_size, rows.shape[1]), rules),
+      start_step=first)
 
 
 def check(config: ml_collections.ConfigDict) -> None:

@@ -1,34 +1,30 @@
 """The training loop every model trains through: LM, translation and task.
 
 `train(config, workdir)` trains (or resumes) the model `config` describes.
-The LM objectives ('ar', 'mdlm', 'bd3lm', 'uniform', 'certainty_forcing')
-train on the packed text corpus, the translation objectives
-('translation_ar', 'cmlm', 'ctc') on the verse pairs, the exact-answer task
-models (data.source 'task', `task_training`) on a task's rows given in
-memory; each reads its rows through a data source (`data_sources`) and asks
-the objective's registry entry (`data_sources.objective`) for its loss and
-validation measure. The step, evaluation and checkpoints are the same.
+The LM objectives train on the packed text corpus, the translation
+objectives on the verse pairs, the exact-answer task models (data.source
+'task', `task_training`) on a task's rows given in memory: each reads its
+rows through a data source (`data_sources`) and asks its objective's entry
+(`data_sources.objective`) for its loss and validation measure.
 
 One jit-compiled step (`train_step`: AdamW, warmup + cosine decay,
 global-norm clipping), deterministic validation, orbax checkpoints that
 resume automatically, a progress bar with the latest loss, tokens/s and
 model FLOP utilisation (MFU), and one JSON record per step appended to
 `{workdir}/metrics.jsonl` (`run_log`; step 0 is the untrained model's
-validation loss; evaluation steps add valid_loss and valid_ppl). The data
-cache (tokenizer, encoded splits) lives under `data_dir` (default
-`workdir`), where models trained on the same data share it.
+validation loss; evaluation steps add valid_loss and valid_ppl); the data
+cache lives under `data_dir` (default `workdir`), shared by models trained
+on the same data.
 
-With a `config.mesh` other than the one-device default, the state is
-sharded by `train_step.state_shardings` and every step runs sharded; batches
-are split by 'batch'. A checkpoint is restored straight onto the mesh,
-whatever mesh saved it. In a multi-process job (`multihost.initialize`)
-every process runs `train`: each reads only its rows of every batch
-(`multihost.global_batches`), orbax writes and reads each process's shards,
-and process 0 alone writes metrics.jsonl and shows progress.
+On a `config.mesh` other than one device the state is sharded by
+`train_step.state_shardings`, batches by 'batch', and a checkpoint restored
+straight onto the mesh, whatever mesh saved it; in a multi-process job every
+process runs `train`, reads only its rows and shards, and process 0 alone
+writes metrics.jsonl and shows progress.
 
-`init_params` (a parameter tree of `config`'s shapes, e.g. an AR parent's
-from `loading.parent_params`) replaces the random initialisation of a fresh
-run (the optimizer starts fresh); a resumed run ignores it. `stop_at` ends
+`init_params` (`config`'s shapes, e.g. an AR parent's from
+`loading.parent_params`) replaces the random initialisation of a fresh run
+(the optimizer starts fresh); a resumed run ignores it. `stop_at` ends
 the run after that step (validated and checkpointed there) although the
 learning-rate schedule is train.num_steps': a budget cut short, reported as
 such (the summary's `steps`); a run already past it is reported at its
@@ -45,10 +41,9 @@ step, so no step's seconds (nor its tokens/s, its MFU, or `train_s`) hold
 the compile: the first record of each call (a resume is another) holds that
 call's `compile_s` and the `peak_flops` it measured against.
 
-With `progress`, shows a bar with the latest loss, tokens/s and MFU (its
-description says 'eval' or 'save' while validating or checkpointing), says
-so when it resumes, and prints the final validation perplexity (MDLM: its
-upper bound) as one line.
+With `progress`, shows a bar (loss, tokens/s, MFU; 'eval' or 'save' while
+validating or checkpointing), says so when it resumes, and prints the final
+validation perplexity (MDLM: its upper bound) as one line.
 
 `train` returns a summary: parameter count, steps, final validation loss
 and perplexity (AR: perplexity; MDLM: perplexity bound); `train_s`, the
@@ -80,16 +75,12 @@ import time
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import tqdm
 
 from lm_decoding.checks import is_count, is_number
-from lm_decoding.data import pipeline
-from lm_decoding.evaluation import cost
 from lm_decoding.models import TransformerConfig
-from lm_decoding.parallel import multihost
 from lm_decoding.parallel import sharding
 from lm_decoding.training import data_sources
 from lm_decoding.training import objectives
@@ -245,7 +236,7 @@ def _plan(config: ml_collections.ConfigDict, workdir: str, data, data_dir,
                      "in a multi-process job")
   primary = jax.process_index() == 0  # writes the log, shows progress
   run_log.check_workdir(workdir)
-  train_rows, valid_batches = _checked_data(
+  train_rows, valid_batches = data_sources.validation_batches(
       data if data is not None else data_sources.training_data(config,
                                                                data_dir),
       train_cfg.batch_size, train_cfg.get("eval_batch_size"),
@@ -359,10 +350,13 @@ def _loop(run: _Run, state, train_s: float, checkpoints: Checkpoints,
       run_log.append_record(run.log_path, {
           "step": 0, "valid_loss": valid_loss,
           "valid_ppl": float(np.exp(valid_loss))})
-  batches = _train_batches(run, first)
+  batches = data_sources.train_batches(run.train_rows, run.batch_size,
+                                       run.seed, first, run.mesh, run.rules)
   # Compiled before the first timed step, so that no step's seconds (nor
   # train_s, nor the MFU) hold the compile; its seconds are recorded apart.
-  train_steps, compile_s = _compiled_steps(run, state)
+  train_steps, compile_s = step_lib.compiled_steps(
+      run.train_steps, state, (run.batch_size, run.train_rows.shape[1]),
+      run.mesh, run.rules)
   step_key = jax.random.split(jax.random.key(run.seed))[1]
   for step in range(first, run.last):
     train_step = train_steps[objectives.block_length_at(run.schedule, step)]
@@ -404,59 +398,3 @@ def _end_step(run: _Run, state, done: int, train_s: float, record: dict,
                                    "train_s": train_s})
     bar.set_description(run.desc)
   return valid_loss
-
-
-def _compiled_steps(run: _Run, state) -> tuple[dict, float]:
-  """({block length: the train step compiled ahead of time for `state` and
-  the run's token batches int32[B, L]}, the seconds compiling them took);
-  nothing runs."""
-  shape = (run.batch_size, run.train_rows.shape[1])
-  batch = jax.ShapeDtypeStruct(
-      shape, jnp.int32, sharding=None if run.mesh is None else
-      sharding.batch_sharding(run.mesh, shape, run.rules))
-  key = jax.random.key(0)
-  compiled, seconds = {}, 0.0
-  for width, step in run.train_steps.items():
-    compiled[width], took = cost.compile_timed(step, (state, batch, key))
-    seconds += took
-  return compiled, seconds
-
-
-def _checked_data(data: tuple, batch_size: int, eval_batch_size: int | None,
-                  eval_batches: int, progress: bool
-                  ) -> tuple[np.ndarray, np.ndarray]:
-  """(train sequences int32[R, L], validation batches int32[n, B', L]): the
-  data source's triple `data` cut into validation batches of B' =
-  `eval_batch_size` (default the train batch size B), n = min(eval_batches,
-  what the split holds).
-
-  Raises:
-    ValueError: a validation split with fewer than one batch.
-  """
-  source, train_rows, valid_rows = data
-  if progress:
-    print(source.describe())
-  size = eval_batch_size or batch_size
-  seq_len = train_rows.shape[1]
-  num_valid = min(eval_batches, len(valid_rows) // size)
-  if num_valid < 1:
-    what = ("train.eval_batch_size" if eval_batch_size
-            else "train.batch_size")
-    raise ValueError(
-        f"validation split has {len(valid_rows)} sequences of "
-        f"seq_len={seq_len}: fewer than {what}={size}")
-  return train_rows, valid_rows[:num_valid * size].reshape(
-      num_valid, size, seq_len)
-
-
-def _train_batches(run: _Run, first: int):
-  """The batches of steps first, first + 1, ... (B rows drawn by the
-  run's seed): the same sequence on one device as on a mesh, where each
-  process reads its rows only."""
-  rows, size = run.train_rows, run.batch_size
-  if run.mesh is None:
-    return pipeline.batches(rows, size, run.seed, start_step=first)
-  return multihost.global_batches(
-      rows, size, run.seed,
-      sharding.batch_sharding(run.mesh, (size, rows.shape[1]), run.rules),
-      start_step=first)

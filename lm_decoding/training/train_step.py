@@ -21,6 +21,7 @@ import ml_collections
 import numpy as np
 import optax
 
+from lm_decoding.evaluation import cost
 from lm_decoding.models import TransformerConfig, abstract_params
 from lm_decoding.models import init_params, make_logits_fn
 from lm_decoding.parallel import sharding
@@ -243,3 +244,19 @@ def evaluate(eval_fn, params, batches: np.ndarray) -> float:
   return total / max(count, 1.0)
 
 
+def compiled_steps(train_steps: dict, state: TrainState,
+                   batch_shape: tuple[int, int], mesh=None,
+                   rules=sharding.DEFAULT_RULES) -> tuple[dict, float]:
+  """({key: the train step compiled ahead of time for `state` and token
+  batches int32[B, L] of `batch_shape` (placed by 'batch' on `mesh`)}, the
+  seconds compiling them took), for `train_steps` {key: jitted step}
+  (`make_train_step`); nothing runs."""
+  batch = jax.ShapeDtypeStruct(
+      batch_shape, jnp.int32, sharding=None if mesh is None else
+      sharding.batch_sharding(mesh, batch_shape, rules))
+  key = jax.random.key(0)
+  compiled, seconds = {}, 0.0
+  for width, step in train_steps.items():
+    compiled[width], took = cost.compile_timed(step, (state, batch, key))
+    seconds += took
+  return compiled, seconds
