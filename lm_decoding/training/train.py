@@ -213,10 +213,10 @@ class _Run:
 
 def _plan(config: ml_collections.ConfigDict, workdir: str, data, data_dir,
           stop_at: int | None, progress: bool) -> tuple[_Run, Any]:
-  """(the `_Run` of `config`, its optimizer): every option checked (before
-  the workdir is created), then the workdir, the data (`data`, else
-  `data_sources.training_data`), the train and eval steps (not yet
-  compiled) and the MFU's FLOPs and peak.
+  """(the `_Run` of `config`, (its backbone config, its optimizer)): every
+  option checked (before the workdir is created), then the workdir, the
+  data (`data`, else `data_sources.training_data`), the train and eval
+  steps (not yet compiled) and the MFU's FLOPs and peak.
 
   Raises:
     ValueError: as `train` says, before anything is compiled.

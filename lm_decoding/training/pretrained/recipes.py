@@ -158,9 +158,9 @@ def read_manifest(name: str, out_dir: str | pathlib.Path = DEFAULT_DIR) -> dict:
 
 def check_export(name: str, stored_dtype: str | None = None,
                  out_dir: str | pathlib.Path | None = None) -> None:
-  """Validates `export`'s member name, storage dtype and (given `out_dir`)
-  what the export would replace, so that a training run can refuse them
-  before it trains.
+  """Validates `store.export`'s member name, storage dtype and (given
+  `out_dir`) what the export would replace, so that a training run can
+  refuse them before it trains.
 
   Raises:
     ValueError: `name` is not a plain folder name (letters, digits, '_' and
