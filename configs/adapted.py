@@ -1,7 +1,7 @@
 """The diffusion models adapted from the AR member, decoded beside it.
 
 The grid compares cached AR with the members adapted from it
-(`pretrained.ADAPTED_MEMBERS`, docs/adaptation.md) and with their
+(`member_recipes.ADAPTED_MEMBERS`, docs/adaptation.md) and with their
 from-scratch counterparts: BD3-LM blocks of 4 with the reference sampler
 (K = T) and with Fast-dLLM v2's threshold commits at three tau, blocks of 16
 with threshold commits, alone and in sub-blocks of 4 without and with

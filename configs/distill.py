@@ -26,7 +26,7 @@ import pathlib
 import ml_collections
 
 from lm_decoding.config_reference import load_config
-from lm_decoding.training import pretrained
+from lm_decoding.training.pretrained import member_recipes
 
 _SIZES = ("tiny", "base")
 _STEPS = {"tiny": 120, "base": 120}
@@ -37,7 +37,7 @@ def get_config(size: str = "tiny") -> ml_collections.ConfigDict:
     raise ValueError(f"configs/distill.py:<size> must be one of {_SIZES}, "
                      f"got {size!r}")
   parent = load_config(pathlib.Path(__file__).with_name(f"{size}.py"))
-  config = pretrained.member_configs(parent)["bd3lm16_from_ar"]
+  config = member_recipes.member_configs(parent)["bd3lm16_from_ar"]
   steps = _STEPS[size]
   config.train.update(dict(
       objective="certainty_forcing",

@@ -106,7 +106,7 @@ def get_config() -> ml_collections.ConfigDict:
   # One decoder per line: "label | decoder | role=member ... | option=value ...".
   # The label is a template showing every option it sets; the value T means the
   # output length; steps, block_length and draft_steps above T are clamped to
-  # T. Roles bind models by member name (pretrained.member_configs). See
+  # T. Roles bind models by member name (member_recipes.member_configs). See
   # entries.py.
   config.compare.decoders = (
       "AR cached | ar | model=ar",

@@ -4,7 +4,7 @@ and the from-scratch members, at the compute each cost (issue 25).
   python experiments/adaptation_table.py --set=base \
       --out=experiments/results/adaptation/base
 
-Writes lineage.csv and lineage.md under --out (`pretrained.lineage_rows`).
+Writes lineage.csv and lineage.md under --out (`member_recipes.lineage_rows`).
 """
 
 import os
@@ -14,7 +14,7 @@ from absl import app
 from absl import flags
 
 from lm_decoding.evaluation import records
-from lm_decoding.training import pretrained
+from lm_decoding.training.pretrained import member_recipes, recipes
 
 _SET = flags.DEFINE_string("set", "", "The pretrained set: '' (tiny) or "
                            "'base'.")
@@ -36,7 +36,7 @@ def _cell(value) -> str:
 def main(argv):
   del argv
   try:
-    rows = pretrained.lineage_rows(pretrained.set_dir(_SET.value))
+    rows = member_recipes.lineage_rows(recipes.set_dir(_SET.value))
   except ValueError as e:
     sys.exit(f"adaptation_table: error: {e}")
   os.makedirs(_OUT.value, exist_ok=True)

@@ -32,7 +32,8 @@ from lm_decoding.data.tokenizer import Tokenizer
 from lm_decoding.decoding import base, make_decoder, registered
 from lm_decoding.decoding.denoising import ScheduledDecoder
 from lm_decoding.models import Model, make_logits_fn
-from lm_decoding.training import pretrained, train
+from lm_decoding.training import train
+from lm_decoding.training.pretrained import member_recipes, recipes, store
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", os.path.join(os.path.dirname(__file__), "..", "configs", "tiny.py"),
@@ -53,10 +54,10 @@ def bf16_member(config, name: str) -> Model:
   Raises:
     ValueError: the shipped set has no member `name` matching `config`.
   """
-  member = pretrained.member_configs(config)[name]
+  member = member_recipes.member_configs(config)[name]
   tokenizer = Tokenizer.load(
-      str(pretrained.DEFAULT_DIR / pretrained.TOKENIZER_FILE))
-  params, reason = pretrained.find(member, name, tokenizer)
+      str(recipes.DEFAULT_DIR / recipes.TOKENIZER_FILE))
+  params, reason = store.find(member, name, tokenizer)
   if params is None:
     raise ValueError(reason)
   cfg = train.model_config(member)
@@ -90,8 +91,8 @@ def build(name: str, room: int):
 def main(argv):
   del argv
   config = _CONFIG.value
-  tokenizer = Tokenizer.load(str(pretrained.DEFAULT_DIR
-                                 / pretrained.TOKENIZER_FILE))
+  tokenizer = Tokenizer.load(str(recipes.DEFAULT_DIR
+                                 / recipes.TOKENIZER_FILE))
   texts = [t for t in corpus.load_paragraphs("")
            if len(tokenizer.encode(t)) >= _PROMPT_LEN.value][:_BATCH.value]
   prompts = jnp.asarray([tokenizer.encode(t)[:_PROMPT_LEN.value]

@@ -44,7 +44,7 @@ from lm_decoding.data import pipeline
 from lm_decoding.evaluation import (
     comparison, cost, cost_model, entries, frontier, records, report)
 from lm_decoding.parallel import sharding
-from lm_decoding.training import pretrained
+from lm_decoding.training.pretrained import loading, member_recipes, recipes
 from lm_decoding.training import train
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -85,7 +85,7 @@ def plan(config, workdir: str):
       or written before (except the workdir folder itself, last).
   """
   cmp = config.compare
-  members = pretrained.member_configs(config)
+  members = member_recipes.member_configs(config)
   for member in members.values():
     train.check_config(member)
   entries.check_options(
@@ -95,7 +95,7 @@ def plan(config, workdir: str):
   planned = entries.judged_against(
       entries.plan(parsed, cmp.output_lengths, cmp.temperature, members),
       cmp.baseline, cmp.greedy_baseline)
-  pretrained.set_dir(cmp.pretrained_set)
+  recipes.set_dir(cmp.pretrained_set)
   check_workdir(workdir)
   return planned, members
 
@@ -124,10 +124,10 @@ def main(argv):
   # run.json's "hardware" and the report's setup name it.
   matmul_flops, bandwidth = cost.measure_peak_flops(), cost.measure_bandwidth()
   needed = {m for p in planned for _, m in p.roles} | {entries.EVALUATOR}
-  loaded = pretrained.load_models(
+  loaded = loading.load_models(
       {n: m for n, m in members.items() if n in needed}, workdir,
       corpus.tokenizer, retrain=_RETRAIN.value,
-      out_dir=pretrained.set_dir(cmp.pretrained_set))
+      out_dir=recipes.set_dir(cmp.pretrained_set))
   models = {name: member.model for name, member in loaded.items()}
   lines = [member.describe(name) for name, member in loaded.items()]
   prompts, references = pipeline.prompts(

@@ -32,12 +32,12 @@ from lm_decoding.decoding import base
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.evaluation import records
 from lm_decoding.training import self_distillation
-from lm_decoding.training import pretrained
+from lm_decoding.training.pretrained import loading, recipes, store
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", os.path.join(os.path.dirname(__file__), "..", "configs",
                            "tiny.py"), "The set's config (data path).")
-_SET_DIR = flags.DEFINE_string("set_dir", str(pretrained.DEFAULT_DIR),
+_SET_DIR = flags.DEFINE_string("set_dir", str(recipes.DEFAULT_DIR),
                                "The pretrained set holding the teacher.")
 _TEACHER = flags.DEFINE_string("teacher", "ar", "The teacher member.")
 _DECODER = flags.DEFINE_string("decoder", "ar", "A registered decoder with "
@@ -58,15 +58,15 @@ def main(argv):
   config = _CONFIG.value
   start = time.time()
   try:
-    manifest = pretrained.read_manifest(_TEACHER.value, _SET_DIR.value)
+    manifest = recipes.read_manifest(_TEACHER.value, _SET_DIR.value)
     member = ml_collections.ConfigDict(manifest["recipe"])
     data_dir = os.path.join(_OUT.value, "data_cache")
-    pretrained.seed_data_cache(config, data_dir, _SET_DIR.value)
+    store.seed_data_cache(config, data_dir, _SET_DIR.value)
     corpus = pipeline.prepare(config.data.path, config.data.vocab_size,
                               data_dir, config.data.format)
     tokenizer = Tokenizer.load(os.path.join(_SET_DIR.value,
-                                            pretrained.TOKENIZER_FILE))
-    teacher = pretrained.load_models(
+                                            recipes.TOKENIZER_FILE))
+    teacher = loading.load_models(
         {_TEACHER.value: member}, data_dir, tokenizer, progress=False,
         out_dir=_SET_DIR.value)[_TEACHER.value]
     if not teacher.shipped:
@@ -94,7 +94,7 @@ def main(argv):
                    "seed": _SEED.value},
       "decode_seconds": seconds, "wall_s": time.time() - start,
       "device": jax.devices()[0].device_kind,
-      "command": records.command(), "commit": pretrained.current_commit()})
+      "command": records.command(), "commit": recipes.current_commit()})
   print(f"wrote {tokens.shape[0]} rows of {tokens.shape[1]} tokens to {out} "
         f"({time.time() - start:.0f} s)")
 

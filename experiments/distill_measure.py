@@ -45,12 +45,12 @@ from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.evaluation import cost
 from lm_decoding.evaluation import quality
 from lm_decoding.evaluation import records
-from lm_decoding.training import pretrained
+from lm_decoding.training.pretrained import loading, recipes, store
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", os.path.join(os.path.dirname(__file__), "..", "configs",
                            "tiny.py"), "The set's config (data path).")
-_SET_DIR = flags.DEFINE_string("set_dir", str(pretrained.DEFAULT_DIR),
+_SET_DIR = flags.DEFINE_string("set_dir", str(recipes.DEFAULT_DIR),
                                "The pretrained set of every member named.")
 _MODELS = flags.DEFINE_list("models", ["bd3lm16_from_ar", "bd3lm16_distilled"],
                             "Block-diffusion members to decode, each NAME "
@@ -78,13 +78,13 @@ def _load(config, names):
   """(tokenizer, corpus, {name: Model}) of the members of --set_dir."""
   set_dir = _SET_DIR.value
   data_dir = os.path.join(_OUT.value, ".data_cache")
-  pretrained.seed_data_cache(config, data_dir, set_dir)
+  store.seed_data_cache(config, data_dir, set_dir)
   corpus = pipeline.prepare(config.data.path, config.data.vocab_size,
                             data_dir, config.data.format)
-  tokenizer = Tokenizer.load(os.path.join(set_dir, pretrained.TOKENIZER_FILE))
+  tokenizer = Tokenizer.load(os.path.join(set_dir, recipes.TOKENIZER_FILE))
   members = {n: ml_collections.ConfigDict(
-      pretrained.read_manifest(n, set_dir)["recipe"]) for n in names}
-  loaded = pretrained.load_models(members, data_dir, tokenizer,
+      recipes.read_manifest(n, set_dir)["recipe"]) for n in names}
+  loaded = loading.load_models(members, data_dir, tokenizer,
                                   progress=False, out_dir=set_dir)
   missing = [n for n, m in loaded.items() if not m.shipped]
   if missing:
@@ -198,9 +198,9 @@ def main(argv):
             "speedup_vs_ar": ar_ms / (1e3 * float(np.median(s)))}
            for label, s in times.items()]
   load = cost.load_summary((load_start, os.getloadavg()[0]))
-  record = {"command": records.command(), "commit": pretrained.current_commit(),
+  record = {"command": records.command(), "commit": recipes.current_commit(),
             "set_dir": os.path.abspath(_SET_DIR.value),
-            "manifests": {n: pretrained.read_manifest(n, _SET_DIR.value)
+            "manifests": {n: recipes.read_manifest(n, _SET_DIR.value)
                           for n in widths},
             "prompts": int(len(prompts)), "prompt_length": _PROMPT_LENGTH.value,
             "output_length": t, "block_lengths": widths,

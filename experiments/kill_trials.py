@@ -168,10 +168,11 @@ def run_until_killed(command, env, workdir, log, target_step, during_write,
 def restore_state(cfg, workdir: pathlib.Path):
   """The final TrainState saved in `workdir`."""
   from lm_decoding.training import train as train_lib  # pylint: disable=g-import-not-at-top
+  from lm_decoding.training import train_step  # pylint: disable=g-import-not-at-top
   from lm_decoding.training.checkpoints import Checkpoints  # pylint: disable=g-import-not-at-top
   model_cfg = train_lib.model_config(cfg)
-  abstract = train_lib.abstract_state(model_cfg,
-                                      train_lib.make_optimizer(cfg.train))
+  abstract = train_step.abstract_state(model_cfg,
+                                      train_step.make_optimizer(cfg.train))
   with Checkpoints(str(workdir / "checkpoints")) as checkpoints:
     state, _ = checkpoints.restore(abstract)
   return state

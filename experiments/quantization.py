@@ -56,7 +56,7 @@ from lm_decoding.evaluation import cost, records
 from lm_decoding.studies import quantization_cost as qc
 from lm_decoding.models import TransformerConfig, init_params
 from lm_decoding.models import make_logits_fn
-from lm_decoding.training import pretrained
+from lm_decoding.training.pretrained import loading, member_recipes
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
@@ -93,8 +93,8 @@ def _shipped(config, workdir):
   """(ar (config, params), evaluator Model, validation and test streams)."""
   corpus = pipeline.prepare(config.data.path, config.data.vocab_size,
                             workdir, data_format=config.data.format)
-  members = pretrained.member_configs(config)
-  loaded = pretrained.load_models(
+  members = member_recipes.member_configs(config)
+  loaded = loading.load_models(
       {n: members[n] for n in ("ar", "evaluator")}, workdir, corpus.tokenizer)
   for name, member in loaded.items():
     if not member.shipped:

@@ -86,7 +86,7 @@ from lm_decoding.evaluation import cost, records
 from lm_decoding.studies import router_workload
 from lm_decoding.studies import speculative_cost
 from lm_decoding.studies import speculative_report as spec_report
-from lm_decoding.training import pretrained
+from lm_decoding.training.pretrained import loading, member_recipes, recipes
 
 _LOAD_AT_START = os.getloadavg()[0]  # 1-minute load average at import
 _CONFIG = config_flags.DEFINE_config_file(
@@ -157,7 +157,7 @@ def settings() -> dict:
 def shipped_drafts(config, set_dir) -> list[str]:
   """config.drafts shipped in set_dir, or --drafts (checked against them)."""
   drafts = [d for d in config.get("drafts", {})
-            if (set_dir / d / pretrained.MANIFEST_FILE).exists()]
+            if (set_dir / d / recipes.MANIFEST_FILE).exists()]
   if _DRAFTS.value is None:
     return drafts
   if not set(_DRAFTS.value) <= set(drafts):
@@ -226,7 +226,7 @@ def main(argv):
                      settings())
   cmp, batches, temps = config.compare, run["batches"], run["temps"]
   try:
-    set_dir = pretrained.set_dir(cmp.pretrained_set)
+    set_dir = recipes.set_dir(cmp.pretrained_set)
   except ValueError as e:
     fail(str(e))
   drafts = shipped_drafts(config, set_dir)
@@ -247,8 +247,8 @@ def main(argv):
     needed.append("mdlm")
   if "evaluator" in run["targets"] or _ROUTER.value:
     needed.append("evaluator")
-  members = pretrained.member_configs(config)
-  loaded = pretrained.load_models({n: members[n] for n in needed},
+  members = member_recipes.member_configs(config)
+  loaded = loading.load_models({n: members[n] for n in needed},
                                   _WORKDIR.value, corpus.tokenizer,
                                   progress=False, out_dir=set_dir)
   models = {n: m.model for n, m in loaded.items()}

@@ -8,9 +8,9 @@ splits (or, with data.puzzle_file, a Sudoku test split read from a file and
 kept out of train and valid); one model per kind of `config.kinds` on one
 backbone (`config.model`) and one budget (`config.train.budget_s` seconds of
 training steps): the shipped one of lm_decoding/pretrained/tasks when its
-recipe matches (`training.task_members`), else (or with --retrain) trained
-or resumed under {workdir}/{task}/{kind} (`training.task_training`, curves
-in its metrics.jsonl); the parent of an adapted model always trains there,
+recipe matches (`training.task_training.shipped_or_trained`), else (or with
+--retrain) trained or resumed by `train.train` under {workdir}/{task}/{kind}
+(curves in its metrics.jsonl); the parent of an adapted model always trains there,
 where its child starts from. Each adapted
 model of `config.adapt` ('mdlm:ar': an MDLM started from the task's AR
 model, `config.train.adapt_budget_s` seconds) under
@@ -51,7 +51,7 @@ from lm_decoding.decoding.base import bind
 from lm_decoding.evaluation import records, report
 from lm_decoding.studies import task_report, task_scores
 from lm_decoding.models import make_logits_fn
-from lm_decoding.training import task_members, task_training
+from lm_decoding.training import task_training
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/tasks.py",
                                           "the task config file")
@@ -116,12 +116,12 @@ def check(config) -> list[tuple[tasks.Task, list | None]]:
                      ">= 1, comma-separated")
   out, block = [], config.train.block_length
   for name in names:
-    task = tasks.make_task(name, **task_members.task_options(config, name))
+    task = tasks.make_task(name, **task_training.task_options(config, name))
     for length, what in ((task.prompt_length, "P"), (task.answer_length, "T")):
       if length % block:
         raise ValueError(f"train.block_length={block} must divide {what}="
                          f"{length} of task {name}")
-    task_training.model_config(task, "ar", config.model.to_dict())
+    task_training.model_config(task, "ar", config)
     puzzles = None
     if config.data.puzzle_file:
       if not isinstance(task, tasks.SudokuTask):
@@ -188,8 +188,8 @@ def run_task(config, task, puzzles, workdir: str, out_dir: str
                                      for s in tasks.SPLITS), flush=True)
   rows, summaries = [], []
   steps = [int(s) for s in str(config.eval.steps).split(",")]
-  adapt_train = ml_collections.ConfigDict(config.train.to_dict())
-  adapt_train.budget_s = config.train.adapt_budget_s
+  adapt_config = ml_collections.ConfigDict(config.to_dict())
+  adapt_config.train.budget_s = config.train.adapt_budget_s
   parents = {parent for _, parent in adaptations(config)}
   models = [(kind, kind, None)
             for kind in _names(config.kinds, task_training.KINDS, "kinds")]
@@ -199,14 +199,13 @@ def run_task(config, task, puzzles, workdir: str, out_dir: str
   for name, kind, init_from in models:
     model_dir = os.path.join(workdir, task.name, name)
     if init_from is None:
-      params, summary, curve = task_members.get_or_train(
+      params, summary, curve = task_training.shipped_or_trained(
           task, kind, splits, config, model_dir, skip_shipped=(
               "--retrain" if _RETRAIN.value else "the parent of an adapted "
               "model" if kind in parents else ""))
     else:
       params, summary = task_training.train_task_model(
-          task, kind, splits, config.model.to_dict(), adapt_train,
-          config.seed, model_dir, init_from=init_from)
+          task, kind, splits, adapt_config, model_dir, init_from=init_from)
       summary["source"] = f"trained in {model_dir}"
       curve = task_training.read_curve(model_dir)
     print(f"{task.name}/{name}: {summary['steps']} steps, valid loss "
@@ -217,7 +216,7 @@ def run_task(config, task, puzzles, workdir: str, out_dir: str
               "w") as f:
       f.writelines(json.dumps(record) + "\n" for record in curve)
     bound = bind(make_logits_fn(task_training.model_config(
-        task, kind, config.model.to_dict())), params)
+        task, kind, config)), params)
     for entry in task_scores.decoder_grid(
         kind, task.answer_length, steps, config.train.block_length,
         config.eval.num_beams, config.eval.threshold, config.eval.factor):

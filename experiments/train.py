@@ -20,7 +20,7 @@ shipped pretrained set (`lm_decoding/pretrained/NAME`, or --export_dir) that
 the main job uses when its config matches.
 
 With --member=NAME the config is that member's
-(`pretrained.member_configs`: 'ar', 'mdlm', 'bd3lm', 'uniform', 'evaluator'
+(`member_recipes.member_configs`: 'ar', 'mdlm', 'bd3lm', 'uniform', 'evaluator'
 or a draft of config.drafts), the recipe the main job looks for:
 
   python experiments/train.py --config=configs/base.py --member=evaluator \
@@ -30,7 +30,7 @@ With --init_from=NAME_OR_WORKDIR (or a member whose recipe has
 train.init_from, e.g. --member=bd3lm4_from_ar) training starts from a
 parent's parameters: a member of the --export_dir set or a training
 workdir, checked against the config (backbone, vocabulary, tokenizer)
-before anything is compiled (`pretrained.parent_params`); the summary and
+before anything is compiled (`loading.parent_params`); the summary and
 an exported manifest record the parent and the tokens of both phases:
 
   python experiments/train.py --config=configs/tiny.py --member=mdlm_from_ar \
@@ -50,7 +50,7 @@ from lm_decoding.data import pipeline
 from lm_decoding.parallel import multihost
 from lm_decoding.evaluation import records
 from lm_decoding.training import self_distillation
-from lm_decoding.training import pretrained
+from lm_decoding.training.pretrained import loading, member_recipes, recipes, store
 from lm_decoding.training import train
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -60,20 +60,20 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.",
                                required=True)
 _MEMBER = flags.DEFINE_string(
     "member", None,
-    "Train this member of pretrained.member_configs(config) (ar, mdlm, bd3lm, "
+    "Train this member of member_recipes.member_configs(config) (ar, mdlm, bd3lm, "
     "uniform, evaluator or a draft of config.drafts) instead of the config as given.")
 _EXPORT = flags.DEFINE_string(
     "export_pretrained", None,
     "If set, export the trained model into the shipped pretrained set under "
-    "this name (a member of pretrained.member_configs: ar, mdlm, bd3lm, "
+    "this name (a member of member_recipes.member_configs: ar, mdlm, bd3lm, "
     "evaluator, draft_small, ...).")
 _EXPORT_DIR = flags.DEFINE_string(
-    "export_dir", str(pretrained.DEFAULT_DIR),
+    "export_dir", str(recipes.DEFAULT_DIR),
     "The pretrained set --export_pretrained writes into (and whose tokenizer "
     "--pretrained_tokenizer reads): the shipped set by default; "
     "lm_decoding/pretrained/base for configs/base.py's members.")
 _STORED_DTYPE = flags.DEFINE_enum(
-    "stored_dtype", None, list(pretrained.STORED_DTYPES),
+    "stored_dtype", None, list(recipes.STORED_DTYPES),
     "Export the parameters rounded: 'bfloat16' (half the bytes of float32) "
     "or 'int8' (weight-only int8, per-channel scales: about a quarter); "
     "loading turns them back into model.param_dtype. Unset: as trained.")
@@ -101,12 +101,12 @@ _PRETRAINED_TOKENIZER = flags.DEFINE_bool(
 
 
 def member_config(config, name: str):
-  """`pretrained.member_configs(config)[name]`.
+  """`member_recipes.member_configs(config)[name]`.
 
   Raises:
     ValueError: naming --member and the config's members.
   """
-  members = pretrained.member_configs(config)
+  members = member_recipes.member_configs(config)
   if name not in members:
     raise ValueError(f"--member={name!r}; the config's members: "
                      + ", ".join(members))
@@ -122,7 +122,7 @@ def main(argv):
   data_dir = _DATA_DIR.value or workdir
   try:
     if _EXPORT.value is not None:
-      pretrained.check_export(_EXPORT.value, _STORED_DTYPE.value,
+      recipes.check_export(_EXPORT.value, _STORED_DTYPE.value,
                               _EXPORT_DIR.value)
     if _MEMBER.value is not None:
       config = member_config(config, _MEMBER.value)
@@ -137,12 +137,12 @@ def main(argv):
     multihost.initialize(_COORDINATOR.value, _NUM_PROCESSES.value,
                          _PROCESS_ID.value)
     if _PRETRAINED_TOKENIZER.value:
-      pretrained.seed_data_cache(config, data_dir, _EXPORT_DIR.value)
+      store.seed_data_cache(config, data_dir, _EXPORT_DIR.value)
     parent, record = None, None
     if config.train.get("init_from"):
       corpus = pipeline.prepare(config.data.path, config.data.vocab_size,
                                 data_dir, config.data.format)
-      parent, record = pretrained.parent_params(config, corpus.tokenizer,
+      parent, record = loading.parent_params(config, corpus.tokenizer,
                                                 _EXPORT_DIR.value)
     summary = train.train(config, workdir, data_dir=data_dir,
                           init_params=parent)
@@ -160,7 +160,7 @@ def main(argv):
     corpus = pipeline.prepare(config.data.path, config.data.vocab_size,
                               data_dir, config.data.format)
     command = records.command()
-    path = pretrained.export(config, workdir, _EXPORT.value, corpus.tokenizer,
+    path = store.export(config, workdir, _EXPORT.value, corpus.tokenizer,
                              command, summary, _EXPORT_DIR.value,
                              stored_dtype=_STORED_DTYPE.value)
     print(f"exported to {path}")

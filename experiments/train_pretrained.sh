@@ -3,10 +3,10 @@
 # AR, MDLM, BD3-LM and uniform diffusion (also self-conditioned) on the tiny config's backbone, the larger evaluator AR
 # model with another seed, and the smaller AR drafts of speculative decoding
 # (config.drafts), all on the bundled corpus with one tokenizer and one
-# training budget (configs/tiny.py; pretrained.member_configs, which
+# training budget (configs/tiny.py; member_recipes.member_configs, which
 # train.py --member applies); then the diffusion members adapted from the
-# new AR member (pretrained.ADAPTED_MEMBERS, a tenth of its steps each) and
-# their from-scratch controls at equal compute (pretrained.CONTROL_MEMBERS).
+# new AR member (member_recipes.ADAPTED_MEMBERS, a tenth of its steps each) and
+# their from-scratch controls at equal compute (member_recipes.CONTROL_MEMBERS).
 # Each run resumes if interrupted; each manifest
 # records its exact command.
 #

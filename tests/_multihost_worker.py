@@ -34,7 +34,7 @@ def main(out: str, process_id: int, num_processes: int, address: str,
   from lm_decoding.decoding import make_decoder, sharded
   from lm_decoding.models import Model, TransformerConfig, make_logits_fn
   from lm_decoding.parallel import multihost, sharding
-  from lm_decoding.training import train
+  from lm_decoding.training import train_step
   from lm_decoding.training.checkpoints import Checkpoints
 
   reference = num_processes == 0
@@ -45,22 +45,22 @@ def main(out: str, process_id: int, num_processes: int, address: str,
   cfg = TransformerConfig(vocab_size=64, d_model=32, num_layers=2,
                           num_heads=4, num_kv_heads=2, head_dim=8,
                           mlp_dim=64, max_len=32)
-  optimizer = train.make_optimizer(ml_collections.ConfigDict(dict(
+  optimizer = train_step.make_optimizer(ml_collections.ConfigDict(dict(
       learning_rate=1e-2, warmup_steps=0, num_steps=10, weight_decay=0.1,
       grad_clip_norm=1.0)))
   packed = np.random.default_rng(0).integers(5, 64, (24, SEQ_LEN),
                                              dtype=np.int32)
   seed, key = 7, jax.random.key(1)
-  state = train.init_state(cfg, optimizer, jax.random.key(0))
+  state = train_step.init_state(cfg, optimizer, jax.random.key(0))
   if reference:
     mesh = None
-    step = train.make_train_step(cfg, "ar", optimizer)
+    step = train_step.make_train_step(cfg, "ar", optimizer)
     batches = pipeline.batches(packed, BATCH, seed)
   else:
     mesh = sharding.make_mesh(data=jax.device_count())
-    shardings = train.state_shardings(cfg, optimizer, mesh)
+    shardings = train_step.state_shardings(cfg, optimizer, mesh)
     state = jax.device_put(state, shardings)
-    step = train.make_train_step(cfg, "ar", optimizer, mesh=mesh,
+    step = train_step.make_train_step(cfg, "ar", optimizer, mesh=mesh,
                                  batch_shape=(BATCH, SEQ_LEN))
     batch_sharding = sharding.batch_sharding(mesh, (BATCH, SEQ_LEN))
     shard = multihost.process_shard(batch_sharding, (BATCH, SEQ_LEN))
@@ -77,7 +77,7 @@ def main(out: str, process_id: int, num_processes: int, address: str,
     with Checkpoints(checkpoint_dir) as checkpoints:
       checkpoints.save(NUM_STEPS, state, {"step": NUM_STEPS})
       target = jax.device_put(
-          train.init_state(cfg, optimizer, jax.random.key(9)), shardings)
+          train_step.init_state(cfg, optimizer, jax.random.key(9)), shardings)
       restored = checkpoints.restore(target)[0].params
 
   prompts = packed[:BATCH, :4]

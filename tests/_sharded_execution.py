@@ -103,7 +103,7 @@ def main(only: tuple[str, ...] = ("",)):
   from lm_decoding.models import Model, TransformerConfig, init_params
   from lm_decoding.models import make_logits_fn
   from lm_decoding.parallel import sharding
-  from lm_decoding.training import train
+  from lm_decoding.training import train_step
   import ml_collections
 
   assert jax.device_count() == 8, (
@@ -237,22 +237,22 @@ def main(only: tuple[str, ...] = ("",)):
   train_cfg = ml_collections.ConfigDict(dict(
       learning_rate=1e-3, warmup_steps=0, num_steps=10, weight_decay=0.1,
       grad_clip_norm=1.0))
-  optimizer = train.make_optimizer(train_cfg)
+  optimizer = train_step.make_optimizer(train_cfg)
   tokens = jax.random.randint(jax.random.key(4), (batch, 16), 5, 64)
   train_key = jax.random.key(5)
-  single_step = train.make_train_step(cfg, "ar", optimizer)
-  fresh = lambda: train.init_state(cfg, optimizer, jax.random.key(0))
+  single_step = train_step.make_train_step(cfg, "ar", optimizer)
+  fresh = lambda: train_step.init_state(cfg, optimizer, jax.random.key(0))
   ref_state, ref_metrics = single_step(fresh(), tokens, train_key)
 
   def check_train(mesh):
-    shardings = train.state_shardings(cfg, optimizer, mesh)
-    step = train.make_train_step(cfg, "ar", optimizer, mesh=mesh,
+    shardings = train_step.state_shardings(cfg, optimizer, mesh)
+    step = train_step.make_train_step(cfg, "ar", optimizer, mesh=mesh,
                                  batch_shape=tokens.shape)
     state = jax.device_put(fresh(), shardings)
     new_state, metrics = step(
         state, sharding.shard_batch(tokens, mesh), train_key)
     # The gradients themselves (the step's metrics hold only their norm).
-    loss = lambda p: train.objective_loss("ar")(make_logits_fn(cfg), p,
+    loss = lambda p: train_step.objective_loss("ar")(make_logits_fn(cfg), p,
                                                 tokens, train_key)[0]
     ref_grads = jax.jit(jax.grad(loss))(params)
     param_shardings = shardings.params
@@ -276,7 +276,7 @@ def main(only: tuple[str, ...] = ("",)):
   def check_checkpoint_reshard():
     import tempfile
     from lm_decoding.training.checkpoints import Checkpoints
-    first, second = (train.state_shardings(cfg, optimizer,
+    first, second = (train_step.state_shardings(cfg, optimizer,
                                            sharding.make_mesh(*shape))
                      for shape in RESHARD)
     state = jax.device_put(ref_state, first)

@@ -529,13 +529,13 @@ def refused_before_work(call, error, match, tmp_path, monkeypatch):
   """Runs an entry point's row `call(tmp_path)`: it raises `error` matching
   `match` before training compiles its first program (`init_state`), and
   leaves tmp_path/work absent or (a data error) created and empty."""
-  from lm_decoding.training import train as train_lib
+  from lm_decoding.training import train_step
   from lm_decoding.training.checkpoints import CheckpointError
 
   def refuse(*args, **kwargs):
     raise AssertionError("compiled before the check")
 
-  monkeypatch.setattr(train_lib, "init_state", refuse)
+  monkeypatch.setattr(train_step, "init_state", refuse)
   with pytest.raises(error, match=match):
     call(tmp_path)
   work = tmp_path / "work"

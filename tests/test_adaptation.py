@@ -30,7 +30,8 @@ from lm_decoding.models import masks
 from lm_decoding.models.diffusion import shift_logits
 from lm_decoding.models.output import ModelOutput
 from lm_decoding.special_tokens import MASK_ID, PAD_ID
-from lm_decoding.training import objectives, pretrained
+from lm_decoding.training import objectives
+from lm_decoding.training.pretrained import loading, member_recipes, recipes, store
 from lm_decoding.training import train as train_lib
 from lm_decoding.training.objectives import registry
 
@@ -230,7 +231,7 @@ def _tiny_config():
 def _adapted(**changes):
   """The tiny set's bd3lm4_from_ar recipe with `changes` ('section.key':
   value, of any type)."""
-  config = pretrained.member_configs(_tiny_config())["bd3lm4_from_ar"]
+  config = member_recipes.member_configs(_tiny_config())["bd3lm4_from_ar"]
   tree = config.to_dict()
   for key, value in changes.items():
     section, name = key.split(".")
@@ -239,15 +240,15 @@ def _adapted(**changes):
 
 
 def test_adapted_members_keep_the_parent_backbone_and_a_tenth_of_its_steps():
-  members = pretrained.member_configs(_tiny_config())
+  members = member_recipes.member_configs(_tiny_config())
   parent = members["ar"]
-  for name in pretrained.ADAPTED_MEMBERS:
+  for name in member_recipes.ADAPTED_MEMBERS:
     member = members[name]
     assert member.train.init_from == "ar"
     assert member.model.token_shift
     assert member.train.num_steps <= 0.1 * parent.train.num_steps
     train_lib.check_config(member)
-    assert not pretrained._parent_differences(pretrained.recipe(parent),
+    assert not loading._parent_differences(recipes.recipe(parent),
                                               member)
   assert members["bd3lm4_from_ar"].train.block_length == 4
   assert members["bd3lm16_from_ar"].train.complementary_masks
@@ -260,16 +261,16 @@ def test_controls_spend_the_whole_compute_of_their_adapted_member(
   """Each from-scratch control trains the adapted member's objective and
   block length, from no parent, for the AR-row tokens its parent and its
   adaptation spent together (the lineage table's compute_ar_tokens)."""
-  members = pretrained.member_configs(
+  members = member_recipes.member_configs(
       importlib.import_module(f"configs.{config_name}").get_config())
 
   def compute(name):
     member = members[name]
     return (member.train.num_steps * member.train.batch_size
             * member.data.seq_len
-            * pretrained._forward_copies(member.to_dict()))
+            * member_recipes._forward_copies(member.to_dict()))
 
-  for control, adapted in pretrained.CONTROL_MEMBERS.items():
+  for control, adapted in member_recipes.CONTROL_MEMBERS.items():
     member, target = members[control], members[adapted]
     assert not member.train.get("init_from")
     assert not member.model.get("token_shift")
@@ -277,7 +278,7 @@ def test_controls_spend_the_whole_compute_of_their_adapted_member(
     if target.train.objective == "bd3lm":
       assert member.train.block_length == target.train.block_length
     row = (member.train.batch_size * member.data.seq_len
-           * pretrained._forward_copies(member.to_dict()))
+           * member_recipes._forward_copies(member.to_dict()))
     assert abs(compute(control) - compute("ar") - compute(adapted)) < row
     train_lib.check_config(member)
   tiny_steps = {"bd3lm4_scratch": 210, "mdlm_scratch": 330}
@@ -292,12 +293,12 @@ def test_lineage_puts_each_shipped_control_at_its_adapted_members_compute(
   adapted member's compute is its parent's tokens plus its own at four AR
   rows each (BD3-LM's [x_t ; x_0] and complementary masks), and each
   from-scratch control spent exactly that."""
-  rows = {r["member"]: r for r in pretrained.lineage_rows(
-      pretrained.set_dir(set_name))}
+  rows = {r["member"]: r for r in member_recipes.lineage_rows(
+      recipes.set_dir(set_name))}
   adapted = rows["bd3lm4_from_ar"]
   assert adapted["compute_ar_tokens"] == (rows["ar"]["tokens"]
                                           + 4 * adapted["tokens"])
-  for control, name in pretrained.CONTROL_MEMBERS.items():
+  for control, name in member_recipes.CONTROL_MEMBERS.items():
     assert rows[control]["init_from"] == ""
     assert (rows[control]["compute_ar_tokens"]
             == rows[name]["compute_ar_tokens"])
@@ -310,19 +311,19 @@ def test_lineage_puts_each_shipped_control_at_its_adapted_members_compute(
 ])
 def test_init_from_refuses_another_backbone_before_reading(change, named):
   with pytest.raises(ValueError, match=f"train.init_from='ar'.*{named}"):
-    pretrained.parent_params(_adapted(**change), types.SimpleNamespace(
+    loading.parent_params(_adapted(**change), types.SimpleNamespace(
         model_proto=b"unused"))
 
 
 def test_init_from_refuses_another_tokenizer():
   with pytest.raises(ValueError, match="train.init_from='ar'.*tokenizer"):
-    pretrained.parent_params(_adapted(), types.SimpleNamespace(
+    loading.parent_params(_adapted(), types.SimpleNamespace(
         model_proto=b"another tokenizer"))
 
 
 def test_init_from_refuses_what_it_cannot_find(tmp_path):
   with pytest.raises(ValueError, match="neither a member"):
-    pretrained.parent_params(_adapted(**{"train.init_from": str(tmp_path)}),
+    loading.parent_params(_adapted(**{"train.init_from": str(tmp_path)}),
                              types.SimpleNamespace(model_proto=b""))
 
 
@@ -359,9 +360,9 @@ def test_init_from_a_workdir_starts_from_its_parameters(tmp_path):
   child.train.update(dict(objective="bd3lm", block_length=4,
                           init_from=parent_dir, num_steps=1))
   child.model.token_shift = True
-  params, record = pretrained.parent_params(
+  params, record = loading.parent_params(
       child, types.SimpleNamespace(model_proto=b""))
-  parent = pretrained.load_trained_params(config, parent_dir)
+  parent = store.load_trained_params(config, parent_dir)
   chex.assert_trees_all_equal(params, parent)
   assert record["init_from"] == parent_dir and record["steps"] == 2
   summary = train_lib.train(child, str(tmp_path / "child"), progress=False,

@@ -18,6 +18,7 @@ from lm_decoding.models import Model, TransformerConfig, make_logits_fn
 from lm_decoding.special_tokens import MASK_ID, PAD_ID
 from lm_decoding.training import self_distillation as sd
 from lm_decoding.training import train
+from lm_decoding.training import train_step
 from lm_decoding.training.objectives import certainty_forcing as cf
 from lm_decoding.training.objectives.bd3lm import bd3lm_logits
 
@@ -180,7 +181,7 @@ def test_data_generation_is_deterministic_for_a_seed(tmp_path):
 
 def test_train_wires_the_objective():
   assert "certainty_forcing" in train.OBJECTIVES
-  loss = train.objective_loss("certainty_forcing", 4, prompt_length=4)
+  loss = train_step.objective_loss("certainty_forcing", 4, prompt_length=4)
   tokens = jax.random.randint(jax.random.key(7), (2, 16), 5, 32)
   direct, _ = cf.certainty_forcing_loss(
       make_logits_fn(STUDENT), PARAMS, tokens, jax.random.key(8),

@@ -16,7 +16,8 @@ import pytest
 
 import _loading
 from lm_decoding.evaluation import cost_model
-from lm_decoding.training import pretrained, train
+from lm_decoding.training import train
+from lm_decoding.training.pretrained import member_recipes
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "experiments" / "gpu_record.py"
@@ -56,7 +57,7 @@ def test_config_keeps_the_cost_rows_at_a_size_above_the_caches():
   assert "kv_cache=dual" in config.compare.decoders[5]
   assert (config.compare.batch_sizes, config.compare.output_lengths) == (
       (1, 8, 32), (128, 256))
-  members = pretrained.member_configs(config)
+  members = member_recipes.member_configs(config)
   ar = train.model_config(members["ar"])
   assert ar.dtype == "bfloat16"
   assert cost_model.param_bytes(ar) > 60 * 2 ** 20  # an H200's L2: 60 MB

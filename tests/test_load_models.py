@@ -1,4 +1,4 @@
-"""pretrained.load_models: the models of the main job and the notebook."""
+"""loading.load_models: the models of the main job and the notebook."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from lm_decoding.data import corpus
 from lm_decoding.data import pipeline
 from lm_decoding.data.tokenizer import MIN_VOCAB_SIZE
 from lm_decoding.models import quantization
-from lm_decoding.training import pretrained
+from lm_decoding.training.pretrained import loading, recipes, store
 from lm_decoding.training import train
 from lm_decoding.training.checkpoints import CheckpointError
 
@@ -48,7 +48,7 @@ def test_load_models_trains_then_takes_the_exported_member(tmp_path):
   workdir, shipped_set = str(tmp_path / "work"), tmp_path / "set"
   tokenizer = pipeline.prepare(str(text), MIN_VOCAB_SIZE, workdir).tokenizer
 
-  trained = pretrained.load_models({"ar": config}, workdir, tokenizer,
+  trained = loading.load_models({"ar": config}, workdir, tokenizer,
                                    progress=False, out_dir=shipped_set)["ar"]
   with open(tmp_path / "work" / "ar" / "metrics.jsonl") as f:
     logged = [json.loads(line) for line in f]
@@ -60,9 +60,9 @@ def test_load_models_trains_then_takes_the_exported_member(tmp_path):
       f"ar: validation perplexity {logged[-1]['valid_ppl']:.1f} "
       f"(trained here, {trained.source})")
 
-  pretrained.export(config, f"{workdir}/ar", "ar", tokenizer, "cmd",
+  store.export(config, f"{workdir}/ar", "ar", tokenizer, "cmd",
                     {"valid_ppl": 123.45}, out_dir=shipped_set)
-  shipped = pretrained.load_models({"ar": config}, workdir, tokenizer,
+  shipped = loading.load_models({"ar": config}, workdir, tokenizer,
                                    progress=False, out_dir=shipped_set)["ar"]
   assert shipped.shipped and shipped.valid_ppl == 123.45
   assert shipped.describe("ar").startswith(
@@ -80,7 +80,7 @@ def trained_member(tmp_path_factory):
   config = make_config(str(text))
   workdir = str(tmp_path / "work")
   tokenizer = pipeline.prepare(str(text), MIN_VOCAB_SIZE, workdir).tokenizer
-  params = pretrained.load_models({"ar": config}, workdir, tokenizer,
+  params = loading.load_models({"ar": config}, workdir, tokenizer,
                                   progress=False, out_dir=tmp_path / "none"
                                   )["ar"].model.params
   return config, f"{workdir}/ar", tokenizer, params
@@ -100,11 +100,11 @@ def test_stored_dtype_round_trips_within_its_rounding(trained_member,
   says how they were stored, and the int8 member's files are well under the
   float32 one's."""
   config, workdir, tokenizer, params = trained_member
-  member = pretrained.export(config, workdir, "ar", tokenizer, "cmd", {},
+  member = store.export(config, workdir, "ar", tokenizer, "cmd", {},
                              out_dir=tmp_path, stored_dtype=stored_dtype)
-  assert pretrained.read_manifest("ar", tmp_path).get(
+  assert recipes.read_manifest("ar", tmp_path).get(
       "stored_dtype") == stored_dtype
-  loaded, reason = pretrained.find(config, "ar", tokenizer, tmp_path)
+  loaded, reason = store.find(config, "ar", tokenizer, tmp_path)
   assert loaded is not None, reason
   assert {x.dtype for x in jax.tree.leaves(params)} == {np.dtype("float32")}
   chex.assert_trees_all_equal_shapes_and_dtypes(loaded, params)
@@ -116,7 +116,7 @@ def test_stored_dtype_round_trips_within_its_rounding(trained_member,
   if stored_dtype == "int8":  # exactly the dequantised int8 layout
     chex.assert_trees_all_equal(loaded, quantization.dequantize_params(
         quantization.quantize_params(params, train.model_config(config))))
-    float_member = pretrained.export(config, workdir, "f32", tokenizer, "cmd",
+    float_member = store.export(config, workdir, "f32", tokenizer, "cmd",
                                      {}, out_dir=tmp_path)
     # A quarter of the weights' bytes; this 1-layer model's float32 norms,
     # scales and checkpoint metadata keep the files at about half (0.51 in
@@ -127,7 +127,7 @@ def test_stored_dtype_round_trips_within_its_rounding(trained_member,
 def test_export_refuses_an_unknown_stored_dtype(trained_member, tmp_path):
   config, workdir, tokenizer, _ = trained_member
   with pytest.raises(ValueError, match=r"stored_dtype='float16'; allowed"):
-    pretrained.export(config, workdir, "ar", tokenizer, "cmd", {},
+    store.export(config, workdir, "ar", tokenizer, "cmd", {},
                       out_dir=tmp_path, stored_dtype="float16")
   assert not (tmp_path / "ar").exists()
 
@@ -143,17 +143,17 @@ def test_convert_stores_a_float_member_as_export_would(trained_member,
   from the workdir gives, bit for bit, and its manifest keeps the training's
   command, commit and metrics beside the conversion's."""
   config, workdir, tokenizer, _ = trained_member
-  pretrained.export(config, workdir, "ar", tokenizer, "train cmd",
+  store.export(config, workdir, "ar", tokenizer, "train cmd",
                     {"valid_ppl": 9.5}, out_dir=tmp_path / "set")
-  before = pretrained.read_manifest("ar", tmp_path / "set")
-  assert pretrained.convert(["ar"], stored_dtype, "convert cmd",
+  before = recipes.read_manifest("ar", tmp_path / "set")
+  assert store.convert(["ar"], stored_dtype, "convert cmd",
                             tmp_path / "set") == [tmp_path / "set" / "ar"]
-  pretrained.export(config, workdir, "ar", tokenizer, "cmd", {},
+  store.export(config, workdir, "ar", tokenizer, "cmd", {},
                     out_dir=tmp_path / "exported", stored_dtype=stored_dtype)
-  converted, _ = pretrained.find(config, "ar", tokenizer, tmp_path / "set")
-  exported, _ = pretrained.find(config, "ar", tokenizer, tmp_path / "exported")
+  converted, _ = store.find(config, "ar", tokenizer, tmp_path / "set")
+  exported, _ = store.find(config, "ar", tokenizer, tmp_path / "exported")
   chex.assert_trees_all_equal(converted, exported)
-  after = pretrained.read_manifest("ar", tmp_path / "set")
+  after = recipes.read_manifest("ar", tmp_path / "set")
   assert after.pop("stored_dtype") == stored_dtype
   assert after.pop("conversion")["command"] == "convert cmd"
   assert after == before
@@ -169,9 +169,9 @@ def _files(folder: pathlib.Path) -> dict:
 def float_and_rounded(trained_member, tmp_path):
   """A set of 'f32' (float) and 'bf16' (stored as bfloat16)."""
   config, workdir, tokenizer, _ = trained_member
-  pretrained.export(config, workdir, "f32", tokenizer, "cmd", {},
+  store.export(config, workdir, "f32", tokenizer, "cmd", {},
                     out_dir=tmp_path)
-  pretrained.export(config, workdir, "bf16", tokenizer, "cmd", {},
+  store.export(config, workdir, "bf16", tokenizer, "cmd", {},
                     out_dir=tmp_path, stored_dtype="bfloat16")
   return tmp_path
 
@@ -195,7 +195,7 @@ def test_convert_refuses_before_rewriting_any_member(
   shutil.copytree(set_dir / "f32", set_dir / "copy")
   before = _files(set_dir)
   with pytest.raises(error, match=match):
-    pretrained.convert(names, stored_dtype, "cmd", set_dir)
+    store.convert(names, stored_dtype, "cmd", set_dir)
   assert _files(set_dir) == before
 
 
@@ -211,7 +211,7 @@ def test_convert_refuses_a_member_whose_recipe_does_not_load(
   (set_dir / "wide" / "manifest.json").write_text(json.dumps(manifest))
   before = _files(set_dir)
   with pytest.raises(CheckpointError):
-    pretrained.convert(["f32", "wide"], "int8", "cmd", set_dir)
+    store.convert(["f32", "wide"], "int8", "cmd", set_dir)
   assert _files(set_dir) == before
 
 
@@ -221,8 +221,8 @@ def test_convert_puts_back_a_member_a_killed_swap_left_hidden(
   under `.f32-old-*`; convert restores it first, as export does."""
   set_dir = float_and_rounded
   os.replace(set_dir / "f32", set_dir / ".f32-old-0123")
-  pretrained.convert(["f32"], "int8", "cmd", set_dir)
-  assert pretrained.read_manifest("f32", set_dir)["stored_dtype"] == "int8"
+  store.convert(["f32"], "int8", "cmd", set_dir)
+  assert recipes.read_manifest("f32", set_dir)["stored_dtype"] == "int8"
   assert not list(set_dir.glob(".f32-*"))
 
 
@@ -244,7 +244,7 @@ def test_cli_converts_every_member_or_none(float_and_rounded):
   assert _files(set_dir) == before
   run = cli("f32")
   assert run.returncode == 0, run.stderr
-  manifest = pretrained.read_manifest("f32", set_dir)
+  manifest = recipes.read_manifest("f32", set_dir)
   assert manifest["stored_dtype"] == "int8"
   assert manifest["conversion"]["command"].endswith(
       f"convert_pretrained.py --set_dir={set_dir} --stored_dtype=int8 f32")
@@ -257,11 +257,11 @@ def test_export_refuses_a_name_that_is_not_a_plain_folder(trained_member,
   """'.' or '' named the set itself, so the swap deleted every member; a path
   wrote outside the set. Refused before anything is written."""
   config, workdir, tokenizer, _ = trained_member
-  pretrained.export(config, workdir, "ar", tokenizer, "cmd", {},
+  store.export(config, workdir, "ar", tokenizer, "cmd", {},
                     out_dir=tmp_path)
   before = _tree(tmp_path)
   with pytest.raises(ValueError, match=r"export name=.* plain folder name"):
-    pretrained.export(config, workdir, name, tokenizer, "cmd", {},
+    store.export(config, workdir, name, tokenizer, "cmd", {},
                       out_dir=tmp_path)
   assert _tree(tmp_path) == before
 
@@ -274,7 +274,7 @@ def test_export_refuses_to_replace_a_folder_that_is_not_a_member(
   (not a member) is refused alike. Refused before training, by train.py's
   check_export, and by export itself; nothing is written."""
   config, workdir, tokenizer, _ = trained_member
-  pretrained.export(config, workdir, "ar", tokenizer, "cmd", {},
+  store.export(config, workdir, "ar", tokenizer, "cmd", {},
                     out_dir=tmp_path / "base")  # a set: a tokenizer, members
   if occupant == "no_manifest":
     (tmp_path / "notes").mkdir()
@@ -283,9 +283,9 @@ def test_export_refuses_to_replace_a_folder_that_is_not_a_member(
   before = _tree(tmp_path)
   with pytest.raises(ValueError, match=rf"export name='{name}': .* is not a "
                      "member"):
-    pretrained.check_export(name, None, tmp_path)
+    recipes.check_export(name, None, tmp_path)
   with pytest.raises(ValueError, match="is not a member"):
-    pretrained.export(config, workdir, name, tokenizer, "cmd", {},
+    store.export(config, workdir, name, tokenizer, "cmd", {},
                       out_dir=tmp_path)
   assert _tree(tmp_path) == before
 
@@ -293,22 +293,22 @@ def test_export_refuses_to_replace_a_folder_that_is_not_a_member(
 def test_a_failed_swap_puts_the_old_member_back(trained_member, tmp_path,
                                                 monkeypatch):
   config, workdir, tokenizer, _ = trained_member
-  pretrained.export(config, workdir, "ar", tokenizer, "first", {},
+  store.export(config, workdir, "ar", tokenizer, "first", {},
                     out_dir=tmp_path)
-  real_replace = pretrained.os.replace
+  real_replace = store.os.replace
 
   def failing_replace(src, dst):
     if ".ar-staging-" in str(src):
       raise OSError("disk full")
     return real_replace(src, dst)
 
-  monkeypatch.setattr(pretrained.os, "replace", failing_replace)
+  monkeypatch.setattr(store.os, "replace", failing_replace)
   with pytest.raises(OSError, match="disk full"):
-    pretrained.export(config, workdir, "ar", tokenizer, "second", {},
+    store.export(config, workdir, "ar", tokenizer, "second", {},
                       out_dir=tmp_path)
-  assert pretrained.read_manifest("ar", tmp_path)["command"] == "first"
+  assert recipes.read_manifest("ar", tmp_path)["command"] == "first"
   assert sorted(p.name for p in tmp_path.iterdir()) == [
-      "ar", pretrained.TOKENIZER_FILE]
+      "ar", recipes.TOKENIZER_FILE]
 
 
 def test_export_restores_a_member_left_renamed_by_a_killed_swap(
@@ -319,29 +319,29 @@ def test_export_restores_a_member_left_renamed_by_a_killed_swap(
   folder. (Called directly: after a whole export the new member would hide
   whether the old one had come back.)"""
   config, workdir, tokenizer, _ = trained_member
-  pretrained.export(config, workdir, "ar", tokenizer, "first", {},
+  store.export(config, workdir, "ar", tokenizer, "first", {},
                     out_dir=tmp_path)
   (tmp_path / "ar").rename(tmp_path / ".ar-old-1234")
   (tmp_path / ".ar-staging-5678").mkdir()
-  pretrained._clear_leftovers(tmp_path, "ar")
-  assert pretrained.read_manifest("ar", tmp_path)["command"] == "first"
+  store._clear_leftovers(tmp_path, "ar")
+  assert recipes.read_manifest("ar", tmp_path)["command"] == "first"
   assert sorted(p.name for p in tmp_path.iterdir()) == [
-      "ar", pretrained.TOKENIZER_FILE]
+      "ar", recipes.TOKENIZER_FILE]
 
 
 def test_export_replaces_a_member_and_leaves_nothing_else(trained_member,
                                                          tmp_path):
   config, workdir, tokenizer, _ = trained_member
   for command in ("first", "second"):
-    pretrained.export(config, workdir, "ar", tokenizer, command, {},
+    store.export(config, workdir, "ar", tokenizer, command, {},
                       out_dir=tmp_path)
-  assert pretrained.read_manifest("ar", tmp_path)["command"] == "second"
+  assert recipes.read_manifest("ar", tmp_path)["command"] == "second"
   assert sorted(p.name for p in tmp_path.iterdir()) == [
-      "ar", pretrained.TOKENIZER_FILE]  # no staging or old copies left
+      "ar", recipes.TOKENIZER_FILE]  # no staging or old copies left
   # The modes of a plain write (mkstemp and mkdtemp would give 0o600/0o700).
   umask = os.umask(0)
   os.umask(umask)
-  assert (tmp_path / pretrained.TOKENIZER_FILE).stat().st_mode & 0o777 == (
+  assert (tmp_path / recipes.TOKENIZER_FILE).stat().st_mode & 0o777 == (
       0o666 & ~umask)
   assert (tmp_path / "ar").stat().st_mode & 0o777 == 0o777 & ~umask
 
@@ -349,10 +349,10 @@ def test_export_replaces_a_member_and_leaves_nothing_else(trained_member,
 def test_find_refuses_a_manifest_with_an_unknown_stored_dtype(trained_member,
                                                               tmp_path):
   config, workdir, tokenizer, _ = trained_member
-  member = pretrained.export(config, workdir, "ar", tokenizer, "cmd", {},
+  member = store.export(config, workdir, "ar", tokenizer, "cmd", {},
                              out_dir=tmp_path, stored_dtype="bfloat16")
-  manifest = json.loads((member / pretrained.MANIFEST_FILE).read_text())
+  manifest = json.loads((member / recipes.MANIFEST_FILE).read_text())
   manifest["stored_dtype"] = "int4"
-  (member / pretrained.MANIFEST_FILE).write_text(json.dumps(manifest))
+  (member / recipes.MANIFEST_FILE).write_text(json.dumps(manifest))
   with pytest.raises(CheckpointError, match=r"stored_dtype='int4'; allowed"):
-    pretrained.find(config, "ar", tokenizer, tmp_path)
+    store.find(config, "ar", tokenizer, tmp_path)

@@ -19,6 +19,7 @@ from jax.sharding import AbstractMesh
 from lm_decoding.models import TransformerConfig, abstract_params, count_params
 from lm_decoding.parallel import sharding
 from lm_decoding.training import train
+from lm_decoding.training import train_step
 
 CONFIGS = pathlib.Path(__file__).parent.parent / "configs"
 
@@ -54,7 +55,7 @@ def test_preset_shards_every_parameter_evenly(name, preset):
   rules = sharding.rules_for_model(model_cfg, mesh,
                                    sharding.rules_from_config(config.mesh))
   shardings = sharding.param_shardings(model_cfg, mesh, rules)
-  shapes = jax.tree.leaves(train.unbox(abstract_params(model_cfg)))
+  shapes = jax.tree.leaves(train_step.unbox(abstract_params(model_cfg)))
   sharded_dims = 0
   for shape, named in zip(shapes, jax.tree.leaves(shardings)):
     for size, axes in zip(shape.shape, named.spec):

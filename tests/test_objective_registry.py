@@ -12,6 +12,7 @@ import pytest
 
 from lm_decoding.models import TransformerConfig, make_logits_fn
 from lm_decoding.training import train
+from lm_decoding.training import train_step
 from lm_decoding.training.objectives import registry
 
 TRAIN_PY = pathlib.Path(train.__file__)
@@ -72,17 +73,17 @@ def test_a_new_objective_is_one_entry(monkeypatch):
   model_cfg = TransformerConfig(vocab_size=16, d_model=16, num_layers=1,
                                 num_heads=2, num_kv_heads=2, head_dim=8,
                                 mlp_dim=32, max_len=8)
-  optimizer = train.make_optimizer(
+  optimizer = train_step.make_optimizer(
       ml_collections.ConfigDict(dict(
           learning_rate=1e-2, warmup_steps=0, num_steps=2, weight_decay=0.0,
           grad_clip_norm=1.0)))
-  state = train.init_state(model_cfg, optimizer, jax.random.key(0))
+  state = train_step.init_state(model_cfg, optimizer, jax.random.key(0))
   tokens = np.ones((2, 8), np.int32)
-  eval_fn = train.make_eval_fn(model_cfg, "toy", 1, scale=2.0)
+  eval_fn = train_step.make_eval_fn(model_cfg, "toy", 1, scale=2.0)
   nll, count = eval_fn(state.params, tokens)
   expected, _ = _toy_loss(make_logits_fn(model_cfg), state.params,
                           tokens, None, scale=2.0)
   np.testing.assert_allclose(nll / count, expected, rtol=1e-6)
-  step = train.make_train_step(model_cfg, "toy", optimizer, scale=2.0)
+  step = train_step.make_train_step(model_cfg, "toy", optimizer, scale=2.0)
   _, metrics = step(state, tokens, jax.random.key(1))
   np.testing.assert_allclose(metrics["loss"], expected, rtol=1e-6)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from lm_decoding.models import TransformerConfig, init_params
-from lm_decoding.training import train as train_lib
+from lm_decoding.training import train_step
 
 
 def train_section(weight_decay=0.1):
@@ -23,7 +23,7 @@ def train_section(weight_decay=0.1):
 def two_updates_with_zero_gradients(params, weight_decay=0.1):
   """Parameters after two updates whose only effect is the weight decay (the
   first update has learning rate 0, the second 1)."""
-  optimizer = train_lib.make_optimizer(train_section(weight_decay))
+  optimizer = train_step.make_optimizer(train_section(weight_decay))
   opt_state = optimizer.init(params)
   zeros = jax.tree.map(jnp.zeros_like, params)
   for _ in range(2):
@@ -95,5 +95,5 @@ def test_decay_rule_reads_the_name_through_partitioning_boxes():
                                                    ("embed", "mlp"))
                      for name in ("kernel", "bias", "scale")}}
   flat, _ = jax.tree_util.tree_flatten_with_path(boxed)
-  rule = {path[1].key: train_lib.decays(path) for path, _ in flat}
+  rule = {path[1].key: train_step.decays(path) for path, _ in flat}
   assert rule == {"kernel": True, "bias": False, "scale": False}

@@ -27,7 +27,8 @@ from lm_decoding.decoding.autoregressive import AutoregressiveDecoder
 from lm_decoding.evaluation import translation_metrics as tm
 from lm_decoding.models import Model, make_logits_fn
 from lm_decoding.special_tokens import EOS_ID, PAD_ID
-from lm_decoding.training import distillation, pretrained, train
+from lm_decoding.training import distillation, train
+from lm_decoding.training.pretrained import member_recipes, store
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "configs"))
@@ -215,11 +216,11 @@ def test_own_file_trains_and_decodes_end_to_end(tmp_path, toy_file):
                     cache_dir=data_dir)
   assert {n: len(e.pairs) for n, e in data.splits.items()} == {
       "train": 160, "valid": 8, "test": 25}
-  member = pretrained.translation_member_configs(config)["translation_ar"]
+  member = member_recipes.translation_member_configs(config)["translation_ar"]
   summary = train.train(member, str(tmp_path / "ar"), progress=False,
                         data_dir=str(data_dir))
   assert summary["steps"] == 3 and np.isfinite(summary["valid_loss"])
-  params = pretrained.load_trained_params(member, str(tmp_path / "ar"))
+  params = store.load_trained_params(member, str(tmp_path / "ar"))
   model = Model(make_logits_fn(train.model_config(member)), params)
   decoder = AutoregressiveDecoder(
       sampling=sampling.SamplingConfig(temperature=0.0),

@@ -22,16 +22,18 @@ from lm_decoding.data import corpus
 from lm_decoding.data import pipeline
 from lm_decoding.data.tokenizer import MIN_VOCAB_SIZE, Tokenizer
 from lm_decoding.models import abstract_params, count_params
-from lm_decoding.training import data_sources, pretrained
+from lm_decoding.training import data_sources
+from lm_decoding.training.pretrained import member_recipes, recipes, store
 from lm_decoding.training import train as train_lib
+from lm_decoding.training import train_step
 from lm_decoding.training.checkpoints import CheckpointError, Checkpoints
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "experiments" / "train_pretrained.sh"
 SHIPPED = ("ar", "mdlm", "bd3lm", "uniform", "uniform_sc", "evaluator",
            "draft_small", "draft_medium")
-ADAPTED = tuple(pretrained.ADAPTED_MEMBERS)  # adapted from 'ar' (issue 25)
-CONTROLS = tuple(pretrained.CONTROL_MEMBERS)  # their from-scratch controls
+ADAPTED = tuple(member_recipes.ADAPTED_MEMBERS)  # adapted from 'ar' (issue 25)
+CONTROLS = tuple(member_recipes.CONTROL_MEMBERS)  # their from-scratch controls
 
 
 @pytest.fixture(scope="module")
@@ -55,9 +57,9 @@ def shipped(tmp_path, tokenizer):
   member = tmp_path / "set" / "ar"
   member.mkdir(parents=True)
   manifest = {"name": "ar", "commit": "0" * 40,
-              "recipe": pretrained.recipe(make_config()),
-              "tokenizer_sha256": pretrained.tokenizer_sha256(tokenizer)}
-  (member / pretrained.MANIFEST_FILE).write_text(json.dumps(manifest))
+              "recipe": recipes.recipe(make_config()),
+              "tokenizer_sha256": recipes.tokenizer_sha256(tokenizer)}
+  (member / recipes.MANIFEST_FILE).write_text(json.dumps(manifest))
   return member.parent
 
 
@@ -67,7 +69,7 @@ def test_config_mismatch_names_every_differing_key(shipped, tokenizer):
   config.train.num_steps = 3
   del config.data["format"]
   config.data.extra = [1, 2]
-  params, reason = pretrained.find(config, "ar", tokenizer, shipped)
+  params, reason = store.find(config, "ar", tokenizer, shipped)
   assert params is None
   assert reason == (
       "pretrained 'ar' was trained with another config (data.extra: shipped "
@@ -79,25 +81,25 @@ def test_config_mismatch_names_every_differing_key(shipped, tokenizer):
 def test_tokenizer_mismatch_names_both_digests(shipped, tokenizer):
   other = Tokenizer.train(corpus.load_paragraphs(None)[200:400],
                           MIN_VOCAB_SIZE)
-  params, reason = pretrained.find(make_config(), "ar", other, shipped)
+  params, reason = store.find(make_config(), "ar", other, shipped)
   assert params is None
   assert reason.startswith("pretrained 'ar' was trained with another "
                            f"tokenizer (sha256 "
-                           f"{pretrained.tokenizer_sha256(tokenizer)[:12]}, "
-                           f"here {pretrained.tokenizer_sha256(other)[:12]}")
+                           f"{recipes.tokenizer_sha256(tokenizer)[:12]}, "
+                           f"here {recipes.tokenizer_sha256(other)[:12]}")
 
 
 def test_recipe_differences():
   shipped = {"seed": 0, "model": {"d_model": 128, "norm": "rmsnorm"},
              "train": {}}
-  assert pretrained.recipe_differences(shipped, shipped) == []
-  assert pretrained.recipe_differences(
+  assert recipes.recipe_differences(shipped, shipped) == []
+  assert recipes.recipe_differences(
       shipped, {"seed": 0, "model": {"d_model": 128, "norm": "layernorm"},
                 "train": {"lr": 0.1}}) == [
                     'model.norm: shipped "rmsnorm", requested "layernorm"',
                     "train: shipped {}, requested (absent)",
                     "train.lr: shipped (absent), requested 0.1"]
-  assert pretrained.recipe_differences({}, {"seed": 1}) == [
+  assert recipes.recipe_differences({}, {"seed": 1}) == [
       "seed: shipped (absent), requested 1"]
 
 
@@ -119,7 +121,7 @@ def tiny_config() -> ml_collections.ConfigDict:
 
 def test_member_configs_include_the_ar_drafts():
   config = tiny_config()
-  members = pretrained.member_configs(config)
+  members = member_recipes.member_configs(config)
   assert sorted(members) == sorted(SHIPPED + ADAPTED + CONTROLS)
   shape = ("d_model", "num_layers", "num_heads", "num_kv_heads", "head_dim",
            "mlp_dim")
@@ -131,9 +133,9 @@ def test_member_configs_include_the_ar_drafts():
   counts = {name: count_params(abstract_params(
       train_lib.model_config(members[name]))) for name in shapes}
   assert counts["draft_small"] < counts["draft_medium"] < counts["ar"]
-  target = pretrained.recipe(members["ar"])
+  target = recipes.recipe(members["ar"])
   for name in ("draft_small", "draft_medium"):
-    draft = pretrained.recipe(members[name])
+    draft = recipes.recipe(members[name])
     assert draft["train"]["objective"] == "ar"
     assert {k: draft[k] for k in ("seed", "data", "train")} == {
         k: target[k] for k in ("seed", "data", "train")}
@@ -149,7 +151,7 @@ def test_evaluator_is_larger_than_the_models_it_scores(config_name):
   """The evaluator (issue 10: "a separate, stronger AR model") has more
   parameters than every decoded member, trains at least as long, and has
   its own seed."""
-  members = pretrained.member_configs(load_config(config_name))
+  members = member_recipes.member_configs(load_config(config_name))
   size = {name: count_params(abstract_params(
       train_lib.model_config(member))) for name, member in members.items()}
   evaluator = members["evaluator"]
@@ -162,34 +164,34 @@ def test_evaluator_is_larger_than_the_models_it_scores(config_name):
 
 def test_drafts_section_changes_no_other_member():
   config = tiny_config()
-  before = {name: pretrained.recipe(member) for name, member
-            in pretrained.member_configs(config).items()}
+  before = {name: recipes.recipe(member) for name, member
+            in member_recipes.member_configs(config).items()}
   config.drafts.draft_small.d_model = 96
   config.drafts.draft_tiny = ml_collections.ConfigDict(dict(mlp_dim=64))
-  after = {name: pretrained.recipe(member) for name, member
-           in pretrained.member_configs(config).items()}
+  after = {name: recipes.recipe(member) for name, member
+           in member_recipes.member_configs(config).items()}
   assert after.pop("draft_tiny")["model"]["mlp_dim"] == 64
   assert after.pop("draft_small")["model"]["d_model"] == 96
   del before["draft_small"]
   assert after == before
   del config["drafts"]
-  assert sorted(pretrained.member_configs(config)) == sorted(
+  assert sorted(member_recipes.member_configs(config)) == sorted(
       ("ar", "bd3lm", "evaluator", "mdlm", "uniform", "uniform_sc") + ADAPTED
       + CONTROLS)
 
 
 @pytest.fixture(scope="module")
 def shipped_tokenizer():
-  return Tokenizer.load(str(pretrained.DEFAULT_DIR / pretrained.TOKENIZER_FILE))
+  return Tokenizer.load(str(recipes.DEFAULT_DIR / recipes.TOKENIZER_FILE))
 
 
 @pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_member_matches_the_default_config(name, shipped_tokenizer):
-  member = pretrained.member_configs(tiny_config())[name]
-  params, reason = pretrained.find(member, name, shipped_tokenizer)
+  member = member_recipes.member_configs(tiny_config())[name]
+  params, reason = store.find(member, name, shipped_tokenizer)
   assert params is not None, reason
   assert reason.startswith(f"pretrained {name!r} (commit ")
-  manifest = pretrained.read_manifest(name)
+  manifest = recipes.read_manifest(name)
   assert manifest["metrics"]["num_params"] == count_params(params)
   assert np.isfinite(manifest["metrics"]["valid_ppl"])
   # Trained in float32, stored in bfloat16: converted afterwards by
@@ -225,7 +227,7 @@ def script_config(command: list[str]) -> ml_collections.ConfigDict:
   member = next((a.split("=", 1)[1] for a in command
                  if a.startswith("--member=")), None)
   return (flag_values.config if member is None
-          else pretrained.member_configs(flag_values.config)[member])
+          else member_recipes.member_configs(flag_values.config)[member])
 
 
 def planned(stdout: str) -> tuple[list[str], dict[str, list[str]]]:
@@ -248,7 +250,7 @@ def test_script_retrains_the_whole_set_as_member_configs_defines_it():
   run = dry_run("/tmp/work")
   assert run.returncode == 0, run.stderr
   removed, commands = planned(run.stdout)
-  members = pretrained.member_configs(tiny_config())
+  members = member_recipes.member_configs(tiny_config())
   assert sorted(commands) == sorted(members)
   assert sorted(removed) == sorted(
       [f"lm_decoding/pretrained/{name}" for name in members]
@@ -258,8 +260,8 @@ def test_script_retrains_the_whole_set_as_member_configs_defines_it():
     assert "--data_dir=/tmp/work/data" in command
     assert "--pretrained_tokenizer" not in command
     assert "--stored_dtype=bfloat16" in command  # as the set is shipped
-    assert (pretrained.recipe(script_config(command))
-            == pretrained.recipe(members[name])), name
+    assert (recipes.recipe(script_config(command))
+            == recipes.recipe(members[name])), name
 
 
 def test_script_retrains_only_the_named_members_on_the_set_tokenizer():
@@ -278,12 +280,12 @@ def test_script_retrains_the_base_set_in_its_folder_in_bfloat16():
   assert run.returncode == 0, run.stderr
   removed, commands = planned(run.stdout)
   assert removed == []
-  members = pretrained.member_configs(load_config("base"))
+  members = member_recipes.member_configs(load_config("base"))
   for name, command in commands.items():
     assert "--export_dir=lm_decoding/pretrained/base" in command
     assert "--stored_dtype=bfloat16" in command
-    assert (pretrained.recipe(script_config(command))
-            == pretrained.recipe(members[name])), name
+    assert (recipes.recipe(script_config(command))
+            == recipes.recipe(members[name])), name
   assert members["ar"].model.d_model == 256
 
 
@@ -325,10 +327,10 @@ def small_corpus(tmp_path) -> ml_collections.ConfigDict:
 
 def test_seeded_cache_makes_prepare_use_the_set_tokenizer(
     small_corpus, shipped, tokenizer, tmp_path):
-  (shipped / pretrained.TOKENIZER_FILE).write_bytes(tokenizer.model_proto)
+  (shipped / recipes.TOKENIZER_FILE).write_bytes(tokenizer.model_proto)
   data_dir = tmp_path / "data_dir"
-  cache_dir = pretrained.seed_data_cache(small_corpus, data_dir, shipped)
-  assert pretrained.seed_data_cache(small_corpus, data_dir, shipped) == cache_dir
+  cache_dir = store.seed_data_cache(small_corpus, data_dir, shipped)
+  assert store.seed_data_cache(small_corpus, data_dir, shipped) == cache_dir
   prepared = pipeline.prepare(small_corpus.data.path, MIN_VOCAB_SIZE, data_dir)
   assert prepared.cache_dir == cache_dir
   assert prepared.tokenizer.model_proto == tokenizer.model_proto
@@ -341,11 +343,11 @@ def test_seed_data_cache_refuses_another_cached_tokenizer(
     small_corpus, shipped, tokenizer, tmp_path):
   data_dir = tmp_path / "data_dir"
   with pytest.raises(ValueError, match="no tokenizer in .*: train the whole"):
-    pretrained.seed_data_cache(small_corpus, data_dir, shipped)
+    store.seed_data_cache(small_corpus, data_dir, shipped)
   pipeline.prepare(small_corpus.data.path, MIN_VOCAB_SIZE, data_dir)
-  (shipped / pretrained.TOKENIZER_FILE).write_bytes(tokenizer.model_proto)
+  (shipped / recipes.TOKENIZER_FILE).write_bytes(tokenizer.model_proto)
   with pytest.raises(ValueError, match="is another tokenizer than"):
-    pretrained.seed_data_cache(small_corpus, data_dir, shipped)
+    store.seed_data_cache(small_corpus, data_dir, shipped)
 
 
 # ---- the base set (configs/base.py) ------------------------------------------
@@ -363,15 +365,15 @@ def test_shipped_sets_fit_the_size_limit():
   """Every file under lm_decoding/pretrained (the tiny, base, translation
   and task sets, tokenizers and manifests) adds up to at most 150 MB."""
   total = sum(path.stat().st_size
-              for path in pretrained.DEFAULT_DIR.rglob("*") if path.is_file())
+              for path in recipes.DEFAULT_DIR.rglob("*") if path.is_file())
   assert 0 < total <= SIZE_LIMIT_BYTES, f"{total / 1e6:.1f} MB"
 
 
 def test_set_dir_names_the_shipped_sets():
-  assert pretrained.set_dir("") == pretrained.DEFAULT_DIR
-  assert pretrained.set_dir("base") == pretrained.DEFAULT_DIR / "base"
-  assert ((pretrained.set_dir("base") / pretrained.TOKENIZER_FILE).read_bytes()
-          == (pretrained.DEFAULT_DIR / pretrained.TOKENIZER_FILE).read_bytes())
+  assert recipes.set_dir("") == recipes.DEFAULT_DIR
+  assert recipes.set_dir("base") == recipes.DEFAULT_DIR / "base"
+  assert ((recipes.set_dir("base") / recipes.TOKENIZER_FILE).read_bytes()
+          == (recipes.DEFAULT_DIR / recipes.TOKENIZER_FILE).read_bytes())
 
 
 def test_base_grid_is_the_full_one_without_the_uncached_full_pass_rows():
@@ -403,12 +405,12 @@ def test_base_member_matches_configs_base(name, shipped_tokenizer):
   """Found in the set configs/base.py names (compare.pretrained_set), as
   the main job and experiments/speculative.py look it up."""
   config = load_config("base")
-  base_set = pretrained.set_dir(config.compare.pretrained_set)
-  assert base_set == pretrained.DEFAULT_DIR / "base"
-  member = pretrained.member_configs(config)[name]
-  params, reason = pretrained.find(member, name, shipped_tokenizer, base_set)
+  base_set = recipes.set_dir(config.compare.pretrained_set)
+  assert base_set == recipes.DEFAULT_DIR / "base"
+  member = member_recipes.member_configs(config)[name]
+  params, reason = store.find(member, name, shipped_tokenizer, base_set)
   assert params is not None, reason
-  manifest = pretrained.read_manifest(name, base_set)
+  manifest = recipes.read_manifest(name, base_set)
   assert manifest["stored_dtype"] == (
       "int8" if name == "evaluator" else "bfloat16")
   assert (manifest["metrics"]["num_params"] == count_params(params)
@@ -427,16 +429,16 @@ def test_every_shipped_member_is_its_configs_recipe(config_name, set_name):
   trained for experiments/speculative.py alone and, in the base set, the
   self-conditioned 'uniform_sc' (a third more forward work per step than
   the base 'uniform''s 1500 steps, not spent)."""
-  members = pretrained.member_configs(load_config(config_name))
-  folder = pretrained.set_dir(set_name)
+  members = member_recipes.member_configs(load_config(config_name))
+  folder = recipes.set_dir(set_name)
   shipped = sorted(p.parent.name for p in folder.glob(
-      f"*/{pretrained.MANIFEST_FILE}"))
+      f"*/{recipes.MANIFEST_FILE}"))
   untrained = {"draft_medium"} | ({"uniform_sc"} if set_name else set())
   assert set(members) - set(shipped) <= untrained
   for name in shipped:
-    manifest = pretrained.read_manifest(name, folder)
-    assert pretrained.recipe_differences(
-        manifest["recipe"], json.loads(json.dumps(pretrained.recipe(
+    manifest = recipes.read_manifest(name, folder)
+    assert recipes.recipe_differences(
+        manifest["recipe"], json.loads(json.dumps(recipes.recipe(
             members[name])))) == [], name
 
 
@@ -454,25 +456,25 @@ def test_rounded_members_reproduce_their_validation_loss(
   validation split), and each evaluator scores the validation text better
   than the AR model of its set."""
   config_name = "base" if set_name else "tiny"
-  shipped_set = pretrained.set_dir(set_name)
-  config = pretrained.member_configs(load_config(config_name))[name]
-  params, reason = pretrained.find(config, name, shipped_tokenizer,
+  shipped_set = recipes.set_dir(set_name)
+  config = member_recipes.member_configs(load_config(config_name))[name]
+  params, reason = store.find(config, name, shipped_tokenizer,
                                    shipped_set)
   assert params is not None, reason
-  pretrained.seed_data_cache(config, str(tmp_path), shipped_set)
+  store.seed_data_cache(config, str(tmp_path), shipped_set)
   _, _, valid = data_sources.training_data(config, str(tmp_path))
   batches = valid[:config.train.eval_batches * config.train.batch_size]
-  eval_fn = train_lib.make_eval_fn(train_lib.model_config(config),
+  eval_fn = train_step.make_eval_fn(train_lib.model_config(config),
                                    config.train.objective,
                                    config.train.mdlm_eval_timesteps)
-  loss = train_lib.evaluate(eval_fn, params, batches.reshape(
+  loss = train_step.evaluate(eval_fn, params, batches.reshape(
       config.train.eval_batches, config.train.batch_size, -1))
-  manifest = pretrained.read_manifest(name, shipped_set)["metrics"]
+  manifest = recipes.read_manifest(name, shipped_set)["metrics"]
   assert abs(loss - manifest["valid_loss"]) < 0.01, (loss, manifest)
   if (set_name, name) == ("base", "ar"):
     assert np.exp(loss) <= 80.0
   if name == "evaluator":  # stronger than the AR model it scores
-    ar = pretrained.read_manifest("ar", shipped_set)["metrics"]
+    ar = recipes.read_manifest("ar", shipped_set)["metrics"]
     assert loss < ar["valid_loss"], (loss, ar)
 
 
@@ -483,14 +485,14 @@ def test_rounded_members_reproduce_their_validation_loss(
 def pretrained_set(tmp_path):
   """A one-member set whose manifest matches `stubs.small_config`."""
   config = stubs.small_config(str(stubs.write_corpus(tmp_path / "corpus.txt")))
-  tokenizer = Tokenizer.load(str(pathlib.Path(pretrained.DEFAULT_DIR)
-                                 / pretrained.TOKENIZER_FILE))
+  tokenizer = Tokenizer.load(str(pathlib.Path(recipes.DEFAULT_DIR)
+                                 / recipes.TOKENIZER_FILE))
   member = tmp_path / "set" / "ar"
   member.mkdir(parents=True)
   manifest = {"name": "ar", "commit": "0" * 40,
-              "recipe": pretrained.recipe(config),
-              "tokenizer_sha256": pretrained.tokenizer_sha256(tokenizer)}
-  (member / pretrained.MANIFEST_FILE).write_text(json.dumps(manifest))
+              "recipe": recipes.recipe(config),
+              "tokenizer_sha256": recipes.tokenizer_sha256(tokenizer)}
+  (member / recipes.MANIFEST_FILE).write_text(json.dumps(manifest))
   return config, tokenizer, member
 
 
@@ -498,23 +500,23 @@ def test_find_refuses_parameters_of_another_vocab(pretrained_set):
   config, tokenizer, member = pretrained_set
   other_vocab = train_lib.model_config(config).replace(vocab_size=64)
   params = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype),
-                        train_lib.unbox(abstract_params(other_vocab)))
+                        train_step.unbox(abstract_params(other_vocab)))
   checkpoints = Checkpoints(str(member / "params"), keep=1)
   checkpoints.save(0, params, {})
   checkpoints.close()
   with pytest.raises(CheckpointError, match="stored shape: \\(64, 32\\)"):
-    pretrained.find(config, "ar", tokenizer, member.parent)
+    store.find(config, "ar", tokenizer, member.parent)
 
 
 def test_find_with_a_corrupt_manifest_names_it(pretrained_set):
   """Bug: a truncated manifest.json raises a bare json.JSONDecodeError that
   names no file.
 
-  Fix: in `pretrained.find` (and `read_manifest`) wrap `json.loads` in
+  Fix: in `store.find` (and `read_manifest`) wrap `json.loads` in
   `try/except json.JSONDecodeError as e: raise CheckpointError(
   f"manifest {manifest_path} is corrupt: {e}") from e`.
   """
   config, tokenizer, member = pretrained_set
-  (member / pretrained.MANIFEST_FILE).write_text('{"name": "ar", "reci')
+  (member / recipes.MANIFEST_FILE).write_text('{"name": "ar", "reci')
   with pytest.raises(CheckpointError, match="manifest"):
-    pretrained.find(config, "ar", tokenizer, member.parent)
+    store.find(config, "ar", tokenizer, member.parent)

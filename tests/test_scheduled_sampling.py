@@ -15,6 +15,7 @@ from lm_decoding.models import TransformerConfig, init_params, make_logits_fn
 from lm_decoding.special_tokens import PAD_ID
 from lm_decoding.training import objectives
 from lm_decoding.training import train as train_lib
+from lm_decoding.training import train_step
 from lm_decoding.training.objectives import registry
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -125,16 +126,16 @@ def test_check_config_rejects_bad_sections(objective, section, message):
 
 def test_train_step_uses_the_schedule(model):
   del model
-  optimizer = train_lib.make_optimizer(ml_collections.ConfigDict(dict(
+  optimizer = train_step.make_optimizer(ml_collections.ConfigDict(dict(
       learning_rate=1e-3, warmup_steps=0, num_steps=10, weight_decay=0.0,
       grad_clip_norm=1.0)))
   tokens = _tokens()
   losses = {}
   for name, scheduled in (("plain", None), ("off", (0.0, 0)),
                           ("on", (0.5, 0))):
-    step = train_lib.make_train_step(CFG, "ar", optimizer,
+    step = train_step.make_train_step(CFG, "ar", optimizer,
                                      scheduled=scheduled)
-    state = train_lib.init_state(CFG, optimizer, jax.random.key(0))
+    state = train_step.init_state(CFG, optimizer, jax.random.key(0))
     _, metrics = step(state, tokens, jax.random.key(7))
     losses[name] = float(metrics["loss"])
     if scheduled is not None:

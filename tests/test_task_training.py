@@ -1,8 +1,7 @@
-"""Task objectives (the prompt given, never masked nor scored), the
-time-budgeted resumable task trainer, the decoder grid, and the task entry
-point's refusal of bad options."""
+"""Task objectives (the prompt given, never masked nor scored), task models
+trained by train.train (resume, budget, adaptation), the decoder grid, and
+the task entry point's refusal of bad options."""
 
-import json
 import math
 import os
 import pathlib
@@ -12,7 +11,6 @@ import sys
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import pytest
 
@@ -22,6 +20,9 @@ from lm_decoding.models.output import ModelOutput
 from lm_decoding.special_tokens import MASK_ID
 from lm_decoding.training import task_training
 from lm_decoding.training.objectives import tasks as task_objectives
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "configs"))
+import tasks as tasks_config  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 V = 12
@@ -84,74 +85,100 @@ def test_bd3lm_loss_needs_aligned_blocks():
                                    prompt_length=8)
 
 
-MODEL = dict(d_model=32, num_layers=1, num_heads=2, num_kv_heads=2,
-             head_dim=16, mlp_dim=64, max_len=16)
+def task_config(num_steps, alphabet=6):
+  """configs/tasks.py on a 4-item permutation task, a one-layer backbone
+  and `num_steps` steps."""
+  config = tasks_config.get_config()
+  config.data.update(train_size=64, valid_size=8, test_size=8,
+                     permutation_items=4, permutation_alphabet=alphabet)
+  config.model.update(d_model=32, num_layers=1, num_heads=2, num_kv_heads=2,
+                      head_dim=16, mlp_dim=64, max_len=16)
+  config.train.update(batch_size=8, learning_rate=1e-3, warmup_steps=1,
+                      num_steps=num_steps, budget_s=1e9, weight_decay=0.0,
+                      eval_every=2, block_length=2)
+  return config
 
 
-def train_config(num_steps):
-  return ml_collections.ConfigDict(dict(
-      batch_size=8, learning_rate=1e-3, warmup_steps=1, num_steps=num_steps,
-      budget_s=1e9, weight_decay=0.0, grad_clip_norm=1.0, eval_every=2,
-      block_length=2))
+def task_and_splits(config):
+  task = tasks.make_task("permutation",
+                         **task_training.task_options(config, "permutation"))
+  return task, tasks.make_splits(task, dict(train=64, valid=8, test=8),
+                                 seed=0)
 
 
 def test_trainer_resumes_to_the_same_state(tmp_path):
-  task = tasks.make_task("permutation", num_items=4, alphabet=6)
-  splits = tasks.make_splits(task, dict(train=64, valid=8, test=8), seed=0)
+  """A task model trains through train.train: a run stopped at step 2 and
+  resumed to 4 ends where the straight run does, the curve holding the
+  untrained step 0 and each evaluation once."""
+  task, splits = task_and_splits(task_config(4))
   whole, summary = task_training.train_task_model(
-      task, "mdlm", splits, MODEL, train_config(4), 0, str(tmp_path / "a"),
-      log=lambda _: None)
-  task_training.train_task_model(task, "mdlm", splits, MODEL, train_config(2),
-                                 0, str(tmp_path / "b"), log=lambda _: None)
-  resumed, _ = task_training.train_task_model(
-      task, "mdlm", splits, MODEL, train_config(4), 0, str(tmp_path / "b"),
-      log=lambda _: None)
+      task, "mdlm", splits, task_config(4), str(tmp_path / "a"),
+      progress=False)
+  task_training.train_task_model(task, "mdlm", splits, task_config(2),
+                                 str(tmp_path / "b"), progress=False)
+  resumed, resumed_summary = task_training.train_task_model(
+      task, "mdlm", splits, task_config(4), str(tmp_path / "b"),
+      progress=False)
   assert summary["steps"] == 4
   jax.tree.map(np.testing.assert_allclose, whole, resumed)
-  log = [json.loads(line) for line in open(tmp_path / "b" / "metrics.jsonl")]
-  assert [r["step"] for r in log] == [2, 4]
+  curve = task_training.read_curve(str(tmp_path / "b"))
+  assert [r["step"] for r in curve] == [0, 2, 4]
+  # train_s runs on over the resume: the log's seconds of both calls.
+  assert curve[-1]["train_s"] == pytest.approx(resumed_summary["train_s"])
+  # The logged valid loss is valid_loss_fn's: the objective on the whole
+  # valid split at a fixed key.
+  loss = task_training.valid_loss_fn(task, "mdlm", task_config(4),
+                                     splits["valid"].rows)(whole)
+  assert loss == pytest.approx(summary["valid_loss"], rel=1e-5)
+
+
+def test_budget_ends_the_run_at_a_validated_checkpoint(tmp_path):
+  config = task_config(50)
+  config.train.budget_s = 1e-9  # the first step spends it
+  task, splits = task_and_splits(config)
+  _, summary = task_training.train_task_model(
+      task, "ar", splits, config, str(tmp_path / "ar"), progress=False)
+  assert summary["steps"] == 1
+  curve = task_training.finished_curve(config.train, str(tmp_path / "ar"))
+  assert [r["step"] for r in curve] == [0, 1]
 
 
 def test_adapted_model_starts_from_its_parent(tmp_path):
-  task = tasks.make_task("permutation", num_items=4, alphabet=6)
-  splits = tasks.make_splits(task, dict(train=64, valid=8, test=8), seed=0)
+  task, splits = task_and_splits(task_config(2))
   parent, _ = task_training.train_task_model(
-      task, "ar", splits, MODEL, train_config(2), 0, str(tmp_path / "ar"),
-      log=lambda _: None)
-  still = train_config(2)
-  still.learning_rate = 0.0  # AdamW at rate 0: the parameters stay put
+      task, "ar", splits, task_config(2), str(tmp_path / "ar"),
+      progress=False)
+  still = task_config(2)
+  still.train.learning_rate = 1e-30  # AdamW at ~0: the parameters stay put
   child, summary = task_training.train_task_model(
-      task, "mdlm", splits, MODEL, still, 0, str(tmp_path / "mdlm"),
-      log=lambda _: None, init_from=str(tmp_path / "ar"))
-  jax.tree.map(np.testing.assert_array_equal, parent, child)
+      task, "mdlm", splits, still, str(tmp_path / "mdlm"), progress=False,
+      init_from=str(tmp_path / "ar"))
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-20),
+               parent, child)
   assert summary["steps"] == 2 and summary["parent_steps"] == 2
   assert summary["init_from"] == str(tmp_path / "ar")
   _, resumed = task_training.train_task_model(  # resumed: lineage kept
-      task, "mdlm", splits, MODEL, still, 0, str(tmp_path / "mdlm"),
-      log=lambda _: None, init_from=str(tmp_path / "gone"))
+      task, "mdlm", splits, still, str(tmp_path / "mdlm"), progress=False,
+      init_from=str(tmp_path / "ar"))
   assert resumed["parent_steps"] == 2
 
 
 def test_adaptation_refuses_a_parent_of_another_vocabulary(tmp_path):
-  small = tasks.make_task("permutation", num_items=4, alphabet=6)
-  task_training.train_task_model(
-      small, "ar", tasks.make_splits(small, dict(train=64, valid=8, test=8),
-                                     seed=0),
-      MODEL, train_config(2), 0, str(tmp_path / "ar"), log=lambda _: None)
-  large = tasks.make_task("permutation", num_items=4, alphabet=8)
-  splits = tasks.make_splits(large, dict(train=64, valid=8, test=8), seed=0)
-  with pytest.raises(ValueError, match=r"does not fit this model.*"
-                     r"params/embedding: stored shape: \(12, 32\).*"
-                     r"requested shape: \(14, 32\)"):
+  small, small_splits = task_and_splits(task_config(2))
+  task_training.train_task_model(small, "ar", small_splits, task_config(2),
+                                 str(tmp_path / "ar"), progress=False)
+  large, splits = task_and_splits(task_config(2, alphabet=8))
+  with pytest.raises(ValueError, match=r"the parent .* differs from this "
+                     r"model in .*data.vocab_size: parent 12, requested 14"):
     task_training.train_task_model(
-        large, "mdlm", splits, MODEL, train_config(2), 0,
-        str(tmp_path / "mdlm"), log=lambda _: None,
+        large, "mdlm", splits, task_config(2, alphabet=8),
+        str(tmp_path / "mdlm"), progress=False,
         init_from=str(tmp_path / "ar"))
   assert not (tmp_path / "mdlm").exists()  # refused before any work
-  with pytest.raises(ValueError, match="no checkpoints/ folder"):
+  with pytest.raises(ValueError, match="nor a training workdir"):
     task_training.train_task_model(
-        large, "mdlm", splits, MODEL, train_config(2), 0,
-        str(tmp_path / "mdlm"), log=lambda _: None,
+        large, "mdlm", splits, task_config(2, alphabet=8),
+        str(tmp_path / "mdlm"), progress=False,
         init_from=str(tmp_path / "nowhere"))
 
 

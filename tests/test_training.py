@@ -20,8 +20,10 @@ import stubs
 from lm_decoding.data import corpus as corpus_lib
 from lm_decoding.data import pipeline
 from lm_decoding.models import abstract_params, count_params
-from lm_decoding.training import pretrained
+from lm_decoding.training.pretrained import recipes, store
+from lm_decoding.training import run_log
 from lm_decoding.training import train as train_lib
+from lm_decoding.training import train_step
 from lm_decoding.training.checkpoints import CheckpointError, Checkpoints
 
 CONFIGS = pathlib.Path(__file__).resolve().parent.parent / "configs"
@@ -126,24 +128,23 @@ def test_interrupted_run_resumes_bit_exactly(data_dir, tmp_path, monkeypatch):
   assert (again["train_s"], again["train_tokens_per_s"]) == (
       summary["train_s"], summary["train_tokens_per_s"])
 
-  from lm_decoding.training import pretrained
-  a = pretrained.load_trained_params(config, straight)
-  b = pretrained.load_trained_params(config, interrupted)
+  a = store.load_trained_params(config, straight)
+  b = store.load_trained_params(config, interrupted)
   chex.assert_trees_all_equal(a, b)
 
 
 def test_save_restore_gives_identical_state_and_next_loss(tmp_path):
   config = tiny_config("ar")
   model_cfg = train_lib.model_config(config)
-  optimizer = train_lib.make_optimizer(config.train)
-  state = train_lib.init_state(model_cfg, optimizer, jax.random.key(3))
-  step = train_lib.make_train_step(model_cfg, "ar", optimizer)
+  optimizer = train_step.make_optimizer(config.train)
+  state = train_step.init_state(model_cfg, optimizer, jax.random.key(3))
+  step = train_step.make_train_step(model_cfg, "ar", optimizer)
   tokens = jax.random.randint(jax.random.key(4), (4, 16), 5, 512)
   state, _ = step(state, tokens, jax.random.key(5))
   with Checkpoints(str(tmp_path / "ckpt")) as checkpoints:
     checkpoints.save(1, state, {"note": "x"})
     restored, meta = checkpoints.restore(
-        train_lib.abstract_state(model_cfg, optimizer))
+        train_step.abstract_state(model_cfg, optimizer))
   assert meta == {"note": "x"}
   chex.assert_trees_all_equal(state, restored)
   _, m1 = step(state, tokens, jax.random.key(6))
@@ -200,7 +201,7 @@ def test_train_refuses_a_cached_tokenizer_of_another_vocab(tmp_path,
   key = pipeline.cache_key(corpus_lib.load_splits(str(corpus_file)), 512)
   cache = tmp_path / "work" / "data" / key
   cache.mkdir(parents=True)
-  shutil.copy(pathlib.Path(pretrained.DEFAULT_DIR) / pretrained.TOKENIZER_FILE,
+  shutil.copy(pathlib.Path(recipes.DEFAULT_DIR) / recipes.TOKENIZER_FILE,
               cache / pipeline.TOKENIZER_FILE)  # 4096 ids
 
   def no_compile(*args, **kwargs):
@@ -400,17 +401,17 @@ def test_training_bound_approaches_the_exact_entropy(objective, within):
   config.train.update(dict(batch_size=batch, learning_rate=3e-3,
                            warmup_steps=20, weight_decay=0.0))
   model_cfg = train_lib.model_config(config)
-  optimizer = train_lib.make_optimizer(config.train)
-  state = train_lib.init_state(model_cfg, optimizer, jax.random.key(0))
-  step = train_lib.make_train_step(model_cfg, objective, optimizer)
-  eval_fn = train_lib.make_eval_fn(model_cfg, objective, num_timesteps=64)
+  optimizer = train_step.make_optimizer(config.train)
+  state = train_step.init_state(model_cfg, optimizer, jax.random.key(0))
+  step = train_step.make_train_step(model_cfg, objective, optimizer)
+  eval_fn = train_step.make_eval_fn(model_cfg, objective, num_timesteps=64)
   rng = np.random.default_rng(0)
   held_out = np.stack([_markov_samples(rng, 256, length) for _ in range(4)])
-  before = train_lib.evaluate(eval_fn, state.params, held_out)
+  before = train_step.evaluate(eval_fn, state.params, held_out)
   for i in range(steps):
     state, _ = step(state, _markov_samples(rng, batch, length),
                     jax.random.key(i + 1))
-  after = train_lib.evaluate(eval_fn, state.params, held_out)
+  after = train_step.evaluate(eval_fn, state.params, held_out)
   assert before > exact + 0.5  # untrained: far above (nats per token)
   # A bound: never below the entropy beyond the estimate's noise (1024
   # sequences x 64 draws: the standard deviation of the mean over the four
@@ -430,7 +431,7 @@ def test_no_timed_step_holds_a_compile(data_dir, tmp_path, monkeypatch):
       event == "/jax/core/compile/backend_compile_duration") else None
   jax.monitoring.register_event_duration_secs_listener(listener)
   at_batch, at_record = [], []
-  real_batches, real_record = pipeline.batches, train_lib._step_record
+  real_batches, real_record = pipeline.batches, run_log.step_record
 
   def batches(*args, **kwargs):
     for batch in real_batches(*args, **kwargs):
@@ -442,7 +443,7 @@ def test_no_timed_step_holds_a_compile(data_dir, tmp_path, monkeypatch):
     return real_record(*args, **kwargs)
 
   monkeypatch.setattr(pipeline, "batches", batches)
-  monkeypatch.setattr(train_lib, "_step_record", record)
+  monkeypatch.setattr(run_log, "step_record", record)
   config = tiny_config("ar", num_steps=4)
   config.train.checkpoint_every = 2
   config.peak_flops = 1e9

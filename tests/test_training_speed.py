@@ -14,8 +14,9 @@ import pytest
 from lm_decoding.evaluation import cost, cost_model as cm
 from lm_decoding.models import TransformerConfig
 from lm_decoding.training import throughput
+from lm_decoding.training import run_log
 from lm_decoding.training import train as train_lib
-
+from lm_decoding.training import train_step
 from test_training import data_dir, fresh_workdir, read_metrics, tiny_config  # noqa: F401
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -66,11 +67,11 @@ def test_objective_flops_close_to_xla_count(objective):
   # above the model's matmuls and attention.
   config = tiny_config(objective)
   model_cfg = train_lib.model_config(config)
-  optimizer = train_lib.make_optimizer(config.train)
-  step = train_lib.make_train_step(model_cfg, objective, optimizer,
+  optimizer = train_step.make_optimizer(config.train)
+  step = train_step.make_train_step(model_cfg, objective, optimizer,
                                    block_length=8)
   batch, length = 4, 32
-  compiled = step.lower(train_lib.abstract_state(model_cfg, optimizer),
+  compiled = step.lower(train_step.abstract_state(model_cfg, optimizer),
                         jax.ShapeDtypeStruct((batch, length), jnp.int32),
                         jax.random.key(0)).compile()
   xla = cost.cost_analysis(compiled).flops
@@ -115,10 +116,10 @@ def test_speed_changes_keep_the_loss_of_a_fixed_batch(objective):
                            max_len=320))
   config.data.vocab_size = 4096
   model_cfg = train_lib.model_config(config)
-  optimizer = train_lib.make_optimizer(config.train)
-  step = train_lib.make_train_step(model_cfg, objective, optimizer,
+  optimizer = train_step.make_optimizer(config.train)
+  step = train_step.make_train_step(model_cfg, objective, optimizer,
                                    block_length=8)
-  state = train_lib.init_state(model_cfg, optimizer, jax.random.key(0))
+  state = train_step.init_state(model_cfg, optimizer, jax.random.key(0))
   tokens = np.random.RandomState(0).randint(5, 4096, (4, 32))
   tokens[-1, -8:] = 0
   _, metrics = step(state, jnp.asarray(tokens, jnp.int32), jax.random.key(1))
@@ -209,9 +210,9 @@ def test_the_peak_is_every_device_s_and_translation_has_no_mfu():
   config = tiny_config("ar")
   config.peak_flops = 1e9
   model_cfg = train_lib.model_config(config)
-  flops, peak = train_lib._step_flops_and_peak(model_cfg, "ar", 16, 64, 4,
+  flops, peak = run_log.step_flops_and_peak(model_cfg, "ar", 16, 64, 4,
                                                config.peak_flops)
   assert flops == cm.objective_flops(model_cfg, "ar", 16, 64)
   assert peak == 4e9
-  assert train_lib._step_flops_and_peak(model_cfg, "ctc", 16, 64, 1,
+  assert run_log.step_flops_and_peak(model_cfg, "ctc", 16, 64, 1,
                                         config.peak_flops) == (None, None)

@@ -17,14 +17,15 @@ from lm_decoding.decoding.ctc import CTCDecoder
 from lm_decoding.decoding.mask_predict import MaskPredictDecoder
 from lm_decoding.models import Model, make_logits_fn
 from lm_decoding.special_tokens import EOS_ID, PAD_ID
-from lm_decoding.training import distillation, pretrained, train
+from lm_decoding.training import distillation, train
+from lm_decoding.training.pretrained import member_recipes, recipes, store
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "configs"))
 import translation  # noqa: E402
 
 CONFIG = translation.get_config()
-MEMBERS = pretrained.translation_member_configs(CONFIG)
-SET = pretrained.TRANSLATION_DIR
+MEMBERS = member_recipes.translation_member_configs(CONFIG)
+SET = member_recipes.TRANSLATION_DIR
 N = 3  # test verses decoded
 # The outputs recorded in experiments/results/translation/report.md
 # (Samples) for the shipped models (2000 steps each).
@@ -55,7 +56,7 @@ EXPECTED = {
 
 @pytest.fixture(scope="module")
 def tokenizer():
-  return Tokenizer.load(str(SET / pretrained.TOKENIZER_FILE))
+  return Tokenizer.load(str(SET / recipes.TOKENIZER_FILE))
 
 
 @pytest.fixture(scope="module")
@@ -92,9 +93,9 @@ def _decoder(objective):
 def test_member_loads_with_its_manifest_and_translates(name, tokenizer,
                                                        held_out_pairs):
   member = MEMBERS[name]
-  params, reason = pretrained.find(member, name, tokenizer, SET)
+  params, reason = store.find(member, name, tokenizer, SET)
   assert params is not None, reason
-  manifest = pretrained.read_manifest(name, SET)
+  manifest = recipes.read_manifest(name, SET)
   assert manifest["command"].startswith("python experiments/translate.py")
   assert manifest["stored_dtype"] == "bfloat16"
   assert manifest["recipe"]["train"]["num_steps"] == CONFIG.train.num_steps

@@ -9,6 +9,7 @@ import pytest
 
 from lm_decoding.special_tokens import BOS_ID, EOS_ID
 from lm_decoding.training import train
+from lm_decoding.training import train_step
 from lm_decoding.training.objectives import registry
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "configs"))
@@ -47,17 +48,17 @@ def test_max_len_too_small_for_the_ctc_frames():
 def test_one_step_lowers_the_loss_on_a_repeated_batch(objective):
   config = _config(objective)
   model_cfg = train.model_config(config)
-  optimizer = train.make_optimizer(config.train)
-  state = train.init_state(model_cfg, optimizer, jax.random.key(0))
+  optimizer = train_step.make_optimizer(config.train)
+  state = train_step.init_state(model_cfg, optimizer, jax.random.key(0))
   rows = np.array([[5, 6, BOS_ID, 7, 8, EOS_ID, 0, 0, 0],
                    [9, 10, 11, BOS_ID, 12, EOS_ID, 0, 0, 0]], np.int32)
   options = registry.get(objective).options(config)
-  step = train.make_train_step(model_cfg, objective, optimizer, **options)
-  eval_fn = train.make_eval_fn(model_cfg, objective, 1, **options)
-  before = train.evaluate(eval_fn, state.params, rows[None])
+  step = train_step.make_train_step(model_cfg, objective, optimizer, **options)
+  eval_fn = train_step.make_eval_fn(model_cfg, objective, 1, **options)
+  before = train_step.evaluate(eval_fn, state.params, rows[None])
   for i in range(5):
     state, metrics = step(state, rows, jax.random.key(i))
-  after = train.evaluate(eval_fn, state.params, rows[None])
+  after = train_step.evaluate(eval_fn, state.params, rows[None])
   assert np.isfinite(float(metrics["loss"])) and after < before
 
 

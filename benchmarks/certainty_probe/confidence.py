@@ -24,7 +24,7 @@ import numpy as np
 from lm_decoding.models import make_logits_fn
 from lm_decoding.special_tokens import MASK_ID
 from lm_decoding.training.objectives import certainty_forcing as cf
-from lm_decoding.training import pretrained
+from lm_decoding.training.pretrained import recipes, store
 from lm_decoding.training import train
 from lm_decoding.training.objectives.bd3lm import bd3lm_logits
 
@@ -40,10 +40,10 @@ def main(set_dir, data_dir, *members):
   print("| member | CE | correct | entropy at T=0.5 on correct | raw top p mean"
         " | raw top p > 0.3 | raw top p > 0.5 |\n|---|---|---|---|---|---|---|")
   for name in members:
-    recipe = pretrained.read_manifest(name, set_dir)["recipe"]
+    recipe = recipes.read_manifest(name, set_dir)["recipe"]
     config = train.model_config(ml_collections.ConfigDict(recipe))
-    params = pretrained.load_member(pathlib.Path(set_dir) / name,
-                                    pretrained.read_manifest(name, set_dir),
+    params = store.load_member(pathlib.Path(set_dir) / name,
+                                    recipes.read_manifest(name, set_dir),
                                     config)
     fn = make_logits_fn(config)
     logits = jax.jit(lambda p: bd3lm_logits(fn, p, rows, x_t, 16))(params)

@@ -26,7 +26,7 @@ import numpy as np
 
 from lm_decoding.data import pipeline
 from lm_decoding.decoding import base
-from lm_decoding.training import pretrained
+from lm_decoding.training.pretrained import loading, member_recipes, recipes
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/base.py",
                                           "The base set's config.")
@@ -38,11 +38,11 @@ _WORKDIR = flags.DEFINE_string("workdir", "/tmp/dual_cache",
 def main(_):
   config = _CONFIG.value
   cmp = config.compare
-  set_dir = pretrained.set_dir(cmp.pretrained_set)
+  set_dir = recipes.set_dir(cmp.pretrained_set)
   corpus = pipeline.prepare(config.data.path, config.data.vocab_size,
                             _WORKDIR.value, data_format=config.data.format)
-  members = pretrained.member_configs(config)
-  model = pretrained.load_models({"mdlm": members["mdlm"]}, _WORKDIR.value,
+  members = member_recipes.member_configs(config)
+  model = loading.load_models({"mdlm": members["mdlm"]}, _WORKDIR.value,
                                  corpus.tokenizer, progress=False,
                                  out_dir=set_dir)["mdlm"].model
   prompts, _ = pipeline.prompts(corpus, "test", 8, cmp.prompt_len,

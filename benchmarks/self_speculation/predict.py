@@ -26,7 +26,7 @@ from absl import flags
 import ml_collections
 
 from lm_decoding.evaluation import cost_model
-from lm_decoding.training import pretrained
+from lm_decoding.training.pretrained import recipes
 from lm_decoding.training import train as train_lib
 
 _RECORD = flags.DEFINE_string("record", None, "record.json of "
@@ -75,7 +75,7 @@ def main(_):
       continue
     name = row["member"]
     if name not in configs:
-      recipe = pretrained.read_manifest(name, _SET_DIR.value)["recipe"]
+      recipe = recipes.read_manifest(name, _SET_DIR.value)["recipe"]
       configs[name] = train_lib.model_config(
           ml_collections.ConfigDict(recipe))
     ratios = [predicted_ratio(configs[name], row["batch"],

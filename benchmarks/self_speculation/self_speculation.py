@@ -41,7 +41,7 @@ from lm_decoding.decoding import base, make_decoder, speculative
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.models import Model, make_logits_fn
 from lm_decoding.models.binding import causal_view
-from lm_decoding.training import pretrained
+from lm_decoding.training.pretrained import recipes, store
 from lm_decoding.training import train as train_lib
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/base.py",
@@ -226,7 +226,7 @@ def markdown(record: dict) -> str:
 def main(_):
   config = _CONFIG.value
   cmp = config.compare
-  set_dir = pathlib.Path(_SET_DIR.value or pretrained.set_dir(
+  set_dir = pathlib.Path(_SET_DIR.value or recipes.set_dir(
       cmp.pretrained_set))
   corpus = pipeline.prepare(config.data.path, config.data.vocab_size,
                             _WORKDIR.value, data_format=config.data.format)
@@ -236,15 +236,15 @@ def main(_):
   for name in _MEMBERS.value:
     # The stored recipe, so a member outside the config (a distilled
     # student) loads as well as the config's own.
-    manifest = pretrained.read_manifest(name, set_dir)
+    manifest = recipes.read_manifest(name, set_dir)
     recipe = ml_collections.ConfigDict(manifest["recipe"])
     model_config = train_lib.model_config(recipe)
-    params = pretrained.load_member(set_dir / name, manifest, model_config)
+    params = store.load_member(set_dir / name, manifest, model_config)
     run = call_rows if _CALLS_ONLY.value else measure
     rows += run(name, Model(make_logits_fn(model_config), params),
                 recipe.train.block_length, prompts)
   record = {"command": "python " + " ".join(sys.argv),
-            "commit": pretrained.current_commit(),
+            "commit": recipes.current_commit(),
             "set_dir": str(set_dir),
             "hardware": (f"{jax.devices()[0].platform}, {os.cpu_count()} "
                          f"cores, load average {os.getloadavg()[0]:.1f}"),

@@ -9,7 +9,8 @@ into a temporary folder) or WORKTREE (this checkout), optionally followed by
 `+name=value,...`: XLA debug options given to that side's compile (e.g.
 `WORKTREE+xla_cpu_experimental_ynn_fusion_type=`). Each side's package is
 imported in turn (sys.modules emptied of `lm_decoding` between them), its
-`train.make_train_step` built for the config (configs/base.py by default)
+`make_train_step` (`train_step`, or `train` before the split) built for the
+config (configs/base.py by default)
 and compiled ahead of time.
 
 Loss check: both sides start from the same parameters (side A's fresh
@@ -72,11 +73,17 @@ def _source(spec: str, scratch: str) -> tuple[str, dict]:
 
 
 def _import_train(folder: str):
+  """(train module, the module of its train step): `train_step` since the
+  loop and the step were split, `train` itself before."""
   for name in [m for m in sys.modules if m.split(".")[0] == "lm_decoding"]:
     del sys.modules[name]
   sys.path.insert(0, folder)
   try:
-    return importlib.import_module("lm_decoding.training.train")
+    train = importlib.import_module("lm_decoding.training.train")
+    try:
+      return train, importlib.import_module("lm_decoding.training.train_step")
+    except ModuleNotFoundError:
+      return train, train
   finally:
     sys.path.remove(folder)
 
@@ -92,14 +99,15 @@ def _config(objective: str):
   return config
 
 
-def _side(train, config, options, params, tokens, key):
+def _side(modules, config, options, params, tokens, key):
   """(compiled step, a state holding `params` or None, first-step record)."""
   import jax
+  train, steps = modules
   model_cfg = train.model_config(config)
-  optimizer = train.make_optimizer(config.train)
-  step = train.make_train_step(model_cfg, config.train.objective, optimizer,
+  optimizer = steps.make_optimizer(config.train)
+  step = steps.make_train_step(model_cfg, config.train.objective, optimizer,
                                config.train.block_length)
-  state = train.init_state(model_cfg, optimizer, jax.random.key(0))
+  state = steps.init_state(model_cfg, optimizer, jax.random.key(0))
   if params is not None:
     state = state.replace(params=jax.tree.map(lambda x: x.copy(), params),
                           opt_state=optimizer.init(params))

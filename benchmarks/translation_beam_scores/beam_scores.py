@@ -16,18 +16,19 @@ from lm_decoding.decoding.beam_search import BeamSearchDecoder, gnmt_length_pena
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.models import Model, make_logits_fn
 from lm_decoding.special_tokens import EOS_ID, PAD_ID
-from lm_decoding.training import distillation, pretrained, train
+from lm_decoding.training import distillation, train
+from lm_decoding.training.pretrained import member_recipes, recipes, store
 
 _spec = importlib.util.spec_from_file_location(
     "translation_config", pathlib.Path(__file__).resolve().parents[2] / "configs" / "translation.py")
 _config_module = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_config_module)
 CONFIG = _config_module.get_config()
-SET = pretrained.TRANSLATION_DIR
-member = pretrained.translation_member_configs(CONFIG)["translation_ar"]
-tok = Tokenizer.load(str(SET / pretrained.TOKENIZER_FILE))
+SET = member_recipes.TRANSLATION_DIR
+member = member_recipes.translation_member_configs(CONFIG)["translation_ar"]
+tok = Tokenizer.load(str(SET / recipes.TOKENIZER_FILE))
 pairs = pt.encode_pairs(tok, pt.split_pairs(pt.read_pairs())["test"][:40], 48, 48)
-params, _ = pretrained.find(member, "translation_ar", tok, SET)
+params, _ = store.find(member, "translation_ar", tok, SET)
 fn = make_logits_fn(train.model_config(member))
 model = Model(fn, params)
 prompts, lengths = pt.prompts(pairs)

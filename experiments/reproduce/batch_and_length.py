@@ -31,7 +31,7 @@ from lm_decoding.data.tokenizer import Tokenizer
 from lm_decoding.decoding import make_decoder
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.models import init_params, make_logits_fn
-from lm_decoding.training import pretrained
+from lm_decoding.training.pretrained import member_recipes, recipes, store
 from lm_decoding.training import train
 
 claims.define_flags()
@@ -84,12 +84,12 @@ def _members(smoke: bool) -> tuple[dict, str]:
       members[name] = (make_logits_fn(cfg), init_params(cfg,
                                                         jax.random.key(i)))
     return members, "random smoke-size models"
-  tokenizer = Tokenizer.load(str(pretrained.DEFAULT_DIR
-                                 / pretrained.TOKENIZER_FILE))
-  configs = pretrained.member_configs(claims.load_config("tiny"))
+  tokenizer = Tokenizer.load(str(recipes.DEFAULT_DIR
+                                 / recipes.TOKENIZER_FILE))
+  configs = member_recipes.member_configs(claims.load_config("tiny"))
   members = {}
   for name in names:
-    params, source = pretrained.find(configs[name], name, tokenizer)
+    params, source = store.find(configs[name], name, tokenizer)
     if params is None:
       raise ValueError(f"shipped {name!r} unavailable: {source}")
     members[name] = (make_logits_fn(train.model_config(configs[name])),

@@ -39,7 +39,7 @@ from lm_decoding.studies import claims  # noqa: E402
 from lm_decoding.data import pipeline  # noqa: E402
 from lm_decoding.evaluation import entries, quality  # noqa: E402
 from lm_decoding.evaluation import records  # noqa: E402
-from lm_decoding.training import pretrained  # noqa: E402
+from lm_decoding.training.pretrained import loading, member_recipes, store# noqa: E402
 
 claims.define_flags()
 
@@ -108,8 +108,8 @@ def run(out_dir: str, smoke: bool, workdir: str, member: str, steps: int,
   config = tiny_config(smoke, steps)
   if not smoke:
     config.train.batch_size = batch_size
-  members = pretrained.member_configs(config)
-  members["evaluator"] = pretrained.member_configs(base)["evaluator"]
+  members = member_recipes.member_configs(config)
+  members["evaluator"] = member_recipes.member_configs(base)["evaluator"]
   if member not in members or members[member].train.objective != "ar":
     raise ValueError(f"member={member!r} must be a causal member of "
                      "configs/tiny.py, e.g. 'ar' or 'draft_small'")
@@ -117,10 +117,10 @@ def run(out_dir: str, smoke: bool, workdir: str, member: str, steps: int,
   scheduled = ml_collections.ConfigDict(members[member].to_dict())
   scheduled.train.scheduled_sampling = ml_collections.ConfigDict(
       dict(p_max=p_max, ramp_steps=min(ramp_steps, config.train.num_steps)))
-  pretrained.seed_data_cache(config, workdir)
+  store.seed_data_cache(config, workdir)
   corpus = pipeline.prepare(config.data.path, config.data.vocab_size,
                             workdir, data_format=config.data.format)
-  loaded = pretrained.load_models(
+  loaded = loading.load_models(
       {plain_name: members[member], ss_name: scheduled,
        "evaluator": members["evaluator"]}, workdir, corpus.tokenizer,
       progress=not smoke)

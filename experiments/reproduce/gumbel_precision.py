@@ -41,7 +41,7 @@ from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.evaluation import quality
 from lm_decoding.models import init_params, make_logits_fn
 from lm_decoding.special_tokens import MASK_ID
-from lm_decoding.training import pretrained
+from lm_decoding.training.pretrained import member_recipes, recipes, store
 from lm_decoding.training import train
 
 claims.define_flags()
@@ -153,12 +153,12 @@ def _models(smoke: bool):
     return ((make_logits_fn(mdlm_cfg), init_params(mdlm_cfg, jax.random.key(0))),
             (make_logits_fn(eval_cfg), init_params(eval_cfg, jax.random.key(1))),
             "random smoke-size models")
-  tokenizer = Tokenizer.load(str(pretrained.DEFAULT_DIR
-                                 / pretrained.TOKENIZER_FILE))
-  members = pretrained.member_configs(claims.load_config("tiny"))
+  tokenizer = Tokenizer.load(str(recipes.DEFAULT_DIR
+                                 / recipes.TOKENIZER_FILE))
+  members = member_recipes.member_configs(claims.load_config("tiny"))
   loaded = []
   for name in ("mdlm", "evaluator"):
-    params, source = pretrained.find(members[name], name, tokenizer)
+    params, source = store.find(members[name], name, tokenizer)
     if params is None:
       raise ValueError(f"shipped {name!r} unavailable: {source}")
     loaded.append((make_logits_fn(train.model_config(members[name])), params))

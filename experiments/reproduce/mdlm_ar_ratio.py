@@ -41,7 +41,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from lm_decoding.studies import claims  # noqa: E402
 from lm_decoding.evaluation import records  # noqa: E402
-from lm_decoding.training import pretrained  # noqa: E402
+from lm_decoding.training.pretrained import member_recipes, store# noqa: E402
 from lm_decoding.training import train as train_lib  # noqa: E402
 
 claims.define_flags()
@@ -72,7 +72,7 @@ def config_of(objective: str, steps: int, eval_every: int,
               eval_batches: int, smoke: bool, config_name: str = "tiny"):
   """configs/{config_name}.py's member `objective` at `steps`, validating
   every `eval_every`; shrunk to seconds for `smoke`."""
-  config = pretrained.member_configs(claims.load_config(config_name))[
+  config = member_recipes.member_configs(claims.load_config(config_name))[
       objective]
   config.train.update(dict(num_steps=steps, eval_every=eval_every,
                            checkpoint_every=steps,
@@ -105,7 +105,7 @@ def run(out_dir: str, smoke: bool, workdir: str, steps: int,
                          config_name) for o in ("ar", "mdlm")}
   curves, origin = {}, {}
   if curves_dir is None:
-    pretrained.seed_data_cache(configs["ar"], workdir)
+    store.seed_data_cache(configs["ar"], workdir)
   for objective, config in configs.items():
     if curves_dir is None:
       member_dir = os.path.join(workdir, objective)

@@ -5,7 +5,7 @@ r"""Claim 2: training is parallel over positions for both objectives.
 Teacher forcing with a causal mask (AR) and masked denoising (MDLM) both
 compute the loss of every position of a sequence in ONE forward and backward
 pass; only inference differs. The script times the project's train step
-(`training.train.make_train_step`: loss, gradients, AdamW update) of both
+(`training.train_step.make_train_step`: loss, gradients, AdamW update) of both
 objectives on random tokens of growing sequence length L, in turns, and
 compares each with what a loop over positions would cost: L steps of the
 shortest sequence (L0 = 2, one AR target), i.e. L x t(L0).
@@ -22,7 +22,7 @@ import numpy as np
 from lm_decoding.studies import claims
 from lm_decoding.evaluation import cost
 from lm_decoding.special_tokens import RESERVED_IDS
-from lm_decoding.training import train
+from lm_decoding.training import train_step
 
 claims.define_flags()
 
@@ -40,7 +40,7 @@ def grid(smoke: bool) -> dict:
 def measure(smoke: bool) -> tuple[list[dict], dict]:
   """Rows {objective, length, step_ms, ...}: median train-step times."""
   g = grid(smoke)
-  optimizer = train.make_optimizer(claims.load_config("tiny").train)
+  optimizer = train_step.make_optimizer(claims.load_config("tiny").train)
   rows = []
   for length in g["lengths"]:
     steps, states, first_s = {}, {}, {}
@@ -51,10 +51,10 @@ def measure(smoke: bool) -> tuple[list[dict], dict]:
     for objective in OBJECTIVES:
       cfg = claims.model_config(objective, smoke,
                                       max_len=max(g["lengths"]))
-      steps[objective] = train.make_train_step(cfg, objective, optimizer)
+      steps[objective] = train_step.make_train_step(cfg, objective, optimizer)
       start = time.perf_counter()
       states[objective], metrics = steps[objective](
-          train.init_state(cfg, optimizer, jax.random.key(0)), tokens, key)
+          train_step.init_state(cfg, optimizer, jax.random.key(0)), tokens, key)
       jax.block_until_ready((states[objective], metrics))
       first_s[objective] = time.perf_counter() - start
     def stepper(objective):
@@ -129,7 +129,7 @@ def run(folder: str, smoke: bool, cmd: str) -> dict:
          f"{r['us_per_token']:.1f} | {r['sequential_ms']:.0f} | "
          f"{r['parallel_speedup']:.1f} |" for r in rows])
   method = f"""\
-The project's train step (`train.make_train_step`: loss, gradients, clipped
+The project's train step (`train_step.make_train_step`: loss, gradients, clipped
 AdamW update, jitted, state donated) of the AR objective (causal mask,
 teacher forcing) and the MDLM objective (bidirectional, masked denoising,
 Sahoo et al. 2024), on random tokens, batch {g['batch_size']}, model

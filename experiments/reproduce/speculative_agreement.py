@@ -41,8 +41,9 @@ from lm_decoding.data import pipeline  # noqa: E402
 from lm_decoding.evaluation import records  # noqa: E402
 from lm_decoding.studies import speculative_cost  # noqa: E402
 from lm_decoding.models import Model, init_params, make_logits_fn  # noqa: E402
-from lm_decoding.training import pretrained  # noqa: E402
+from lm_decoding.training.pretrained import loading, member_recipes, store# noqa: E402
 from lm_decoding.training import train as train_lib  # noqa: E402
+from lm_decoding.training import train_step
 
 claims.define_flags()
 
@@ -74,15 +75,15 @@ def random_draft_rows(workdir: str, gammas: list[int], t: int, runs: int,
   """`speculative_cost.measure_group` rows for target 'ar' and a random-weight
   draft of the draft_small architecture (B = 1, temperature 1)."""
   config = claims.load_config("tiny")
-  pretrained.seed_data_cache(config, workdir)
+  store.seed_data_cache(config, workdir)
   corpus = pipeline.prepare(config.data.path, config.data.vocab_size,
                             workdir, data_format=config.data.format)
-  members = pretrained.member_configs(config)
-  loaded = pretrained.load_models({"ar": members["ar"]}, workdir,
+  members = member_recipes.member_configs(config)
+  loaded = loading.load_models({"ar": members["ar"]}, workdir,
                                   corpus.tokenizer, progress=False)
   draft_cfg = train_lib.model_config(members["draft_small"])
   models = {"ar": loaded["ar"].model,
-            "random_draft": Model(make_logits_fn(draft_cfg), train_lib.unbox(
+            "random_draft": Model(make_logits_fn(draft_cfg), train_step.unbox(
                 init_params(draft_cfg, jax.random.key(seed))))}
   prompts, _ = pipeline.prompts(corpus, "test", 1, config.compare.prompt_len,
                                 config.compare.reference_len)

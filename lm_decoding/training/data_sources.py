@@ -1,17 +1,44 @@
-"""The rows an objective trains on, by the data kind its registry entry
-names (`registry.Objective.data`): 'text', the packed corpus;
-'distillation', a teacher's continuations; 'pairs', the laid-out verse
-pairs. A new kind of data is one function here and one
-entry of `SOURCES`."""
+"""The rows an objective trains on, and the objective a config trains.
+
+`train.train` reads its data through one of these sources, each returning
+(data, train int32[R, L], valid int32[R', L]) with `data.describe()`:
+
+  text          the packed corpus (`pipeline`), by the data kind of the
+                objective's registry entry (`registry.Objective.data`);
+  distillation  a teacher's continuations (`self_distillation`);
+  pairs         the laid-out verse pairs (`parallel_text.layout`);
+  task          the rows [prompt (P) | answer (T)] of an exact-answer task
+                (`data.tasks`), held in memory by the caller (`task_rows`,
+                passed as `train.train(..., data=...)`); a config says so
+                with data.source = 'task'.
+
+A config of data.source 'task' trains its objective ('ar', 'mdlm' or
+'bd3lm') conditioned on the prompt of train.prompt_length tokens: the
+prompt is never masked and never scored (`objectives.tasks`), and its
+validation measure is that loss at a fixed key (`objective`). A new kind of
+data is one function here and one entry of `SOURCES`.
+"""
 
 from __future__ import annotations
 
-import ml_collections
+import dataclasses
 
+import jax
+import ml_collections
+import numpy as np
+
+from lm_decoding.checks import is_count
+from lm_decoding.data import corpus as corpus_lib
 from lm_decoding.data import parallel_text
 from lm_decoding.data import pipeline
+from lm_decoding.data.tokenizer import MIN_VOCAB_SIZE
+from lm_decoding.parallel import multihost
+from lm_decoding.parallel import sharding
 from lm_decoding.training import self_distillation
 from lm_decoding.training.objectives import registry
+from lm_decoding.training.objectives import tasks as task_objectives
+
+TASK = "task"  # the data.source of a task model's config
 
 
 def text(config: ml_collections.ConfigDict, data_dir: str):
@@ -64,12 +91,168 @@ def distillation(config: ml_collections.ConfigDict, data_dir: str):
 SOURCES = {"text": text, "distillation": distillation, "pairs": pairs}
 
 
-def training_data(config: ml_collections.ConfigDict, data_dir: str):
-  """(data, train int32[R, L], valid int32[R', L]) of the objective of
-  `config`: `SOURCES` of its entry's data kind. `data` has `.tokenizer` and
-  `.describe()`.
+@dataclasses.dataclass(frozen=True)
+class TaskData:
+  """What `task_rows` describes: a task's name and split sizes."""
+
+  name: str
+  vocab_size: int
+  train_rows: int
+  valid_rows: int
+
+  def describe(self) -> str:
+    return (f"task {self.name}: {self.train_rows} train and "
+            f"{self.valid_rows} valid rows, vocabulary {self.vocab_size}")
+
+
+def task_rows(name: str, vocab_size: int, train: np.ndarray,
+              valid: np.ndarray):
+  """(data, train int32[R, L], valid int32[R', L]): the rows [prompt |
+  answer] of task `name` (its `Split.rows`), as `train.train(..., data=)`
+  takes them.
 
   Raises:
-    ValueError: an unknown objective (`registry.get`), or as the source.
+    ValueError: rows that are not int[R, L] of one L, or ids outside
+      [0, vocab_size).
   """
-  return SOURCES[registry.get(config.train.objective).data](config, data_dir)
+  for split, rows in (("train", train), ("valid", valid)):
+    rows = np.asarray(rows)
+    if (rows.ndim != 2 or not np.issubdtype(rows.dtype, np.integer)
+        or rows.shape[1] != np.shape(train)[1] or not rows.size
+        or rows.min() < 0 or rows.max() >= vocab_size):
+      raise ValueError(f"{split} rows of task {name} must be int[R, L] with "
+                       f"one L and ids in [0, {vocab_size})")
+  data = TaskData(name, vocab_size, len(train), len(valid))
+  return (data, np.asarray(train, np.int32), np.asarray(valid, np.int32))
+
+
+def training_data(config: ml_collections.ConfigDict, data_dir: str):
+  """(data, train int32[R, L], valid int32[R', L]) of the objective of
+  `config`: `SOURCES` of its entry's data kind. `data` has `.describe()`.
+
+  Raises:
+    ValueError: an unknown objective (`registry.get`); a config of
+      data.source 'task' (its rows come from the caller, `task_rows`); a
+      tokenizer of another vocabulary size than data.vocab_size; or as the
+      source.
+  """
+  if config.data.get("source") == TASK:
+    raise ValueError("data.source='task': pass the task's rows "
+                     "(data_sources.task_rows) to train.train(data=...)")
+  data = SOURCES[registry.get(config.train.objective).data](config, data_dir)
+  vocab_size = data[0].tokenizer.vocab_size
+  if vocab_size != config.data.vocab_size:
+    raise ValueError(f"tokenizer vocab_size={vocab_size} does not match "
+                     f"data.vocab_size={config.data.vocab_size}")
+  return data
+
+
+def validation_batches(data: tuple, batch_size: int,
+                       eval_batch_size: int | None, eval_batches: int,
+                       progress: bool) -> tuple[np.ndarray, np.ndarray]:
+  """(train sequences int32[R, L], validation batches int32[n, B', L]): a
+  source's triple `data` with its validation rows cut into batches of
+  B' = `eval_batch_size` (default the train batch size B), n =
+  min(eval_batches, what the split holds); with `progress`, prints what
+  the data is.
+
+  Raises:
+    ValueError: a validation split with fewer than one batch.
+  """
+  source, train_rows, valid_rows = data
+  if progress:
+    print(source.describe())
+  size = eval_batch_size or batch_size
+  seq_len = train_rows.shape[1]
+  num_valid = min(eval_batches, len(valid_rows) // size)
+  if num_valid < 1:
+    what = ("train.eval_batch_size" if eval_batch_size
+            else "train.batch_size")
+    raise ValueError(
+        f"validation split has {len(valid_rows)} sequences of "
+        f"seq_len={seq_len}: fewer than {what}={size}")
+  return train_rows, valid_rows[:num_valid * size].reshape(
+      num_valid, size, seq_len)
+
+
+def train_batches(rows: np.ndarray, batch_size: int, seed: int, first: int,
+                  mesh=None, rules=None):
+  """The training batches int32[B, L] of steps first, first + 1, ... of
+  `rows` int32[R, L] (`pipeline.batches`, drawn by `seed`): the same
+  sequence on one device as on a `mesh`, where each process reads its rows
+  only (`multihost.global_batches`, placed by `rules`)."""
+  if mesh is None:
+    return pipeline.batches(rows, batch_size, seed, start_step=first)
+  return multihost.global_batches(
+      rows, batch_size, seed,
+      sharding.batch_sharding(mesh, (batch_size, rows.shape[1]), rules),
+      start_step=first)
+
+
+def check(config: ml_collections.ConfigDict) -> None:
+  """Checks the data options of `config`'s source, before anything is read.
+
+  Raises:
+    ValueError: naming the key: data.vocab_size not an integer >= the
+      tokenizer's minimum (a task: >= 1); data.format unknown; data.path
+      missing; data.targets not in `parallel_text.TARGETS`; for a task,
+      train.prompt_length not in [1, data.seq_len - 1].
+  """
+  task = config.data.get("source") == TASK
+  vocab_size = config.data.vocab_size
+  minimum = 1 if task else MIN_VOCAB_SIZE
+  if not is_count(vocab_size, minimum):
+    raise ValueError(f"data.vocab_size={vocab_size!r} must be an integer >= "
+                     f"{minimum}")
+  if task:
+    prompt, seq_len = config.train.get("prompt_length"), config.data.seq_len
+    if not is_count(prompt) or prompt >= seq_len:
+      raise ValueError(f"train.prompt_length={prompt!r} must be an integer in "
+                       f"[1, {seq_len - 1}] (data.seq_len={seq_len})")
+    return
+  data_format = config.data.get("format", "auto")
+  if data_format not in corpus_lib.FORMATS:
+    raise ValueError(f"data.format={data_format!r} must be one of "
+                     f"{corpus_lib.FORMATS}")
+  corpus_lib.resolve_path(config.data.path)
+  targets = config.data.get("targets", "reference")
+  if targets not in parallel_text.TARGETS:
+    raise ValueError(f"data.targets={targets!r}; allowed: "
+                     f"{parallel_text.TARGETS}")
+
+
+def _fixed_key_bound(loss):
+  """A task objective's validation measure: its loss's metrics at a fixed
+  key (one draw of times and masks for the diffusion objectives)."""
+  def bound(logits_fn, params, tokens, num_timesteps, **options):
+    del num_timesteps
+    return loss(logits_fn, params, tokens, jax.random.key(0), **options)[1]
+  return bound
+
+
+def _prompt_length(config: ml_collections.ConfigDict) -> dict:
+  return {"prompt_length": config.train.prompt_length}
+
+
+def objective(config: ml_collections.ConfigDict) -> registry.Objective:
+  """The objective `config` trains: the registry entry of train.objective,
+  or for data.source 'task' that entry conditioned on the prompt (the loss
+  of `objectives.tasks`, bound to train.prompt_length; its validation
+  measure that loss at a fixed key). Its attention, sequence length and
+  block flag are the entry's.
+
+  Raises:
+    ValueError: an unknown objective, or a task objective other than
+      those of `objectives.tasks`.
+  """
+  entry = registry.get(config.train.objective)
+  if config.data.get("source") != TASK:
+    return entry
+  if entry.name not in task_objectives.TASK_LOSSES:
+    raise ValueError(f"train.objective={entry.name!r} with data.source="
+                     f"'task'; allowed: {tuple(task_objectives.TASK_LOSSES)}")
+  loss = task_objectives.TASK_LOSSES[entry.name]
+  return dataclasses.replace(
+      entry, name=f"task_{entry.name}", loss=loss,
+      bound=_fixed_key_bound(loss), options=_prompt_length, optional_keys=())
+

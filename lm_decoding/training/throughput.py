@@ -5,7 +5,7 @@ length) `measure` times two jitted programs on a batch of random tokens
 (ids drawn uniformly from the non-reserved ones; the speed does not depend
 on the values):
 
-  train step  `train.make_train_step`: forward, backward and the AdamW
+  train step  `train_step.make_train_step`: forward, backward and the AdamW
               update, the state donated and threaded through the calls as
               in training;
   forward     the objective's loss without a gradient: one forward pass
@@ -32,6 +32,7 @@ from lm_decoding.evaluation import cost_model
 from lm_decoding.models import make_logits_fn
 from lm_decoding.special_tokens import RESERVED_IDS
 from lm_decoding.training import train
+from lm_decoding.training import train_step
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,13 +115,14 @@ def measure(config: ml_collections.ConfigDict, warmup: int = 2,
     raise ValueError(f"warmup={warmup} must be >= 0 and runs={runs} >= 1")
   model_cfg = train.check_config(config)
   batch, length = config.train.batch_size, config.data.seq_len
-  optimizer = train.make_optimizer(config.train)
+  optimizer = train_step.make_optimizer(config.train)
   block_length = config.train.get("block_length")
-  step = train.make_train_step(model_cfg, objective, optimizer, block_length)
-  state = train.init_state(model_cfg, optimizer,
-                           jax.random.key(config.seed))
+  step = train_step.make_train_step(model_cfg, objective, optimizer,
+                                    block_length)
+  state = train_step.init_state(model_cfg, optimizer,
+                                jax.random.key(config.seed))
   tokens, key = random_batch(config), jax.random.key(1)
-  loss_fn = train.objective_loss(objective, block_length)
+  loss_fn = train_step.objective_loss(objective, block_length)
   logits_fn = make_logits_fn(model_cfg)
   forward = jax.jit(lambda p, t, k: loss_fn(logits_fn, p, t, k)[0])
   forward_timing = cost.measure(forward, (state.params, tokens, key),

@@ -1,11 +1,11 @@
 """The translation task's members: data, shipped or trained models, and the
 distilled targets some of them train on.
 
-The members are `pretrained.translation_member_configs(config)`
+The members are `member_recipes.translation_member_configs(config)`
 (translation_ar, cmlm, ctc and, with `translate.distill`, cmlm_distilled
 and ctc_distilled). Each is loaded from the shipped translation set
-(`pretrained.TRANSLATION_DIR`) when its recipe and tokenizer match, else
-trained under {workdir}/{name} (`pretrained.train_member`) on the data cache
+(`member_recipes.TRANSLATION_DIR`) when its recipe and tokenizer match, else
+trained under {workdir}/{name} (`loading.train_member`) on the data cache
 {workdir}/data. Before a *_distilled member trains, the AR member translates
 every train source (greedy; Kim & Rush 2016 use beam search, which costs ~8x
 greedy on 2 CPU cores) and {workdir}/data/distilled_pairs.tsv.gz holds the
@@ -26,9 +26,10 @@ from lm_decoding.decoding import sampling
 from lm_decoding.decoding.autoregressive import AutoregressiveDecoder
 from lm_decoding.models import Model, make_logits_fn
 from lm_decoding.special_tokens import EOS_ID, PAD_ID
-from lm_decoding.training import distillation, pretrained, train
+from lm_decoding.training import distillation, train
+from lm_decoding.training.pretrained import loading, member_recipes, recipes, store
 
-SET_DIR = pretrained.TRANSLATION_DIR
+SET_DIR = member_recipes.TRANSLATION_DIR
 STORED_DTYPE = "bfloat16"  # 5 models of ~0.8M parameters: 16 MB in float32
 
 
@@ -72,7 +73,7 @@ def check(config: ml_collections.ConfigDict, workdir: str) -> dict:
     ValueError: naming the config key, or the pairs file and its line
       (`parallel_text.read_pairs`, `split_pairs`); `workdir` a file.
   """
-  for member in pretrained.translation_member_configs(config).values():
+  for member in member_recipes.translation_member_configs(config).values():
     train.check_config(member)
   if os.path.isfile(workdir):
     raise ValueError(f"--workdir={workdir} is a file; give a directory")
@@ -93,7 +94,7 @@ def prepare_data(config: ml_collections.ConfigDict, workdir: str,
       (a vocabulary too large for the file, no pair under the limits).
   """
   data_dir = os.path.join(workdir, "data")
-  shipped_tokenizer = SET_DIR / pretrained.TOKENIZER_FILE
+  shipped_tokenizer = SET_DIR / recipes.TOKENIZER_FILE
   cached = pathlib.Path(data_dir, parallel_text.TOKENIZER_FILE)
   if shipped_tokenizer.exists() and not config.data.path:
     if not cached.exists():
@@ -115,7 +116,7 @@ def load_members(config: ml_collections.ConfigDict, workdir: str,
                  export: bool = False, command: str = "",
                  stop_at: int | None = None) -> dict:
   """{name: (Model, metrics, source)} in the order of
-  `pretrained.translation_member_configs`, for `data` (`prepare_data`).
+  `member_recipes.translation_member_configs`, for `data` (`prepare_data`).
 
   Args:
     config: the translation config (configs/translation.py).
@@ -129,16 +130,16 @@ def load_members(config: ml_collections.ConfigDict, workdir: str,
     stop_at: end each training run at this step (a budget cut short; the
       metrics say so).
   Raises:
-    ValueError, CheckpointError: as `pretrained.train_member`.
+    ValueError, CheckpointError: as `loading.train_member`.
   """
   data_dir = os.path.join(workdir, "data")
   members = {}
-  for name, cfg in pretrained.translation_member_configs(config).items():
+  for name, cfg in member_recipes.translation_member_configs(config).items():
     model_dir = os.path.join(workdir, name)
-    params, source = (None, "--retrain") if retrain else pretrained.find(
+    params, source = (None, "--retrain") if retrain else store.find(
         cfg, name, data.tokenizer, SET_DIR)
     if params is not None:
-      metrics = pretrained.read_manifest(name, SET_DIR)["metrics"]
+      metrics = recipes.read_manifest(name, SET_DIR)["metrics"]
     else:
       note = None
       if cfg.data.targets == "distilled":
@@ -146,7 +147,7 @@ def load_members(config: ml_collections.ConfigDict, workdir: str,
                            data_dir)
       print(f"{name}: {source}; training {cfg.train.num_steps} steps in "
             f"{model_dir}", flush=True)
-      params, metrics = pretrained.train_member(
+      params, metrics = loading.train_member(
           cfg, model_dir, data.tokenizer, fresh=retrain, progress=False,
           out_dir=SET_DIR, data_dir=data_dir, stop_at=stop_at)
       if note:
@@ -157,9 +158,9 @@ def load_members(config: ml_collections.ConfigDict, workdir: str,
             f"{cfg.train.num_steps}-step schedule (--stop_at)")
       source = f"trained in {model_dir}"
       if export:  # then decode the exported (rounded) parameters
-        pretrained.export(cfg, model_dir, name, data.tokenizer, command,
+        store.export(cfg, model_dir, name, data.tokenizer, command,
                           metrics, SET_DIR, stored_dtype=STORED_DTYPE)
-        params, _ = pretrained.find(cfg, name, data.tokenizer, SET_DIR)
+        params, _ = store.find(cfg, name, data.tokenizer, SET_DIR)
         source += f", exported to {SET_DIR / name} and loaded back"
     print(f"{name}: {metrics['steps']} steps, valid loss "
           f"{metrics['valid_loss']:.3f} ({source})", flush=True)

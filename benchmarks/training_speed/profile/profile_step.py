@@ -3,7 +3,7 @@ r"""Where a train step's time goes: XLA CPU's per-kernel trace of one step.
   PYTHONPATH=$PWD python benchmarks/training_speed/profile/profile_step.py \
       --objective=ar --num_steps=3 [--xla=xla_cpu_use_xnnpack=false] > out.txt
 
-Builds `train.make_train_step` for configs/base.py (random tokens, seed 0),
+Builds `train_step.make_train_step` for configs/base.py (random tokens, seed 0),
 compiles it ahead of time (with --xla's debug options, if any), runs two
 warm-up steps, then traces --num_steps steps with `jax.profiler` (a perfetto
 JSON trace) and sums each kernel's wall time over them. Prints the total,
@@ -29,6 +29,7 @@ import ml_collections  # noqa: F401  (configs import it)
 import numpy as np
 
 from lm_decoding.training import train
+from lm_decoding.training import train_step
 
 _OBJECTIVE = flags.DEFINE_enum("objective", "ar", ["ar", "mdlm", "bd3lm"],
                                "Objective.")
@@ -70,10 +71,10 @@ def main(argv):
   del argv
   config = _config()
   model_cfg = train.model_config(config)
-  optimizer = train.make_optimizer(config.train)
-  step = train.make_train_step(model_cfg, _OBJECTIVE.value, optimizer,
+  optimizer = train_step.make_optimizer(config.train)
+  step = train_step.make_train_step(model_cfg, _OBJECTIVE.value, optimizer,
                                config.train.block_length)
-  state = train.init_state(model_cfg, optimizer, jax.random.key(0))
+  state = train_step.init_state(model_cfg, optimizer, jax.random.key(0))
   tokens = jnp.asarray(np.random.RandomState(0).randint(
       5, config.data.vocab_size,
       (config.train.batch_size, config.data.seq_len)), jnp.int32)

@@ -1,0 +1,1 @@
+"""Shipped pretrained sets: recipes, store, loading, member recipes."""
