@@ -31,7 +31,8 @@ import jax
 from ml_collections import config_flags
 
 from lm_decoding.checkpoints import hub
-from lm_decoding.evaluation import comparison, entries, frontier, records
+from lm_decoding.evaluation import (comparison, compare_config, entries,
+                                    frontier, records)
 from lm_decoding.evaluation import exact_answer as ea
 from lm_decoding.evaluation import hub_comparison, report
 from lm_decoding.parallel import sharding
@@ -57,9 +58,9 @@ def plan(config):
   folders = hub_comparison.parse_models(h.models)
   seen = hub_comparison.inspect_all(folders, h.evaluator, h.grid,
                                     dtype=h.dtype, param_dtype=h.param_dtype)
-  entries.check_options(cmp, {n: s.config.max_len for n, s in seen.items()})
+  compare_config.check_options(cmp, {n: s.config.max_len for n, s in seen.items()})
   parsed = entries.parse_entries(cmp.decoders)
-  entries.check_baseline(cmp.baseline, parsed)
+  compare_config.check_baseline(cmp.baseline, parsed)
   planned = hub_comparison.adopt_all(
       entries.plan(parsed, cmp.output_lengths, cmp.temperature, folders),
       seen)

@@ -18,7 +18,8 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 
 from lm_decoding.evaluation import crossover, frontier, records, report_plots
-from lm_decoding.evaluation.comparison import SPREAD_FLAG, Comparison
+from lm_decoding.evaluation.comparison import Comparison
+from lm_decoding.evaluation.comparison_rows import SPREAD_FLAG
 
 WORDS_SHOWN = 60  # words of each sample in report.md
 TITLE = "Sequential vs parallel decoding"
