@@ -21,7 +21,7 @@ model (prefill + predicted rounds x measured round time).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -107,12 +107,6 @@ def timed_systems(systems: dict[Any, tuple[Any, tuple]], runs: int
   return cost.interleaved(
       {name: functools.partial(compiled, *args)
        for name, (compiled, args) in systems.items()}, runs, warmup=1)
-
-
-def decoder_fn(decoder) -> Callable[..., Any]:
-  """(models, prompts, lengths, key) -> decoder.decode(...)."""
-  return lambda models, prompts, lengths, key: decoder.decode(
-      models, prompts, lengths, key)
 
 
 def build(line: str, output_length: int, temperature: float):
@@ -317,8 +311,8 @@ def _group_systems(target, drafts, gammas, extras, models, prompts_BxP, t,
     decoder, roles = build(line, t, temperature)
     bound = {role: models[member] for role, member in roles.items()}
     args = (bound, *args_tail)
-    compiled, compile_s[name] = cost.compile_timed(decoder_fn(decoder),
-                                                   args)
+    compiled, compile_s[name] = cost.compile_timed(
+        base.jit_decode(decoder), args)
     systems[name] = compiled, args
     if not name.startswith("AR "):
       parts = component_systems(decoder, bound, args_tail[0], args_tail[2],
