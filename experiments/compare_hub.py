@@ -20,6 +20,7 @@ takes the benchmark's first `hub.num_problems` problems, and writes:
   - run.json: the models and their conventions, the verdict, the config.
 """
 
+import functools
 import os
 import sys
 import time
@@ -37,11 +38,15 @@ from lm_decoding.evaluation import exact_answer as ea
 from lm_decoding.evaluation import hub_comparison, report
 from lm_decoding.parallel import sharding
 
-_CONFIG = config_flags.DEFINE_config_file(
-    "config", os.path.join(os.path.dirname(__file__), "..", "configs",
-                           "hub.py"), "Experiment configuration file.")
-_WORKDIR = flags.DEFINE_string("workdir", "/tmp/lm_decoding_hub",
-                               "Output directory.")
+
+def define_flags() -> tuple[flags.FlagHolder, flags.FlagHolder]:
+  """(--config, --workdir), defined when the script runs as a program, so
+  that loading it as a module (the tests call `plan`) defines no flag."""
+  return (config_flags.DEFINE_config_file(
+      "config", os.path.join(os.path.dirname(__file__), "..", "configs",
+                             "hub.py"), "Experiment configuration file."),
+          flags.DEFINE_string("workdir", "/tmp/lm_decoding_hub",
+                              "Output directory."))
 
 
 def plan(config):
@@ -75,11 +80,11 @@ def plan(config):
   return planned, seen, problems, texts
 
 
-def main(argv):
+def main(config_flag, workdir_flag, argv):
   del argv
   logging.set_verbosity(logging.WARNING)
   start = time.time()
-  config, workdir = _CONFIG.value, _WORKDIR.value
+  config, workdir = config_flag.value, workdir_flag.value
   h, cmp = config.hub, config.compare
   try:
     planned, seen, problems, texts = plan(config)
@@ -139,4 +144,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(functools.partial(main, *define_flags()))

@@ -262,6 +262,33 @@ def _measure(setup: _Setup, p: Planned, b: int,
   return row, texts
 
 
+def _measure_all(setup: _Setup, planned: Sequence[Planned],
+                 work: Sequence[tuple[int, int]], weights: Sequence[float],
+                 progress: bool) -> tuple[list[dict], dict, dict]:
+  """(rows, samples {(label, T): texts}, fixed-length tokens by (decoder,
+  roles, B)) of every (planned row index, B) of `work`, in that order, under
+  one tqdm bar weighted by `weights`."""
+  bar = tqdm.tqdm(total=sum(weights), disable=not progress, smoothing=0,
+                  bar_format="{desc} {percentage:3.0f}%|{bar}| "
+                  "[{elapsed}<{remaining}]")
+  fixed_tokens: dict[tuple, jax.Array] = {}
+  eos_runs: dict[int, dict] = {}
+  rows, samples = [], {}
+  for (i, b), weight in zip(work, weights):
+    bar.set_description(f"{planned[i].label} T={planned[i].output_length} "
+                        f"B={b}")
+    row, texts = _measure(setup, planned[i], b, fixed_tokens,
+                          eos_runs.setdefault(i, {}))
+    if texts is not None:
+      samples[planned[i].label, planned[i].output_length] = texts
+    rows.append(row)
+    bar.update(weight)
+    if progress:
+      tqdm.tqdm.write(comparison_rows.summary(row))
+  bar.close()
+  return rows, samples, fixed_tokens
+
+
 def run(planned: Sequence[Planned], models: Mapping[str, Model],
         evaluator: Model, tokenizer: Tokenizer, prompts: np.ndarray,
         references: Sequence[str], batch_sizes: Sequence[int], runs: int,
@@ -301,26 +328,10 @@ def run(planned: Sequence[Planned], models: Mapping[str, Model],
   prompt_len = prompts.shape[1]
   work, weights = _schedule(planned, batch_sizes, quality_batch, prompt_len,
                             runs)
-  bar = tqdm.tqdm(total=sum(weights), disable=not progress, smoothing=0,
-                  bar_format="{desc} {percentage:3.0f}%|{bar}| "
-                  "[{elapsed}<{remaining}]")
   setup = _Setup(models, evaluator, tokenizer, prompts, seed, runs, mesh,
                  rules, quality_batch)
-  fixed_tokens: dict[tuple, jax.Array] = {}
-  eos_runs: dict[int, dict] = {}
-  rows, samples = [], {}
-  for (i, b), weight in zip(work, weights):
-    bar.set_description(f"{planned[i].label} T={planned[i].output_length} "
-                        f"B={b}")
-    row, texts = _measure(setup, planned[i], b, fixed_tokens,
-                          eos_runs.setdefault(i, {}))
-    if texts is not None:
-      samples[planned[i].label, planned[i].output_length] = texts
-    rows.append(row)
-    bar.update(weight)
-    if progress:
-      tqdm.tqdm.write(comparison_rows.summary(row))
-  bar.close()
+  rows, samples, fixed_tokens = _measure_all(setup, planned, work, weights,
+                                             progress)
   comparison_rows.greedy_agreement(rows, [planned[i] for i, _ in work],
                                    fixed_tokens, quality_batch)
   human = _human(evaluator, tokenizer, prompts[:quality_batch],
