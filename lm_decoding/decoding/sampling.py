@@ -86,7 +86,7 @@ class SamplingConfig:
   top_p: float = 1.0
   min_p: float = 0.0
   repetition_penalty: float = 1.0
-  gumbel_noise: str = "high"
+  gumbel_noise: str = GUMBEL_NOISES[0]  # "high"
 
   def __post_init__(self):
     number = lambda name: is_number(getattr(self, name))
