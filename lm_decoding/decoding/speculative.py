@@ -271,9 +271,8 @@ class DraftVerifyDecoder(SequenceConfig):
             f"the {role} model's vocabulary V={base.vocab_size(model)} must "
             f"equal the target's V={vocab} (draft and target must share one "
             f"tokenizer)")
-    base.check_token_ids("prompts", prompts, models["target"])
-    base.check_token_ids("eos_ids and pad_id", self.eos_ids + (self.pad_id,),
-                         models["target"])
+    base.check_sequence_ids(prompts, self.eos_ids, self.pad_id,
+                            models["target"])
     if hasattr(self, "mask_id"):
       base.check_token_ids("mask_id", self.mask_id, models["target"])
     return length, prompts, prompt_lengths
