@@ -313,8 +313,8 @@ def run(planned: Sequence[Planned], models: Mapping[str, Model],
       (`sharding.mesh_from_config`): the decoders' models are placed on it
       and every decode runs under `sharded.jit_decode` (prompts split by
       'batch'; the evaluator stays on one device), and each row gets the
-      columns `_per_device_columns` adds (devices, weight GB/s and GFLOP/s
-      per device).
+      columns `comparison_rows.per_device_columns` adds (devices, weight
+      GB/s and GFLOP/s per device).
     rules: logical-axis rules for `mesh`.
   Returns:
     A `Comparison`.
