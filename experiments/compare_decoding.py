@@ -42,7 +42,8 @@ from ml_collections import config_flags
 
 from lm_decoding.data import pipeline
 from lm_decoding.evaluation import (
-    comparison, cost, cost_model, entries, frontier, records, report)
+    comparison, compare_config, cost, cost_model, entries, frontier, records,
+    report)
 from lm_decoding.parallel import sharding
 from lm_decoding.training.pretrained import loading, member_recipes, recipes
 from lm_decoding.training import train
@@ -88,10 +89,10 @@ def plan(config, workdir: str):
   members = member_recipes.member_configs(config)
   for member in members.values():
     train.check_config(member)
-  entries.check_options(
+  compare_config.check_options(
       cmp, {name: m.model.max_len for name, m in members.items()})
   parsed = entries.parse_entries(cmp.decoders)
-  entries.check_baseline(cmp.baseline, parsed)
+  compare_config.check_baseline(cmp.baseline, parsed)
   planned = entries.judged_against(
       entries.plan(parsed, cmp.output_lengths, cmp.temperature, members),
       cmp.baseline, cmp.greedy_baseline)

@@ -20,6 +20,7 @@ takes the benchmark's first `hub.num_problems` problems, and writes:
   - run.json: the models and their conventions, the verdict, the config.
 """
 
+import functools
 import os
 import sys
 import time
@@ -31,16 +32,21 @@ import jax
 from ml_collections import config_flags
 
 from lm_decoding.checkpoints import hub
-from lm_decoding.evaluation import comparison, entries, frontier, records
+from lm_decoding.evaluation import (comparison, compare_config, entries,
+                                    frontier, records)
 from lm_decoding.evaluation import exact_answer as ea
 from lm_decoding.evaluation import hub_comparison, report
 from lm_decoding.parallel import sharding
 
-_CONFIG = config_flags.DEFINE_config_file(
-    "config", os.path.join(os.path.dirname(__file__), "..", "configs",
-                           "hub.py"), "Experiment configuration file.")
-_WORKDIR = flags.DEFINE_string("workdir", "/tmp/lm_decoding_hub",
-                               "Output directory.")
+
+def define_flags() -> tuple[flags.FlagHolder, flags.FlagHolder]:
+  """(--config, --workdir), defined when the script runs as a program, so
+  that loading it as a module (the tests call `plan`) defines no flag."""
+  return (config_flags.DEFINE_config_file(
+      "config", os.path.join(os.path.dirname(__file__), "..", "configs",
+                             "hub.py"), "Experiment configuration file."),
+          flags.DEFINE_string("workdir", "/tmp/lm_decoding_hub",
+                              "Output directory."))
 
 
 def plan(config):
@@ -57,9 +63,9 @@ def plan(config):
   folders = hub_comparison.parse_models(h.models)
   seen = hub_comparison.inspect_all(folders, h.evaluator, h.grid,
                                     dtype=h.dtype, param_dtype=h.param_dtype)
-  entries.check_options(cmp, {n: s.config.max_len for n, s in seen.items()})
+  compare_config.check_options(cmp, {n: s.config.max_len for n, s in seen.items()})
   parsed = entries.parse_entries(cmp.decoders)
-  entries.check_baseline(cmp.baseline, parsed)
+  compare_config.check_baseline(cmp.baseline, parsed)
   planned = hub_comparison.adopt_all(
       entries.plan(parsed, cmp.output_lengths, cmp.temperature, folders),
       seen)
@@ -74,11 +80,11 @@ def plan(config):
   return planned, seen, problems, texts
 
 
-def main(argv):
+def main(config_flag, workdir_flag, argv):
   del argv
   logging.set_verbosity(logging.WARNING)
   start = time.time()
-  config, workdir = _CONFIG.value, _WORKDIR.value
+  config, workdir = config_flag.value, workdir_flag.value
   h, cmp = config.hub, config.compare
   try:
     planned, seen, problems, texts = plan(config)
@@ -138,4 +144,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(functools.partial(main, *define_flags()))

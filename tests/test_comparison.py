@@ -18,7 +18,7 @@ from lm_decoding.data import corpus
 from lm_decoding.data.tokenizer import Tokenizer
 from lm_decoding.decoding import base
 from lm_decoding.evaluation import (
-    comparison, cost_model, entries, frontier, report)
+    comparison, cost_model, crossover, entries, frontier, report)
 from lm_decoding.models import TransformerConfig, init_params, make_logits_fn
 from lm_decoding.models import Model
 from lm_decoding.parallel import sharding
@@ -689,19 +689,19 @@ def test_crossover_sentence_and_break_even_steps():
           _row("MDLM K=T", 1, 64, 128.0, 64, True),
           _row("thr dual", 1, 64, 1.0, 64),
           _row("AR early exit", 1, 64, 19.5, 64)]  # within noise: not faster
-  assert report.crossover(rows, "AR cached") == {
+  assert crossover.faster(rows, "AR cached") == {
       ("MDLM K=8", 1): [64], ("MDLM K=T", 1): [], ("thr dual", 1): [64],
       ("AR early exit", 1): []}
-  assert report.crossover_sentence(rows, "AR cached") == (
+  assert crossover.sentence(rows, "AR cached") == (
       "Faster than AR cached (median time below AR cached's minimum): MDLM "
       "K=8 at B=1 for T = 64; thr dual at B=1 for T = 64; every other "
       "decoder, B in [1] and T in [32, 64]: never.")
   slow = [r for r in rows if r["decoder"] != "thr dual"
           and not (r["decoder"] == "MDLM K=8" and r["output_length"] == 64)]
-  assert report.crossover_sentence(slow, "AR cached").startswith(
+  assert crossover.sentence(slow, "AR cached").startswith(
       "No decoder was faster than AR cached")
   # K* from the full-pass row with the most NFE (not the cached one).
-  assert report.break_even_steps(rows, "AR cached") == {
+  assert crossover.break_even_steps(rows, "AR cached") == {
       (1, 32): pytest.approx(5.0), (1, 64): pytest.approx(10.0)}
 
 

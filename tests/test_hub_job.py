@@ -121,12 +121,7 @@ def _job_config(folders, **changes):
 def test_bad_jobs_are_refused_by_name_before_loading(folders, tmp_path,
                                                      monkeypatch, changes,
                                                      message):
-  from absl import flags
   from lm_decoding.checkpoints import layout
-  if "compare_hub" not in sys.modules:  # the main job's script may have
-    for name in ("config", "workdir"):  # defined these flags in this worker
-      if name in flags.FLAGS:
-        delattr(flags.FLAGS, name)
   job = _loading.load("compare_hub", os.path.join(REPO, "experiments",
                                                   "compare_hub.py"))
   (folders / "moe").mkdir(exist_ok=True)

@@ -22,7 +22,7 @@ from lm_decoding.models import Model
 from lm_decoding.models.kv_cache import Int8KV
 from lm_decoding.models.quantization import (dequantize_params,
                                               quantize_params)
-from lm_decoding.models.transformer import Attention
+from lm_decoding.models.layers import Attention
 from lm_decoding.parallel import sharding
 
 # GQA (4 query heads on 2 KV heads), RoPE, tied embeddings.

@@ -16,7 +16,7 @@ from lm_decoding.models import (KVCache, TransformerConfig, abstract_params,
                                 count_params, init_params, make_logits_fn)
 from lm_decoding.models import masks
 from lm_decoding.models.kv_cache import write_rows
-from lm_decoding.models.transformer import Attention
+from lm_decoding.models.layers import Attention
 from lm_decoding.special_tokens import EOS_ID, PAD_ID
 
 BASE = TransformerConfig(vocab_size=32, d_model=32, num_layers=2, num_heads=4,

@@ -7,9 +7,9 @@ Masked Models and Exploit Inaccurate Categorical Sampling") found that MDLM
 samples drawn with float32 Gumbel noise have lower token entropy and a
 flattering gen-PPL, more so with more sampling steps: a "low temperature in
 disguise". The library's sampler draws with `mode="high"` noise
-(`decoding/sampling.py`); this script adds the float32 path as an explicit
-option of its own (`float32_categorical`, swapped in by `gumbel_noise`),
-without changing the library's default, and measures three things:
+(`decoding/sampling.py`); the float32 path is the explicit option
+`SamplingConfig(gumbel_noise="float32")`, off by default, and this script
+measures three things:
 
   A. the registered `mdlm` decoder on the shipped MDLM, both noises, against
      the step count K: unigram entropy of the samples and gen-PPL under the
@@ -26,7 +26,6 @@ without changing the library's default, and measures three things:
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import jax
@@ -36,8 +35,8 @@ import numpy as np
 
 from lm_decoding.studies import claims
 from lm_decoding.data.tokenizer import Tokenizer
-from lm_decoding.decoding import make_decoder, sampling
-from lm_decoding.decoding.sampling import SamplingConfig
+from lm_decoding.decoding import make_decoder
+from lm_decoding.decoding.sampling import GUMBEL_NOISES, SamplingConfig
 from lm_decoding.evaluation import quality
 from lm_decoding.models import init_params, make_logits_fn
 from lm_decoding.special_tokens import MASK_ID
@@ -47,53 +46,13 @@ from lm_decoding.training import train
 claims.define_flags()
 
 CLAIM = "gumbel_precision"
-NOISES = ("high", "float32")
+NOISES = GUMBEL_NOISES  # "high" (the default) and "float32"
 # Spacing of the uniform draws near 1 behind jax's default ("low") Gumbel
 # noise -log(-log u), u on a grid of 2**-nmant: the smallest exponential
 # -log u it can produce. "high" mode refines the small exponentials to about
 # 2**-(2 nmant) (jax._src.random: high + 2**-nmant * low).
 GRID = {"float32": 2.0 ** -23, "high": 2.0 ** -46, "float16": 2.0 ** -10}
 ZIPF_VOCAB = 50_000
-
-
-def float32_categorical(key: jax.Array, logits: jax.Array) -> jax.Array:
-  """Gumbel-max over the whole vocabulary with float32 noise in jax's
-  default mode ("low"): u uniform on a 2**-23 grid in [tiny, 1), noise
-  -log(-log u) <= 15.9. The truncation of Zheng et al. 2024: what most
-  reference samplers draw with.
-
-  Args:
-    key: PRNG key; logits: float[..., V].
-  Returns:
-    int32[...] token ids.
-  """
-  logits = logits.astype(jnp.float32)
-  noise = jax.random.gumbel(key, logits.shape, jnp.float32)
-  return jnp.argmax(logits + noise, axis=-1).astype(jnp.int32)
-
-
-@contextlib.contextmanager
-def gumbel_noise(kind: str):
-  """Every categorical draw inside uses `kind` noise: 'high' (the library's
-  `sampling.categorical`) or 'float32' (`float32_categorical`).
-
-  Traced functions are cached by their static arguments, which do not name
-  the noise, so the caches are cleared on entry and exit.
-
-  Raises:
-    ValueError: kind not in NOISES.
-  """
-  if kind not in NOISES:
-    raise ValueError(f"kind={kind!r}; allowed: {NOISES}")
-  library = sampling.categorical
-  jax.clear_caches()
-  if kind == "float32":
-    sampling.categorical = float32_categorical
-  try:
-    yield
-  finally:
-    sampling.categorical = library
-    jax.clear_caches()
 
 
 def win_weight(w: np.ndarray, grid: float) -> np.ndarray:
@@ -172,16 +131,15 @@ def sample_quality(smoke: bool) -> tuple[list[dict], list, str]:
   b, t = g["batch_size"], g["output_length"]
   samples = {}
   for noise in NOISES:
-    with gumbel_noise(noise):
-      for steps in g["steps"]:
-        decoder = make_decoder("mdlm", output_length=t, steps=steps,
-                               eos_ids=(),
-                               sampling=SamplingConfig(temperature=1.0))
-        out = claims.decode_fn(decoder, mdlm_fn)(
-            mdlm_params, jnp.zeros((b, 0), jnp.int32),
-            jnp.zeros((b,), jnp.int32), jax.random.key(steps))
-        samples[noise, steps] = (np.asarray(out.tokens),
-                                 np.asarray(out.lengths))
+    for steps in g["steps"]:
+      decoder = make_decoder("mdlm", output_length=t, steps=steps,
+                             eos_ids=(), sampling=SamplingConfig(
+                                 temperature=1.0, gumbel_noise=noise))
+      out = claims.decode_fn(decoder, mdlm_fn)(
+          mdlm_params, jnp.zeros((b, 0), jnp.int32),
+          jnp.zeros((b,), jnp.int32), jax.random.key(steps))
+      samples[noise, steps] = (np.asarray(out.tokens),
+                               np.asarray(out.lengths))
   rows = []
   for (noise, steps), (tokens, lengths) in samples.items():
     scored = quality.gen_ppl(eval_fn, eval_params, tokens, lengths,
@@ -346,9 +304,9 @@ even with float32 noise, the draw is practically exact.
 
 **A. Registered decoder.** `mdlm`, {source}, B = {g['batch_size']}
 unconditional rows of T = {g['output_length']} tokens (no prompt, no EOS),
-temperature 1, K in {list(g['steps'])}; the float32 path swaps
-`sampling.categorical` for `float32_categorical` (full-vocabulary Gumbel-max
-with float32 "low" noise) inside `gumbel_noise('float32')`. Unigram entropy
+temperature 1, K in {list(g['steps'])}; the float32 path is
+`SamplingConfig(gumbel_noise="float32")` (full-vocabulary Gumbel-max with
+float32 "low" noise, `sampling.categorical`). Unigram entropy
 (mean over rows, nats) and gen-PPL under the shipped evaluator, as
 `evaluation.quality.gen_ppl` computes them (BOS context).
 

@@ -130,13 +130,9 @@ def layout(config: TransformerConfig) -> layout_lib.Layout:
     tensors += dense(f"{hf}.mlp.c_fc", mlp + ("wi",), (d, m))
     tensors += dense(f"{hf}.mlp.c_proj", mlp + ("wo",), (m, d))
   tensors += norm("transformer.ln_f", ("final_norm",))
-  tied = {}
-  if config.tie_embeddings:
-    tied = {"lm_head.weight": "transformer.wte.weight"}
-  else:
-    tensors.append(T("lm_head.weight",
-                     ((("lm_head", "kernel"), (d, config.vocab_size)),), 1,
-                     transpose=True))
+  head, tied = layout_lib.lm_head(config, "lm_head.weight",
+                                  "transformer.wte.weight")
+  tensors += head
   return layout_lib.Layout("GPT-2", tuple(tensors), tied, _canonical,
                            ignored=r"(^|\.)h\.\d+\.attn\.(masked_)?bias$")
 

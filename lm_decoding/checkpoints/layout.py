@@ -121,6 +121,19 @@ class Layout:
   check_ignored: Callable[[str, np.ndarray], None] | None = None
 
 
+def lm_head(config: TransformerConfig, name: str, embedding: str
+            ) -> tuple[list[Tensor], dict[str, str]]:
+  """The LM head's part of a layout: ([the untied head's tensor `name`, a
+  torch Linear [V, D] onto lm_head/kernel], {}), or when tied ([], {name:
+  embedding}): a tied checkpoint may hold the embedding, the head or both.
+  """
+  if config.tie_embeddings:
+    return [], {name: embedding}
+  return [Tensor(name, ((("lm_head", "kernel"),
+                         (config.d_model, config.vocab_size)),), 1,
+                 transpose=True)], {}
+
+
 def hf_fields(hf_config: Any) -> dict:
   """The fields of a `transformers` config object or of its dict form.
 

@@ -135,6 +135,44 @@ def _array_bytes(array: np.ndarray) -> bytes:
   return buffer.getvalue()
 
 
+def _cached_tokenizer(cache_dir: pathlib.Path, splits, vocab_size: int,
+                      reading) -> Tokenizer:
+  """The tokenizer cached in `cache_dir`, or one trained on the train split
+  and written there atomically.
+
+  Raises:
+    ValueError: `Tokenizer.train`'s, with the train split's size.
+  """
+  tokenizer_path = cache_dir / TOKENIZER_FILE
+  if tokenizer_path.exists():
+    return Tokenizer.load(str(tokenizer_path))
+  try:
+    tokenizer = Tokenizer.train(splits["train"], vocab_size)
+  except ValueError as e:
+    raise ValueError(
+        f"data.{e} (the train split of {reading.source} has "
+        f"{len(splits['train']):,} documents, "
+        f"{sum(len(t) for t in splits['train']):,} characters)") from e
+  cache_dir.mkdir(parents=True, exist_ok=True)
+  write_atomic(tokenizer_path, tokenizer.model_proto)
+  return tokenizer
+
+
+def _meta(reading, tokenizer: Tokenizer, splits, tokens) -> dict:
+  """meta.json of a prepared corpus: format version, source, sizes."""
+  return dict(
+      format_version=FORMAT_VERSION,
+      source=reading.source,
+      files=reading.num_files,
+      format=reading.format,
+      vocab_size=tokenizer.vocab_size,
+      documents={k: len(v) for k, v in splits.items()},
+      tokens={k: int(v.size) for k, v in tokens.items()},
+      characters={k: sum(len(t) for t in v) for k, v in splits.items()},
+      shares={k: round(v, 6)
+              for k, v in corpus_lib.split_shares(splits).items()})
+
+
 def prepare(path: str | None, vocab_size: int, workdir: str | os.PathLike,
             data_format: str = "auto") -> Corpus:
   """Reads, splits, tokenizes and caches the corpus at `path`.
@@ -163,19 +201,7 @@ def prepare(path: str | None, vocab_size: int, workdir: str | os.PathLike,
   documents, reading = corpus_lib.read_corpus(path, data_format)
   splits = corpus_lib.split_documents(documents)
   cache_dir = pathlib.Path(workdir) / "data" / cache_key(splits, vocab_size)
-  tokenizer_path = cache_dir / TOKENIZER_FILE
-  if tokenizer_path.exists():
-    tokenizer = Tokenizer.load(str(tokenizer_path))
-  else:
-    try:
-      tokenizer = Tokenizer.train(splits["train"], vocab_size)
-    except ValueError as e:
-      raise ValueError(
-          f"data.{e} (the train split of {reading.source} has "
-          f"{len(splits['train']):,} documents, "
-          f"{sum(len(t) for t in splits['train']):,} characters)") from e
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    write_atomic(tokenizer_path, tokenizer.model_proto)
+  tokenizer = _cached_tokenizer(cache_dir, splits, vocab_size, reading)
   tokens = {}
   for name in corpus_lib.SPLITS:
     array_path = cache_dir / f"{name}.npy"
@@ -186,18 +212,8 @@ def prepare(path: str | None, vocab_size: int, workdir: str | os.PathLike,
       write_atomic(array_path, _array_bytes(tokens[name]))
   meta_path = cache_dir / META_FILE
   if not meta_path.exists():
-    meta = dict(
-        format_version=FORMAT_VERSION,
-        source=reading.source,
-        files=reading.num_files,
-        format=reading.format,
-        vocab_size=tokenizer.vocab_size,
-        documents={k: len(v) for k, v in splits.items()},
-        tokens={k: int(v.size) for k, v in tokens.items()},
-        characters={k: sum(len(t) for t in v) for k, v in splits.items()},
-        shares={k: round(v, 6)
-                for k, v in corpus_lib.split_shares(splits).items()})
-    write_atomic(meta_path, json.dumps(meta, indent=2).encode())
+    write_atomic(meta_path, json.dumps(
+        _meta(reading, tokenizer, splits, tokens), indent=2).encode())
   return Corpus(tokenizer=tokenizer, splits=splits, tokens=tokens,
                 cache_dir=cache_dir, reading=reading)
 
@@ -210,6 +226,36 @@ def _document_spans(stream: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   ends = np.flatnonzero(stream == EOS_ID)
   starts = np.concatenate([[0], ends + 1])[:-1]
   return starts, ends - starts
+
+
+def _check_training_splits(corpus: Corpus,
+                           config: ml_collections.ConfigDict) -> None:
+  """Raises ValueError unless the train and valid splits hold one batch
+  each (`check_corpus_size`)."""
+  seq_len = config.data.seq_len
+  batch_key, batch_size = "train.batch_size", config.train.batch_size
+  evaluator_batch = (config.get("evaluator", {}).get("train", {})
+                     .get("batch_size", 0))
+  if evaluator_batch > batch_size:
+    batch_key, batch_size = "evaluator.train.batch_size", evaluator_batch
+  needed = batch_size * seq_len
+  total_tokens = sum(int(t.size) for t in corpus.tokens.values())
+  chars_per_token = sum(len(t) for texts in corpus.splits.values()
+                        for t in texts) / max(total_tokens, 1)
+  for name in ("train", "valid"):
+    have = int(corpus.tokens[name].size)
+    if have < needed:
+      fraction = corpus_lib.SPLIT_FRACTIONS[name]
+      minimum = math.ceil(needed / fraction)
+      raise ValueError(
+          f"corpus too small for the config: the {name} split has {have:,} "
+          f"tokens, fewer than {batch_key} x data.seq_len = {batch_size} x "
+          f"{seq_len} = {needed:,} tokens (one {name} batch); the {name} "
+          f"split is {fraction:.0%} of the text, so data.path needs at least "
+          f"{minimum:,} tokens (about {math.ceil(minimum * chars_per_token):,}"
+          f" characters at {chars_per_token:.1f} characters per token) and "
+          f"{corpus.reading.source} has {total_tokens:,}; give a larger "
+          f"corpus or lower data.seq_len or {batch_key}")
 
 
 def check_corpus_size(corpus: Corpus,
@@ -235,30 +281,7 @@ def check_corpus_size(corpus: Corpus,
       the minimum, the config keys it comes from, and for token counts the
       corpus size that would suffice.
   """
-  seq_len = config.data.seq_len
-  batch_key, batch_size = "train.batch_size", config.train.batch_size
-  evaluator_batch = (config.get("evaluator", {}).get("train", {})
-                     .get("batch_size", 0))
-  if evaluator_batch > batch_size:
-    batch_key, batch_size = "evaluator.train.batch_size", evaluator_batch
-  needed = batch_size * seq_len
-  total_tokens = sum(int(t.size) for t in corpus.tokens.values())
-  chars_per_token = sum(len(t) for texts in corpus.splits.values()
-                        for t in texts) / max(total_tokens, 1)
-  for name in ("train", "valid"):
-    have = int(corpus.tokens[name].size)
-    if have < needed:
-      fraction = corpus_lib.SPLIT_FRACTIONS[name]
-      minimum = math.ceil(needed / fraction)
-      raise ValueError(
-          f"corpus too small for the config: the {name} split has {have:,} "
-          f"tokens, fewer than {batch_key} x data.seq_len = {batch_size} x "
-          f"{seq_len} = {needed:,} tokens (one {name} batch); the {name} "
-          f"split is {fraction:.0%} of the text, so data.path needs at least "
-          f"{minimum:,} tokens (about {math.ceil(minimum * chars_per_token):,}"
-          f" characters at {chars_per_token:.1f} characters per token) and "
-          f"{corpus.reading.source} has {total_tokens:,}; give a larger "
-          f"corpus or lower data.seq_len or {batch_key}")
+  _check_training_splits(corpus, config)
   if "compare" not in config:
     return
   cmp = config.compare

@@ -138,9 +138,8 @@ class SequenceConfig:
           f"cache length {length} must be <= logits_fn.max_len="
           f"{logits_fn.max_len} (prompt width P={width}, output_length="
           f"{self.output_length}, cache_length={self.cache_length})")
-    base.check_token_ids("prompts", prompts, models["model"])
-    base.check_token_ids("eos_ids and pad_id", self.eos_ids + (self.pad_id,),
-                         models["model"])
+    base.check_sequence_ids(prompts, self.eos_ids, self.pad_id,
+                            models["model"])
     return length, prompts, prompt_lengths
 
 

@@ -261,6 +261,14 @@ def check_token_ids(name: str, ids: Any, model: Model) -> None:
                      f"{ids.max()}")
 
 
+def check_sequence_ids(prompts: Any, eos_ids: tuple[int, ...], pad_id: int,
+                       model: Model) -> None:
+  """Raises ValueError unless the prompts, and the EOS and PAD ids a decoder
+  writes after them, are ids of `model`'s vocabulary (`check_token_ids`)."""
+  check_token_ids("prompts", prompts, model)
+  check_token_ids("eos_ids and pad_id", tuple(eos_ids) + (pad_id,), model)
+
+
 def row_keys(key: jax.Array, batch: int) -> jax.Array:
   """Per-row PRNG keys: row b gets fold_in(key, b).
 

@@ -19,7 +19,7 @@ from typing import Mapping
 import jax
 import jax.numpy as jnp
 
-from lm_decoding.checks import is_count
+from lm_decoding.checks import check_counts
 from lm_decoding.data import parallel_text
 from lm_decoding.decoding import base, rows
 from lm_decoding.models import Model, ctc_frames
@@ -93,10 +93,7 @@ class CTCDecoder:
   roles = ("model",)
 
   def __post_init__(self):
-    for name in ("output_length", "upsample"):
-      if not is_count(getattr(self, name)):
-        raise ValueError(f"{name}={getattr(self, name)!r} must be an "
-                         f"integer >= 1")
+    check_counts(self, ("output_length", "upsample"))
 
   def decode(self, models: Mapping[str, Model], prompts: jax.Array,
              prompt_lengths: jax.Array, key: jax.Array = None

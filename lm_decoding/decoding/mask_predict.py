@@ -29,7 +29,7 @@ from typing import Mapping
 import jax
 import jax.numpy as jnp
 
-from lm_decoding.checks import is_count
+from lm_decoding.checks import check_counts
 from lm_decoding.decoding import base, rows
 from lm_decoding.models import Model, masks
 from lm_decoding.models.selection import top_n
@@ -156,10 +156,7 @@ class MaskPredictDecoder:
   roles = ("model",)
 
   def __post_init__(self):
-    for name in ("output_length", "steps", "length_beam"):
-      if not is_count(getattr(self, name)):
-        raise ValueError(f"{name}={getattr(self, name)!r} must be an "
-                         f"integer >= 1")
+    check_counts(self, ("output_length", "steps", "length_beam"))
     if self.lengths not in LENGTHS:
       raise ValueError(f"lengths={self.lengths!r}; allowed: {LENGTHS}")
     if self.lengths == "fixed" and self.length_beam != 1:

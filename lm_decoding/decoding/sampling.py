@@ -59,6 +59,7 @@ from lm_decoding.checks import is_count, is_number
 # lie within ~1e-4 of each other, i.e. within the rounding noise of a float32
 # forward pass: sampling below this floor is argmax in all but name.
 MIN_TEMPERATURE = 1e-6
+GUMBEL_NOISES = ("high", "float32")  # `SamplingConfig.gumbel_noise`
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +72,10 @@ class SamplingConfig:
     top_p: nucleus mass in (0, 1]; 1 keeps all.
     min_p: in [0, 1); 0 keeps all.
     repetition_penalty: > 0; 1 is off, > 1 discourages seen tokens.
+    gumbel_noise: the noise of every draw (`categorical`): "high" (exact,
+      the default) or "float32" (jax's default float32 noise over the whole
+      vocabulary, capped near 16: the truncated sampler of Zheng et al. 2024,
+      kept to measure it, `experiments/reproduce/gumbel_precision.py`).
 
   Raises:
     ValueError: an attribute outside its range (the message names it).
@@ -81,6 +86,7 @@ class SamplingConfig:
   top_p: float = 1.0
   min_p: float = 0.0
   repetition_penalty: float = 1.0
+  gumbel_noise: str = GUMBEL_NOISES[0]  # "high"
 
   def __post_init__(self):
     number = lambda name: is_number(getattr(self, name))
@@ -97,6 +103,8 @@ class SamplingConfig:
         ("repetition_penalty", lambda: number("repetition_penalty")
          and 0 < self.repetition_penalty < math.inf,
          "in (0, inf) (a number; 1 = off)"),
+        ("gumbel_noise", lambda: self.gumbel_noise in GUMBEL_NOISES,
+         f"one of {GUMBEL_NOISES}"),
     )
     for name, ok, allowed in checks:
       if not ok():
@@ -123,21 +131,29 @@ def _group_size(vocab_size: int) -> int:
              if vocab_size % g == 0)
 
 
-def categorical(key: jax.Array, logits: jax.Array) -> jax.Array:
+def categorical(key: jax.Array, logits: jax.Array,
+                noise: str = "high") -> jax.Array:
   """Draws token ids from softmax(logits) along the last axis.
 
   Exact Gumbel-max sampling (noise `mode="high"`), in two levels when V has a
   divisor g >= 16 below sqrt(V) (see the module docstring); both levels take
-  their noise from one draw.
+  their noise from one draw. With noise "float32", Gumbel-max over the whole
+  vocabulary with jax's default float32 noise (u on a 2**-23 grid, noise at
+  most ~15.9): the truncation Zheng et al. 2024 measured.
 
   Args:
     key: PRNG key.
     logits: float[..., V]; entries of -inf (or a very negative finite value)
       are never drawn.
+    noise: one of GUMBEL_NOISES (`SamplingConfig.gumbel_noise`).
   Returns:
     int32[...] token ids.
   """
   logits = logits.astype(jnp.float32)
+  if noise == "float32":
+    return jnp.argmax(logits + jax.random.gumbel(key, logits.shape,
+                                                 jnp.float32),
+                      axis=-1).astype(jnp.int32)
   vocab = logits.shape[-1]
   g = _group_size(vocab)
   if g < 16:
@@ -340,5 +356,6 @@ def sample(key: jax.Array, logits_BxV: jax.Array, config: SamplingConfig,
     raise ValueError(f"temperature_B={temperature_B} must be >= 0")
   hot_B = ~is_greedy(temperature_B)
   tempered = logits / jnp.where(hot_B, temperature_B, 1.0)[:, None]
-  drawn_B = categorical(key, filter_logits(tempered, config))
+  drawn_B = categorical(key, filter_logits(tempered, config),
+                        config.gumbel_noise)
   return jnp.where(hot_B, drawn_B, greedy(logits))

@@ -121,7 +121,7 @@ def pick(config: sampling.SamplingConfig, key: jax.Array,
   V), else a draw (`sampling.categorical`)."""
   if sampling.is_greedy(config.temperature):
     return sampling.argmax(dist_V)
-  return sampling.categorical(key, jnp.log(dist_V))
+  return sampling.categorical(key, jnp.log(dist_V), config.gumbel_noise)
 
 
 def _seen_before(seen_BxV, draft_BxG):
@@ -271,9 +271,8 @@ class DraftVerifyDecoder(SequenceConfig):
             f"the {role} model's vocabulary V={base.vocab_size(model)} must "
             f"equal the target's V={vocab} (draft and target must share one "
             f"tokenizer)")
-    base.check_token_ids("prompts", prompts, models["target"])
-    base.check_token_ids("eos_ids and pad_id", self.eos_ids + (self.pad_id,),
-                         models["target"])
+    base.check_sequence_ids(prompts, self.eos_ids, self.pad_id,
+                            models["target"])
     if hasattr(self, "mask_id"):
       base.check_token_ids("mask_id", self.mask_id, models["target"])
     return length, prompts, prompt_lengths
@@ -448,28 +447,12 @@ def settle(decoder: DraftVerifyDecoder, state: Round, draft_BxG, q_BxGxV,
   ok_BxG = decoder.accepts(uniform_BxG, p_BxG1xV, q_d_BxG, draft_BxG,
                            out.logits)
   accepted_B = jax.vmap(leading_true)(ok_BxG)
-
-  def target_token(key, p_G1xV, q_GxV, a, bonus_V):
-    q_padded = jnp.concatenate([q_GxV, jnp.zeros_like(q_GxV[:1])], 0)
-    dist = jnp.where(a < gamma, decoder.correction(p_G1xV[a], q_padded[a]),
-                     bonus_V)
-    return pick(decoder.sampling, key, dist)
-
-  bonus_BxV = decoder.bonus(state, p_BxG1xV[:, -1], out.logits[:, -1])
-  token_B = jax.vmap(target_token)(keys_Bx3[:, 2], p_BxG1xV, q_BxGxV,
-                                   accepted_B, bonus_BxV)
+  token_B = _target_tokens(decoder, state, p_BxG1xV, q_BxGxV, out.logits,
+                           accepted_B, keys_Bx3[:, 2])
+  new_BxG1, count_B, is_eos = _cut(decoder, state, draft_BxG, accepted_B,
+                                   token_B)
   index_G1 = jnp.arange(gamma + 1)
-  new_BxG1 = jnp.where(index_G1[None] < accepted_B[:, None],
-                       jnp.pad(draft_BxG, ((0, 0), (0, 1))), token_B[:, None])
-  # Cut at the first EOS (kept) and at T tokens.
-  is_eos = rows.is_eos(new_BxG1, decoder.eos_ids)
-  first_eos_B = jnp.where(is_eos.any(1), jnp.argmax(is_eos, 1), gamma + 1)
-  count_B = jnp.minimum(jnp.minimum(accepted_B + 1, first_eos_B + 1),
-                        decoder.output_length - state.generated)
   live_B = ~state.done
-  count_B = jnp.where(live_B, count_B, 0)
-  new_BxG1 = jnp.where(index_G1[None] < count_B[:, None], new_BxG1,
-                       decoder.pad_id)
   sequence = jax.vmap(lambda s, n, p, live: jnp.where(
       live, jax.lax.dynamic_update_slice(s, n, (p + 1,)), s))(
           state.sequence, new_BxG1, pos_B, live_B)
@@ -494,6 +477,42 @@ def settle(decoder: DraftVerifyDecoder, state: Round, draft_BxG, q_BxGxV,
       accept_counts=accept_counts, round=state.round + 1)
   return state.replace(
       draft=decoder.advance(state, accepted_B, p_BxG1xV, new_pos_B))
+
+
+def _target_tokens(decoder: DraftVerifyDecoder, state: Round, p_BxG1xV,
+                   q_BxGxV, logits_BxG1xV, accepted_B, keys_B) -> jax.Array:
+  """int32[B]: the target's token of each row: drawn from the correction at
+  the first rejected position a < gamma, else from the bonus distribution."""
+  gamma = decoder.gamma
+
+  def target_token(key, p_G1xV, q_GxV, a, bonus_V):
+    q_padded = jnp.concatenate([q_GxV, jnp.zeros_like(q_GxV[:1])], 0)
+    dist = jnp.where(a < gamma, decoder.correction(p_G1xV[a], q_padded[a]),
+                     bonus_V)
+    return pick(decoder.sampling, key, dist)
+
+  bonus_BxV = decoder.bonus(state, p_BxG1xV[:, -1], logits_BxG1xV[:, -1])
+  return jax.vmap(target_token)(keys_B, p_BxG1xV, q_BxGxV, accepted_B,
+                                bonus_BxV)
+
+
+def _cut(decoder: DraftVerifyDecoder, state: Round, draft_BxG, accepted_B,
+         token_B) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """(new int32[B, gamma + 1], count int32[B], is_eos bool[B, gamma + 1]):
+  the accepted draft then the target's token, cut after the first EOS (kept)
+  and at T tokens, PAD past the count (0 for ended rows)."""
+  gamma = decoder.gamma
+  index_G1 = jnp.arange(gamma + 1)
+  new_BxG1 = jnp.where(index_G1[None] < accepted_B[:, None],
+                       jnp.pad(draft_BxG, ((0, 0), (0, 1))), token_B[:, None])
+  is_eos = rows.is_eos(new_BxG1, decoder.eos_ids)
+  first_eos_B = jnp.where(is_eos.any(1), jnp.argmax(is_eos, 1), gamma + 1)
+  count_B = jnp.minimum(jnp.minimum(accepted_B + 1, first_eos_B + 1),
+                        decoder.output_length - state.generated)
+  count_B = jnp.where(~state.done, count_B, 0)
+  new_BxG1 = jnp.where(index_G1[None] < count_B[:, None], new_BxG1,
+                       decoder.pad_id)
+  return new_BxG1, count_B, is_eos
 
 
 def finish(decoder: DraftVerifyDecoder, state: Round) -> DecodeResult:

@@ -40,13 +40,11 @@ from jax.sharding import Mesh
 from lm_decoding.checks import is_count
 from lm_decoding.data.tokenizer import Tokenizer
 from lm_decoding.decoding import base, sharded
-from lm_decoding.decoding.rows import eos_counts
-from lm_decoding.evaluation import cost, entries, quality
+from lm_decoding.evaluation import comparison_rows, cost, quality
 from lm_decoding.evaluation.entries import Planned
-from lm_decoding.models import Model, count_params
+from lm_decoding.models import Model
 from lm_decoding.parallel import sharding
 
-SPREAD_FLAG = 0.10  # timing spread (IQR / median) above which a row is flagged
 SAMPLES_SHOWN = 2  # prompts whose continuations the report shows
 
 
@@ -78,37 +76,6 @@ def _jit_decode(decoder, args: tuple, mesh: Mesh | None, rules):
   if mesh is not None:
     return sharded.jit_decode(decoder, args, mesh, rules)
   return base.jit_decode(decoder)
-
-
-def _per_device_columns(row: dict, models: Mapping[str, Model],
-                        roles, seconds: float, devices: int) -> dict:
-  """Weight bandwidth and model FLOP/s per device of a row.
-
-  Each forward call reads every weight of its model once (the bytes
-  roofline's assumption, `cost.roofline_s`) and does 2 FLOPs per parameter
-  per token position (attention scores excluded); both are summed over the
-  roles' calls and positions and divided by the time and the device count.
-  """
-  weight_bytes = flops = 0.0
-  for role, member in roles:
-    params = models[member].params
-    weight_bytes += row["calls"][role] * cost.tree_bytes(params)
-    flops += 2.0 * row["forward_tokens"][role] * count_params(params)
-  return {"devices": devices,
-          "weight_GBps_per_device": weight_bytes / seconds / devices / 1e9,
-          "GFLOPs_per_device": flops / seconds / devices / 1e9}
-
-
-def _work(result: base.DecodeResult) -> tuple:
-  return (tuple(sorted((r, int(c)) for r, c in result.calls.items())),
-          tuple(sorted((r, int(c)) for r, c in result.forward_tokens.items())))
-
-
-def _timing_columns(timing: cost.Timing) -> dict:
-  median = timing.median_s
-  return {"ms_min": timing.min_s * 1e3, "ms_median": median * 1e3,
-          "spread": timing.iqr_s / median if median > 0 else math.nan,
-          "compile_s": timing.compile_s}
 
 
 # One compile, in positions (`Work.positions`): the default grid's 36
@@ -171,23 +138,6 @@ def _human(evaluator, tokenizer, prompts, references, width: int) -> dict:
           "length": float(lengths.mean())}
 
 
-def _summary(row: dict) -> str:
-  """The one line printed when a row is finished."""
-  fwd = ", ".join(f"{r} {n:,}" for r, n in row["forward_tokens"].items())
-  line = (f"{row['decoder']} | T={row['output_length']} "
-          f"B={row['batch_size']} | NFE {row['nfe']}, fwd tokens {fwd} | "
-          f"{row['ms_min']:.1f} ms min, {row['ms_median']:.1f} median, "
-          f"spread {row['spread']:.0%}{' (noisy)' if row['noisy'] else ''} | "
-          f"real tok/s {row['real_tokens_per_s']:.0f}")
-  if "gen_ppl" in row:
-    line += (f" | gen-PPL {row['gen_ppl']:.1f}, entropy "
-             f"{row['entropy']:.2f}")
-  if "max_logit_error" in row:
-    line += (f" | cache error {row['max_logit_error']:.3g}, agreement "
-             f"{row['agreement']:.1%}")
-  return line
-
-
 def _check_run(prompts: np.ndarray, batch_sizes: Sequence[int], runs: int,
                mesh: Mesh | None, rules) -> int:
   """The largest batch size (quality is scored there), after `run`'s
@@ -241,63 +191,6 @@ def _decode_args(p: Planned, b: int, models: Mapping[str, Model],
           jax.random.fold_in(jax.random.key(seed), p.output_length))
 
 
-def _cost_row(p: Planned, b: int, fixed: base.DecodeResult,
-              timing: cost.Timing, prompt_len: int) -> dict:
-  """A row's identity, model calls and timing columns, from the timed
-  fixed-length run."""
-  t = p.output_length
-  row = {"decoder": p.label, "series": list(p.series),
-         "models": ", ".join(f"{r}={m}" for r, m in p.roles),
-         "batch_size": b, "output_length": t, "nfe": int(fixed.nfe),
-         "calls": {r: int(c) for r, c in fixed.calls.items()},
-         "forward_tokens": {r: int(c)
-                            for r, c in fixed.forward_tokens.items()},
-         **_timing_columns(timing)}
-  row["noisy"] = bool(row["spread"] > SPREAD_FLAG)
-  row["full_pass"] = all(
-      row["forward_tokens"][r] == c * b * (prompt_len + t)
-      for r, c in row["calls"].items())
-  row["cached"] = p.cached
-  row["context"] = (p.decoder.context().record
-                    if hasattr(p.decoder, "context") else "")
-  row["reference"] = p.reference_label
-  row["judged_against"] = p.judged_against
-  row["ms_per_token"] = row["ms_min"] / t
-  return row
-
-
-def _eos_columns(eos_fn, args: tuple, fixed: base.DecodeResult,
-                 eos: base.DecodeResult, same_work: bool,
-                 timing: cost.Timing, eos_ids: tuple[int, ...], runs: int
-                 ) -> dict:
-  """Tokens up to EOS and their rate; the EOS run (`eos_fn`, the jitted
-  EOS-stopping decode) is timed apart only when it did other work than the
-  fixed-length run (`_work`)."""
-  b = args[1].shape[0]
-  eos_tokens, eos_lengths = eos.tokens[:b], np.asarray(eos.lengths[:b])
-  eos_s = timing.min_s
-  if not same_work:
-    eos_s = cost.measure(eos_fn, args, 0, runs)[0].min_s
-  real_tokens = int(eos_lengths.sum())
-  return dict(
-      eos_tokens_per_row=real_tokens / b,
-      eos_timed_apart=not same_work,
-      real_tokens_per_s=real_tokens / eos_s,
-      all_eos=int(eos_counts(fixed.tokens, eos_ids)[1]),
-      empty=int(eos_counts(eos_tokens, eos_ids)[0]))
-
-
-def _self_correction(result: base.DecodeResult) -> dict:
-  """For a decoder whose stats count acceptances ('accepted') and those that
-  revised an earlier one ('revised'): revised / accepted, pooled over the
-  rows; {} for the others."""
-  if "revised" not in result.stats:
-    return {}
-  accepted = int(jnp.sum(result.stats["accepted"]))
-  return dict(self_correction=int(jnp.sum(result.stats["revised"]))
-              / max(accepted, 1))
-
-
 def _cache_columns(p: Planned, args: tuple, fixed: base.DecodeResult,
                    fixed_tokens: Mapping[tuple, jax.Array], mesh: Mesh | None,
                    rules) -> dict:
@@ -313,22 +206,87 @@ def _cache_columns(p: Planned, args: tuple, fixed: base.DecodeResult,
               agreement=float(jnp.mean(fixed.tokens == reference)))
 
 
-def _greedy_agreement(rows: Sequence[dict], planned: Sequence[Planned],
-                      fixed_tokens: Mapping[tuple, jax.Array],
-                      quality_batch: int) -> None:
-  """Adds "greedy_agreement" to each greedy row at the largest batch that is
-  judged against another greedy row (AR greedy): the fraction of its fixed-length
-  tokens [B, T] equal to that row's, position by position (same prompts; a
-  decoder that reproduces AR greedy scores 1)."""
-  by_label = {(p.label, p.output_length): p for p in planned
-              if entries.greedy(p.decoder)}
-  for row, p in zip(rows, planned):
-    ref = by_label.get((p.judged_against, p.output_length))
-    if (row["batch_size"] == quality_batch and ref is not None
-        and ref is not p and entries.greedy(p.decoder)):
-      row["greedy_agreement"] = float(jnp.mean(
-          fixed_tokens[p.decoder, p.roles, quality_batch]
-          == fixed_tokens[ref.decoder, ref.roles, quality_batch]))
+@dataclasses.dataclass(frozen=True)
+class _Setup:
+  """What every row of one `run` shares (its arguments, see there)."""
+
+  models: Mapping[str, Model]
+  evaluator: Model
+  tokenizer: Tokenizer
+  prompts: np.ndarray
+  seed: int
+  runs: int
+  mesh: Mesh | None
+  rules: object
+  quality_batch: int
+
+
+def _measure(setup: _Setup, p: Planned, b: int,
+             fixed_tokens: dict[tuple, jax.Array], eos_run: dict
+             ) -> tuple[dict, list[str] | None]:
+  """(row, its first samples' texts or None): one planned decoder timed at
+  batch `b`, its EOS mode, and at the largest batch its quality and cache
+  columns. Adds its fixed-length tokens to `fixed_tokens`; `eos_run` keeps
+  the EOS-mode decode of the largest batch (run first) for the smaller."""
+  args = _decode_args(p, b, setup.models, setup.prompts, setup.seed,
+                      setup.mesh, setup.rules)
+  timing, _, fixed = cost.measure(
+      _jit_decode(p.decoder, args, setup.mesh, setup.rules), args, 0,
+      setup.runs)
+  fixed_tokens[p.decoder, p.roles, b] = fixed.tokens
+  eos_fn = _jit_decode(p.eos_decoder, args, setup.mesh, setup.rules)
+  largest = b == setup.quality_batch
+  if largest:  # first: work runs the largest batch first
+    eos = eos_fn(*args)
+    eos_run["eos"] = eos, (comparison_rows.work_done(eos)
+                           == comparison_rows.work_done(fixed))
+  eos, same_work = eos_run["eos"]
+  row = comparison_rows.cost_row(p, b, fixed, timing, setup.prompts.shape[1])
+  row.update(comparison_rows.eos_columns(
+      eos_fn, args, fixed, eos, same_work, timing,
+      (setup.tokenizer.eos_id,), setup.runs))
+  texts = None
+  if largest:
+    scores, texts = _quality(setup.evaluator, setup.tokenizer,
+                             eos.tokens[:b], np.asarray(eos.lengths[:b]),
+                             args[1], args[2])
+    row.update(scores)
+    row.update(comparison_rows.self_correction(eos))
+    texts = texts[:SAMPLES_SHOWN]
+    if p.cached:
+      row.update(_cache_columns(p, args, fixed, fixed_tokens, setup.mesh,
+                                setup.rules))
+  if setup.mesh is not None:
+    row.update(comparison_rows.per_device_columns(
+        row, setup.models, p.roles, timing.min_s, setup.mesh.size))
+  return row, texts
+
+
+def _measure_all(setup: _Setup, planned: Sequence[Planned],
+                 work: Sequence[tuple[int, int]], weights: Sequence[float],
+                 progress: bool) -> tuple[list[dict], dict, dict]:
+  """(rows, samples {(label, T): texts}, fixed-length tokens by (decoder,
+  roles, B)) of every (planned row index, B) of `work`, in that order, under
+  one tqdm bar weighted by `weights`."""
+  bar = tqdm.tqdm(total=sum(weights), disable=not progress, smoothing=0,
+                  bar_format="{desc} {percentage:3.0f}%|{bar}| "
+                  "[{elapsed}<{remaining}]")
+  fixed_tokens: dict[tuple, jax.Array] = {}
+  eos_runs: dict[int, dict] = {}
+  rows, samples = [], {}
+  for (i, b), weight in zip(work, weights):
+    bar.set_description(f"{planned[i].label} T={planned[i].output_length} "
+                        f"B={b}")
+    row, texts = _measure(setup, planned[i], b, fixed_tokens,
+                          eos_runs.setdefault(i, {}))
+    if texts is not None:
+      samples[planned[i].label, planned[i].output_length] = texts
+    rows.append(row)
+    bar.update(weight)
+    if progress:
+      tqdm.tqdm.write(comparison_rows.summary(row))
+  bar.close()
+  return rows, samples, fixed_tokens
 
 
 def run(planned: Sequence[Planned], models: Mapping[str, Model],
@@ -355,8 +313,8 @@ def run(planned: Sequence[Planned], models: Mapping[str, Model],
       (`sharding.mesh_from_config`): the decoders' models are placed on it
       and every decode runs under `sharded.jit_decode` (prompts split by
       'batch'; the evaluator stays on one device), and each row gets the
-      columns `_per_device_columns` adds (devices, weight GB/s and GFLOP/s
-      per device).
+      columns `comparison_rows.per_device_columns` adds (devices, weight
+      GB/s and GFLOP/s per device).
     rules: logical-axis rules for `mesh`.
   Returns:
     A `Comparison`.
@@ -370,45 +328,12 @@ def run(planned: Sequence[Planned], models: Mapping[str, Model],
   prompt_len = prompts.shape[1]
   work, weights = _schedule(planned, batch_sizes, quality_batch, prompt_len,
                             runs)
-  bar = tqdm.tqdm(total=sum(weights), disable=not progress, smoothing=0,
-                  bar_format="{desc} {percentage:3.0f}%|{bar}| "
-                  "[{elapsed}<{remaining}]")
-  fixed_tokens: dict[tuple, jax.Array] = {}
-  eos_runs: dict[int, tuple[base.DecodeResult, bool]] = {}
-  rows, samples = [], {}
-  for (i, b), weight in zip(work, weights):
-    p, t = planned[i], planned[i].output_length
-    bar.set_description(f"{p.label} T={t} B={b}")
-    args = _decode_args(p, b, models, prompts, seed, mesh, rules)
-    timing, _, fixed = cost.measure(
-        _jit_decode(p.decoder, args, mesh, rules), args, 0, runs)
-    fixed_tokens[p.decoder, p.roles, b] = fixed.tokens
-    eos_fn = _jit_decode(p.eos_decoder, args, mesh, rules)
-    if b == quality_batch:  # first: work runs the largest batch first
-      eos = eos_fn(*args)
-      eos_runs[i] = eos, _work(eos) == _work(fixed)
-    eos, same_work = eos_runs[i]
-    row = _cost_row(p, b, fixed, timing, prompt_len)
-    row.update(_eos_columns(eos_fn, args, fixed, eos, same_work, timing,
-                            (tokenizer.eos_id,), runs))
-    if b == quality_batch:
-      scores, texts = _quality(evaluator, tokenizer, eos.tokens[:b],
-                               np.asarray(eos.lengths[:b]), args[1], args[2])
-      row.update(scores)
-      row.update(_self_correction(eos))
-      samples[p.label, t] = texts[:SAMPLES_SHOWN]
-      if p.cached:
-        row.update(_cache_columns(p, args, fixed, fixed_tokens, mesh, rules))
-    if mesh is not None:
-      row.update(_per_device_columns(row, models, p.roles, timing.min_s,
-                                     mesh.size))
-    rows.append(row)
-    bar.update(weight)
-    if progress:
-      tqdm.tqdm.write(_summary(row))
-  bar.close()
-  _greedy_agreement(rows, [planned[i] for i, _ in work], fixed_tokens,
-                    quality_batch)
+  setup = _Setup(models, evaluator, tokenizer, prompts, seed, runs, mesh,
+                 rules, quality_batch)
+  rows, samples, fixed_tokens = _measure_all(setup, planned, work, weights,
+                                             progress)
+  comparison_rows.greedy_agreement(rows, [planned[i] for i, _ in work],
+                                   fixed_tokens, quality_batch)
   human = _human(evaluator, tokenizer, prompts[:quality_batch],
                  references[:quality_batch],
                  max(p.output_length for p in planned))

@@ -43,15 +43,13 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import math
 import string
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from lm_decoding.checks import is_count
 from lm_decoding.decoding import base
 from lm_decoding.decoding.sampling import SamplingConfig, is_greedy
-from lm_decoding.evaluation import frontier
 from lm_decoding.special_tokens import EOS_ID
 
 EVALUATOR = "evaluator"  # the member that scores samples; never decoded
@@ -261,6 +259,37 @@ class Planned:
     return self.reference is not None
 
 
+def _check_members(entries: Sequence[Entry], members: Collection[str]
+                   ) -> None:
+  """Raises ValueError unless every role binds a decoded model of
+  `members` (never the evaluator)."""
+  for entry in entries:
+    for role, member in entry.roles:
+      if member == EVALUATOR or member not in members:
+        raise ValueError(
+            f"{entry.where}: role {role}={member!r} must name a decoded "
+            f"model, one of {sorted(set(members) - {EVALUATOR})}")
+
+
+def _built(entry: Entry, t: int, temperature: float,
+           eos_ids: tuple[int, ...]) -> tuple[Any, Any, Any]:
+  """(fixed-length decoder, EOS-mode decoder, the fixed-length one with
+  kv_cache="none" or None when it has no cache) of `entry` at T = t.
+
+  Raises:
+    ValueError: any error of `build`, naming the entry and T.
+  """
+  try:
+    decoder = build(entry, t, temperature, eos_ids=())
+    eos_decoder = build(entry, t, temperature, eos_ids)
+    reference = None
+    if getattr(decoder, "kv_cache", "none") != "none":
+      reference = dataclasses.replace(decoder, kv_cache="none")
+  except ValueError as e:
+    raise ValueError(f"{entry.where} at output_length={t}: {e}") from e
+  return decoder, eos_decoder, reference
+
+
 def plan(entries: Sequence[Entry], output_lengths: Sequence[int],
          temperature: float, members: Collection[str],
          eos_ids: tuple[int, ...] = (EOS_ID,)) -> list[Planned]:
@@ -282,25 +311,14 @@ def plan(entries: Sequence[Entry], output_lengths: Sequence[int],
       error of `build`, naming the entry and T; two different decoders with
       one label at some T.
   """
-  for entry in entries:
-    for role, member in entry.roles:
-      if member == EVALUATOR or member not in members:
-        raise ValueError(
-            f"{entry.where}: role {role}={member!r} must name a decoded "
-            f"model, one of {sorted(set(members) - {EVALUATOR})}")
+  _check_members(entries, members)
   planned = []
   for t in output_lengths:
     by_decoder: dict[Any, int] = {}
     labels: dict[str, Any] = {}
     for entry in entries:
-      try:
-        decoder = build(entry, t, temperature, eos_ids=())
-        eos_decoder = build(entry, t, temperature, eos_ids)
-        reference = None
-        if getattr(decoder, "kv_cache", "none") != "none":
-          reference = dataclasses.replace(decoder, kv_cache="none")
-      except ValueError as e:
-        raise ValueError(f"{entry.where} at output_length={t}: {e}") from e
+      decoder, eos_decoder, reference = _built(entry, t, temperature,
+                                               eos_ids)
       label = entry.label.format(**resolve(entry, t))
       key = (decoder, entry.roles)
       if key in by_decoder:
@@ -324,54 +342,6 @@ def plan(entries: Sequence[Entry], output_lengths: Sequence[int],
         (p.reference, p.roles))) if p.output_length == t and p.cached else p
                for p in planned]
   return planned
-
-
-def check_options(cmp: Any, member_max_len: Mapping[str, int]) -> None:
-  """Checks the scalar options of a `compare` config block.
-
-  Args:
-    cmp: `config.compare`.
-    member_max_len: {member: model.max_len} of every model.
-  Raises:
-    ValueError: naming the key and the allowed range: output_lengths or
-      batch_sizes empty or not all distinct integers >= 1; timed_runs, prompt_len or
-      reference_len not an integer >= 1; temperature not finite >= 0;
-      tolerance_gen_ppl or tolerance_entropy not finite > 0
-      (`frontier.Tolerance`); prompt_len + T above a model's max_len.
-  """
-  for key in ("output_lengths", "batch_sizes"):
-    values = cmp[key]
-    if (isinstance(values, (str, int)) or not len(values)
-        or not all(is_count(v) for v in values)
-        or len(set(values)) < len(values)):
-      raise ValueError(f"compare.{key}={values!r} must be a non-empty tuple "
-                       "of distinct integers >= 1")
-  for key in ("timed_runs", "prompt_len", "reference_len"):
-    if not is_count(cmp[key]):
-      raise ValueError(f"compare.{key}={cmp[key]!r} must be an integer >= 1")
-  temperature = cmp.temperature
-  if (isinstance(temperature, bool) or not isinstance(temperature,
-                                                      (int, float))
-      or not 0 <= temperature < math.inf):
-    raise ValueError(f"compare.temperature={temperature!r} must be a finite "
-                     "number >= 0")
-  frontier.Tolerance(cmp.tolerance_gen_ppl, cmp.tolerance_entropy)
-  longest = cmp.prompt_len + max(cmp.output_lengths)
-  for member, max_len in member_max_len.items():
-    if longest > max_len:
-      raise ValueError(
-          f"compare.prompt_len + max(compare.output_lengths) = {longest} "
-          f"must be <= the {member} model's max_len={max_len} "
-          "(--config.model.max_len; the shipped models then no longer match "
-          "and are retrained)")
-
-
-def check_baseline(baseline: str, entries: Sequence[Entry]) -> None:
-  """Raises ValueError unless `compare.baseline` is an entry's series label."""
-  series = [e.series for e in entries]
-  if baseline not in series:
-    raise ValueError(f"compare.baseline={baseline!r} must be the label of an "
-                     f"entry of compare.decoders: {series}")
 
 
 def greedy(decoder: Any) -> bool:

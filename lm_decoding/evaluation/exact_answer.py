@@ -47,6 +47,7 @@ import jax
 import numpy as np
 
 from lm_decoding.data.tokenizer import TextTokenizer
+from lm_decoding.decoding import base
 from lm_decoding.evaluation import cost
 from lm_decoding.models.binding import Model
 
@@ -234,6 +235,26 @@ def correct(problem: Problem, completion: str, timeout_s: float) -> bool:
   return passes_tests(problem, truncate_completion(completion), timeout_s)
 
 
+def _decode_batches(compiled, args, rows: int, batch: int,
+                    tokenizer: TextTokenizer
+                    ) -> tuple[list[str], list[int], list[int], float]:
+  """(completions as text, their lengths to EOS, each batch call's NFE, the
+  calls' seconds): `compiled` run on `args(i)` for every batch i of `rows`
+  rows, the copies filling the last batch left out."""
+  ends, texts, nfes, seconds = [], [], [], 0.0
+  for i in range(-(-rows // batch)):
+    start = time.perf_counter()
+    result = jax.block_until_ready(compiled(*args(i)))
+    seconds += time.perf_counter() - start
+    real = min(batch, rows - i * batch)
+    tokens, n = np.asarray(result.tokens), np.asarray(result.lengths)
+    texts += [tokenizer.decode(row[:k]) for row, k in zip(tokens[:real],
+                                                          n[:real])]
+    ends += n[:real].tolist()
+    nfes.append(int(result.nfe))
+  return texts, ends, nfes, seconds
+
+
 def score(label: str, decoder: Any, models: Mapping[str, Model],
           tokenizer: TextTokenizer, problems: Sequence[Problem],
           prompts: np.ndarray, lengths: np.ndarray, seed: int = 0,
@@ -279,19 +300,9 @@ def score(label: str, decoder: Any, models: Mapping[str, Model],
     return (dict(models), prompts[chosen], lengths[chosen],
             jax.random.fold_in(key, i))
 
-  compiled, compile_s = cost.compile_timed(
-      lambda m, p, n, k: decoder.decode(m, p, n, k), args(0))
-  ends, texts, nfes, seconds = [], [], [], 0.0
-  for i in range(-(-rows // batch)):
-    start = time.perf_counter()
-    result = jax.block_until_ready(compiled(*args(i)))
-    seconds += time.perf_counter() - start
-    real = min(batch, rows - i * batch)
-    tokens, n = np.asarray(result.tokens), np.asarray(result.lengths)
-    texts += [tokenizer.decode(row[:k]) for row, k in zip(tokens[:real],
-                                                          n[:real])]
-    ends += n[:real].tolist()
-    nfes.append(int(result.nfe))
+  compiled, compile_s = cost.compile_timed(base.jit_decode(decoder), args(0))
+  texts, ends, nfes, seconds = _decode_batches(compiled, args, rows, batch,
+                                               tokenizer)
   right = [correct(p, t, timeout_s) for p, t in zip(problems, texts)]
   nfe = float(np.mean(nfes))
   record = {"decoder": label, "exact": float(np.mean(right)), "nfe": nfe,

@@ -159,6 +159,40 @@ def _logits_of(logits_fn):
           jnp.arange(seq_BxL.shape[1], dtype=jnp.int32), seq_BxL.shape)).logits
 
 
+def _scored_rows(logits_fn, tokens, lengths, prompts, prompt_lengths,
+                 batch_size: int) -> tuple[np.ndarray, ...]:
+  """`gen_ppl`'s inputs checked (ValueError as it says) as numpy: (tokens
+  int[B, T], lengths int[B], prompts int[B, P], prompt_lengths int[B]), a
+  lone BOS_ID prompt per row when `prompts` is None."""
+  tokens, lengths = _rows(tokens, lengths)
+  b = tokens.shape[0]
+  if b == 0:
+    raise ValueError("tokens must have B >= 1 rows")
+  if batch_size < 1:
+    raise ValueError(f"batch_size={batch_size} must be >= 1")
+  if (prompts is None) != (prompt_lengths is None):
+    raise ValueError("prompts and prompt_lengths must be given together")
+  if prompts is None:
+    prompts = np.full((b, 1), BOS_ID, np.int32)
+    prompt_lengths = np.ones((b,), np.int32)
+  if np.asarray(prompts).shape[:1] != (b,):
+    raise ValueError(f"prompts must have B={b} rows like tokens, got shape "
+                     f"{list(np.shape(prompts))}")
+  prompts, prompt_lengths = _rows(prompts, prompt_lengths,
+                                  ("prompts", "prompt_lengths"))
+  if np.any(prompt_lengths < 1):
+    raise ValueError("prompt_lengths must be >= 1 (a context to predict the "
+                     f"first token from), got {prompt_lengths.tolist()}")
+  if tokens.shape[1] == 0:
+    raise ValueError("tokens must have T >= 1 columns")
+  seq_len = prompts.shape[1] + tokens.shape[1]
+  max_len = getattr(logits_fn, "max_len", None)
+  if max_len is not None and seq_len - 1 > max_len:
+    raise ValueError(f"P + T - 1 = {seq_len - 1} exceeds the evaluator's "
+                     f"max_len={max_len}")
+  return tokens, lengths, prompts, prompt_lengths
+
+
 def gen_ppl(logits_fn: Any, params: Any, tokens: Any, lengths: Any,
             prompts: Any = None, prompt_lengths: Any = None,
             batch_size: int = 16) -> GenPPL:
@@ -200,46 +234,28 @@ def gen_ppl(logits_fn: Any, params: Any, tokens: Any, lengths: Any,
       vocabulary (its logits' last dimension; all before any compile).
   """
   check_attention(logits_fn, causal=True, user="gen_ppl's evaluator")
-  tokens, lengths = _rows(tokens, lengths)
-  b = tokens.shape[0]
-  if b == 0:
-    raise ValueError("tokens must have B >= 1 rows")
-  if batch_size < 1:
-    raise ValueError(f"batch_size={batch_size} must be >= 1")
-  if (prompts is None) != (prompt_lengths is None):
-    raise ValueError("prompts and prompt_lengths must be given together")
-  if prompts is None:
-    prompts = np.full((b, 1), BOS_ID, np.int32)
-    prompt_lengths = np.ones((b,), np.int32)
-  if np.asarray(prompts).shape[:1] != (b,):
-    raise ValueError(f"prompts must have B={b} rows like tokens, got shape "
-                     f"{list(np.shape(prompts))}")
-  prompts, prompt_lengths = _rows(prompts, prompt_lengths,
-                                  ("prompts", "prompt_lengths"))
-  if np.any(prompt_lengths < 1):
-    raise ValueError("prompt_lengths must be >= 1 (a context to predict the "
-                     f"first token from), got {prompt_lengths.tolist()}")
-  if tokens.shape[1] == 0:
-    raise ValueError("tokens must have T >= 1 columns")
-  seq_len = prompts.shape[1] + tokens.shape[1]
-  max_len = getattr(logits_fn, "max_len", None)
-  if max_len is not None and seq_len - 1 > max_len:
-    raise ValueError(f"P + T - 1 = {seq_len - 1} exceeds the evaluator's "
-                     f"max_len={max_len}")
-
+  tokens, lengths, prompts, prompt_lengths = _scored_rows(
+      logits_fn, tokens, lengths, prompts, prompt_lengths, batch_size)
   _check_vocabulary(logits_fn, params, tokens, lengths, prompts,
                     prompt_lengths)
   seq = _join(prompts, prompt_lengths, tokens)
-  target = np.arange(1, seq_len)[None, :]
-  end = (prompt_lengths + lengths)[:, None]
-  weights = ((target >= prompt_lengths[:, None])
-             & (target < end)).astype(np.float64)
-  pad_rows = -b % batch_size
-  seq = np.concatenate([seq, np.full((pad_rows, seq_len), BOS_ID, np.int32)])
+  b, seq_len = seq.shape
+  seq = np.concatenate([seq, np.full((-b % batch_size, seq_len), BOS_ID,
+                                     np.int32)])  # one compile for all chunks
   log_probs = np.concatenate([
       np.asarray(_target_log_probs(logits_fn, params, seq[i:i + batch_size]))
       for i in range(0, seq.shape[0], batch_size)])[:b].astype(np.float64)
+  return _summary(log_probs, tokens, lengths, prompt_lengths)
 
+
+def _summary(log_probs: np.ndarray, tokens: np.ndarray, lengths: np.ndarray,
+             prompt_lengths: np.ndarray) -> GenPPL:
+  """The `GenPPL` of the evaluator's log_probs float64[B, P + T - 1] over
+  the generated tokens (targets P_b .. P_b + lengths_b - 1)."""
+  target = np.arange(1, log_probs.shape[1] + 1)[None, :]
+  end = (prompt_lengths + lengths)[:, None]
+  weights = ((target >= prompt_lengths[:, None])
+             & (target < end)).astype(np.float64)
   ppl = perplexity(log_probs, weights)
   counts = weights.sum(axis=1).astype(np.int64)
   row_nll_sum = -np.where(weights > 0, log_probs, 0.0).sum(axis=1)

@@ -100,7 +100,7 @@ class TransformerConfig:
       decoder), fed in as DiffusionGemma does: their expectation of the
       (scaled) token embedding, through a norm and an MLP block of the
       model's kind, added to the token embedding, the sum RMS-normalised
-      without a scale (`transformer.SelfConditioning`). Absent or zero, the
+      without a scale (`layers.SelfConditioning`). Absent or zero, the
       signal is the MLP of a zero vector (0 without biases). False
       (default): no such input, and the parameters and outputs are those of
       a model without it. The objectives and `uniform_eb` read this flag

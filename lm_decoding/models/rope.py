@@ -22,7 +22,7 @@ they are fixed functions of the position and cached keys stay valid:
 Dynamic NTK scaling needs no kind here: it changes the frequencies only
 for calls longer than the model's context (`transformers` recomputes them
 from the call's length), which is the imported model's max_len, so within
-it the frequencies are the default ones (`hf_llama.rope_from_hf`).
+it the frequencies are the default ones (`hf_rope.rope_from_hf`).
 """
 
 from __future__ import annotations

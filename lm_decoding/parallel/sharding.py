@@ -79,6 +79,30 @@ def _axis_size(mesh: Mesh, mesh_axes) -> int:
   return math.prod(mesh.shape[name] for name in names)
 
 
+def _slice_shape(shape: tuple[int, ...], per_slice: int) -> tuple[int, ...]:
+  """`mesh.shape` with its derived axis (-1 or 0) filled in from the
+  `per_slice` devices of a slice.
+
+  Raises:
+    ValueError: as `mesh_from_config` says of shape.
+  """
+  derived = [i for i, n in enumerate(shape) if n in (-1, 0)]
+  if (len(shape) != 3 or len(derived) > 1
+      or any(n < -1 for n in shape)):
+    raise ValueError(
+        f"mesh.shape={shape} must be three sizes (data, fsdp, tensor), each "
+        f">= 1, at most one of them -1 or 0 (derived from the device count)")
+  if not derived:
+    return shape
+  fixed = math.prod(n for n in shape if n > 0)
+  if per_slice % fixed:
+    raise ValueError(
+        f"mesh.shape={shape}: the fixed axes ({fixed} devices) must divide "
+        f"the {per_slice} devices per slice")
+  return tuple(per_slice // fixed if i in derived else n
+               for i, n in enumerate(shape))
+
+
 def mesh_from_config(mesh_config, devices: Sequence[jax.Device] | None = None
                      ) -> Mesh:
   """The ('data', 'fsdp', 'tensor') mesh a `config.mesh` section describes.
@@ -113,21 +137,7 @@ def mesh_from_config(mesh_config, devices: Sequence[jax.Device] | None = None
   num_slices = int(mesh_config.num_slices)
   if num_slices < 1:
     raise ValueError(f"mesh.num_slices={num_slices} must be >= 1")
-  per_slice = len(devices) // num_slices
-  derived = [i for i, n in enumerate(shape) if n in (-1, 0)]
-  if (len(shape) != 3 or len(derived) > 1
-      or any(n < -1 for n in shape)):
-    raise ValueError(
-        f"mesh.shape={shape} must be three sizes (data, fsdp, tensor), each "
-        f">= 1, at most one of them -1 or 0 (derived from the device count)")
-  if derived:
-    fixed = math.prod(n for n in shape if n > 0)
-    if per_slice % fixed:
-      raise ValueError(
-          f"mesh.shape={shape}: the fixed axes ({fixed} devices) must divide "
-          f"the {per_slice} devices per slice")
-    shape = tuple(per_slice // fixed if i in derived else n
-                  for i, n in enumerate(shape))
+  shape = _slice_shape(shape, len(devices) // num_slices)
   if num_slices == 1:
     if math.prod(shape) > len(devices):
       raise ValueError(

@@ -39,7 +39,7 @@ from absl import flags
 import jax
 import numpy as np
 
-from lm_decoding.decoding import bind
+from lm_decoding.decoding import base, bind
 from lm_decoding.evaluation import cost, records
 from lm_decoding.models import TransformerConfig
 from lm_decoding.training import train
@@ -246,7 +246,9 @@ def model_config(objective: str, smoke: bool, max_len: int | None = None
 
 
 def decode_fn(decoder: Any, logits_fn: Any) -> Callable[..., Any]:
-  """jit(params, prompts, prompt_lengths, key) -> decoder's DecodeResult,
-  with `logits_fn` bound under the decoder's one role 'model'."""
-  return jax.jit(lambda params, prompts, lengths, key: decoder.decode(
-      bind(logits_fn, params), prompts, lengths, key))
+  """(params, prompts, prompt_lengths, key) -> decoder's DecodeResult, the
+  decode jitted by `base.jit_decode` with `logits_fn` bound under the
+  decoder's one role 'model'."""
+  jitted = base.jit_decode(decoder)
+  return lambda params, prompts, lengths, key: jitted(
+      bind(logits_fn, params), prompts, lengths, key)

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-from lm_decoding.decoding import bind, make_decoder
+from lm_decoding.decoding import base, bind, make_decoder
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.evaluation import cost, cost_model
 from lm_decoding.models import TransformerConfig, init_params
@@ -37,13 +38,10 @@ CROSSOVER_K = 32  # steps of the predicted T*
 CROSSOVER_MAX_T = 8192
 
 
-def _decode_fn(name: str, config: TransformerConfig, output_length: int,
-               **options) -> Callable:
-  decoder = make_decoder(name, output_length=output_length, eos_ids=(),
-                         sampling=SamplingConfig(temperature=1.0), **options)
-  logits_fn = make_logits_fn(config)
-  return lambda params, *args: decoder.decode(
-      bind(logits_fn, params), *args)
+def _decoder(name: str, output_length: int, **options) -> Any:
+  """A registered decoder of fixed length, sampling at temperature 1."""
+  return make_decoder(name, output_length=output_length, eos_ids=(),
+                      sampling=SamplingConfig(temperature=1.0), **options)
 
 
 def _predict(causal, bidirectional, batch, prompt_len, output_length,
@@ -52,6 +50,21 @@ def _predict(causal, bidirectional, batch, prompt_len, output_length,
                                        output_length, profile),
           "denoise_step": cost_model.denoise_step_s(
               bidirectional, batch, prompt_len, output_length, profile)}
+
+
+def _step_columns(kind: str, config: TransformerConfig, batch: int,
+                  width: int, nfe: int,
+                  profile: cost_model.HardwareProfile) -> dict:
+  """A row's step columns: the roofline term that bounds one step of `kind`
+  over `width` positions ('bound'), NFE and the profile measured now."""
+  step_shape = {"ar": (1, width), "denoise_step": (width, width)}[kind]
+  flops = cost_model.forward_flops(config, batch, *step_shape)
+  moved = cost_model.forward_bytes(config, batch, *step_shape)
+  return dict(
+      bound=("FLOPs" if flops / profile.peak_flops
+             > moved / profile.bandwidth else "bytes"),
+      nfe=nfe, point_gflops=profile.peak_flops / 1e9,
+      point_gbps=profile.bandwidth / 1e9)
 
 
 def measure_point(size: str, causal: TransformerConfig,
@@ -80,43 +93,36 @@ def measure_point(size: str, causal: TransformerConfig,
   params = init_params(causal, jax.random.key(0))
   prompts = jnp.full((batch, prompt_len), 5, jnp.int32)
   lengths = jnp.full((batch,), prompt_len, jnp.int32)
-  args = (params, prompts, lengths, jax.random.key(1))
-  fns = {"ar": _decode_fn("ar", causal, output_length),
-         "denoise_step": _decode_fn("mdlm", bidirectional, output_length,
-                                    steps=steps, reuse_logits=False,
-                                    early_stop=False)}
-  compiled = {kind: cost.compile_timed(fn, args) for kind, fn in fns.items()}
+  systems = {"ar": (_decoder("ar", output_length), causal),
+             "denoise_step": (_decoder("mdlm", output_length, steps=steps,
+                                       reuse_logits=False, early_stop=False),
+                              bidirectional)}
+  args = {kind: (bind(make_logits_fn(config), params), prompts, lengths,
+                 jax.random.key(1)) for kind, (_, config) in systems.items()}
+  compiled = {kind: cost.compile_timed(base.jit_decode(decoder), args[kind])
+              for kind, (decoder, _) in systems.items()}
   times, outputs = cost.interleaved(
-      {kind: functools.partial(c, *args) for kind, (c, _) in
+      {kind: functools.partial(c, *args[kind]) for kind, (c, _) in
        compiled.items()}, runs, warmup=1)
   profile = profile_now()
   predicted = _predict(causal, bidirectional, batch, prompt_len,
                        output_length, profile)
   predicted_saved = _predict(causal, bidirectional, batch, prompt_len,
                              output_length, saved)
-  width = prompt_len + output_length
-  step_shape = {"ar": (1, width), "denoise_step": (width, width)}
   rows = []
   for kind, runs_s in times.items():
-    flops = cost_model.forward_flops(causal, batch, *step_shape[kind])
-    moved = cost_model.forward_bytes(causal, batch, *step_shape[kind])
-    nfe = int(outputs[kind].nfe)
-    per_call = 1 if kind == "ar" else nfe
+    row = dict(size=size, params=cost_model.param_count(causal),
+               param_mb=cost_model.param_bytes(causal) / 2 ** 20,
+               batch_size=batch, prompt_len=prompt_len,
+               output_length=output_length, kind=kind,
+               **_step_columns(kind, causal, batch, prompt_len + output_length,
+                               int(outputs[kind].nfe), profile),
+               predicted_ms=predicted[kind] * 1e3,
+               predicted_saved_ms=predicted_saved[kind] * 1e3)
+    per_call = 1 if kind == "ar" else row["nfe"]  # a decode of NFE steps
     ms_min = min(runs_s) / per_call * 1e3
-    median_s = sorted(runs_s)[len(runs_s) // 2]
-    row = dict(
-        size=size, params=cost_model.param_count(causal),
-        param_mb=cost_model.param_bytes(causal) / 2 ** 20, batch_size=batch,
-        prompt_len=prompt_len, output_length=output_length, kind=kind,
-        bound=("FLOPs" if flops / profile.peak_flops
-               > moved / profile.bandwidth else "bytes"),
-        nfe=nfe, point_gflops=profile.peak_flops / 1e9,
-        point_gbps=profile.bandwidth / 1e9,
-        predicted_ms=predicted[kind] * 1e3,
-        predicted_saved_ms=predicted_saved[kind] * 1e3,
-        measured_min_ms=ms_min,
-        measured_median_ms=median_s / per_call * 1e3,
-        compile_s=compiled[kind][1])
+    row.update(measured_min_ms=ms_min, measured_median_ms=sorted(runs_s)[
+        len(runs_s) // 2] / per_call * 1e3, compile_s=compiled[kind][1])
     row["error"] = (row["predicted_ms"] - ms_min) / ms_min
     row["error_saved"] = (row["predicted_saved_ms"] - ms_min) / ms_min
     rows.append(row)

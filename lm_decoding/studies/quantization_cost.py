@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lm_decoding.decoding import bind, make_decoder
+from lm_decoding.decoding import base, bind, make_decoder
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.evaluation import cost, quality
 from lm_decoding.models import KVCache, TransformerConfig, make_logits_fn
@@ -149,10 +149,9 @@ def gen_ppl(models: dict, evaluator, prompts_BxP: np.ndarray,
   rows = []
   for name, key in runs:
     config, params = models[name]
-    fn = jax.jit(lambda p, x, n, k, lf=make_logits_fn(config): decoder.decode(
-        bind(lf, p), x, n, k).tokens)
-    tokens = np.asarray(fn(params, jnp.asarray(prompts_BxP), lengths,
-                           jax.random.key(key)))
+    tokens = np.asarray(base.jit_decode(decoder)(
+        bind(make_logits_fn(config), params), jnp.asarray(prompts_BxP),
+        lengths, jax.random.key(key)).tokens)
     score = quality.gen_ppl(
         evaluator.logits_fn, evaluator.params, tokens,
         np.full((tokens.shape[0],), new_tokens), prompts_BxP,
@@ -172,9 +171,9 @@ def drift(models: dict, prompts_BxP: np.ndarray, bucket: int) -> dict:
   decoder = _greedy(new_tokens)
   greedy = {}
   for name, (c, p) in models.items():
-    fn = jax.jit(lambda p, x, n, lf=make_logits_fn(c): decoder.decode(
-        bind(lf, p), x, n, None).tokens)
-    greedy[name] = np.asarray(fn(p, jnp.asarray(prompts_BxP), lengths))
+    greedy[name] = np.asarray(base.jit_decode(decoder)(
+        bind(make_logits_fn(c), p), jnp.asarray(prompts_BxP), lengths,
+        None).tokens)
   sequence = np.concatenate([prompts_BxP, greedy["f32"]], 1)
   log_probs = {name: _log_probs(c, p, sequence)
                for name, (c, p) in models.items()}

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from lm_decoding.decoding import base
 from lm_decoding.evaluation import cost, quality, router
 from lm_decoding.studies import speculative_cost
 
@@ -62,14 +63,14 @@ def router_curves(models: dict, prompts_BxP: np.ndarray,
       args = (bound, jnp.asarray(prompts_BxP[:1]),
               jnp.full((1,), width, jnp.int32), key)
       systems[name, t] = cost.compile_timed(
-          speculative_cost.decoder_fn(decoder), args)[0], args
+          base.jit_decode(decoder), args)[0], args
     if name == "speculative":  # exactly the AR target's distribution
       ppl[name] = ppl["AR"]
       continue
     batch_prompts = jnp.asarray(prompts_BxP[:quality_batch])
     batch_lengths = jnp.full((quality_batch,), width, jnp.int32)
-    result = jax.jit(speculative_cost.decoder_fn(decoder))(
-        bound, batch_prompts, batch_lengths, key)
+    result = base.jit_decode(decoder)(bound, batch_prompts, batch_lengths,
+                                      key)
     ppl[name] = quality.gen_ppl(
         models["evaluator"].logits_fn, models["evaluator"].params,
         result.tokens, result.lengths, batch_prompts, batch_lengths).ppl

@@ -21,7 +21,7 @@ model (prefill + predicted rounds x measured round time).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -109,12 +109,6 @@ def timed_systems(systems: dict[Any, tuple[Any, tuple]], runs: int
        for name, (compiled, args) in systems.items()}, runs, warmup=1)
 
 
-def decoder_fn(decoder) -> Callable[..., Any]:
-  """(models, prompts, lengths, key) -> decoder.decode(...)."""
-  return lambda models, prompts, lengths, key: decoder.decode(
-      models, prompts, lengths, key)
-
-
 def build(line: str, output_length: int, temperature: float):
   """(decoder, {role: member}) of a comparison entry line
   (`entries.parse_entry`), fixed length (no EOS)."""
@@ -164,7 +158,21 @@ def component_systems(decoder, bound: dict, prompts_BxP: jax.Array,
                          prefill_args)}
   state = systems["prefill"][0](*prefill_args)
   keys_B = keys_Bx2[:, 1]
+  systems["draft"] = _draft_system(decoder, bound, state, keys_B, steps)
+  draft_BxG, q_BxGxV, draft_state = systems["draft"][0](bound, state, keys_B)
+  state = state.replace(draft=draft_state)
+  systems["verify"] = _verify_system(bound, state, draft_BxG, steps)
+  out = systems["verify"][0](bound, state, draft_BxG)
+  systems["settle"] = _settle_system(decoder, state, draft_BxG, q_BxGxV, out,
+                                     keys_B, steps)
+  return systems
 
+
+def _draft_system(decoder, bound: dict, state, keys_B: jax.Array,
+                  steps: int) -> tuple:
+  """(compiled, args): `steps` calls of `decoder.propose` from `state` (a
+  KV-cache draft state moved back after each call); the compiled call
+  returns the last (draft int32[B, gamma], q [B, gamma, V], draft state)."""
   def draft_loop(m, state, keys_B):
     def body(i, carry):
       state, draft, _, _ = carry
@@ -181,11 +189,15 @@ def component_systems(decoder, bound: dict, prompts_BxP: jax.Array,
     zeros = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), first[:3])
     return jax.lax.fori_loop(0, steps, body, (state, *zeros))[1:]
 
-  compiled = cost.compile_timed(draft_loop, (bound, state, keys_B))[0]
-  systems["draft"] = compiled, (bound, state, keys_B)
-  draft_BxG, q_BxGxV, draft_state = compiled(bound, state, keys_B)
-  state = state.replace(draft=draft_state)
+  args = (bound, state, keys_B)
+  return cost.compile_timed(draft_loop, args)[0], args
 
+
+def _verify_system(bound: dict, state, draft_BxG: jax.Array,
+                   steps: int) -> tuple:
+  """(compiled, args): `steps` calls of `speculative.score` on the same
+  draft (the target's cache moved back after each call); the compiled call
+  returns the last call's output."""
   def verify_loop(m, state, draft_BxG):
     def body(_, out):
       out, _ = speculative.score(m, state.replace(cache=out.cache.at(
@@ -194,10 +206,15 @@ def component_systems(decoder, bound: dict, prompts_BxP: jax.Array,
     first, _ = speculative.score(m, state, draft_BxG)
     return jax.lax.fori_loop(0, steps - 1, body, first)
 
-  compiled = cost.compile_timed(verify_loop, (bound, state, draft_BxG))[0]
-  systems["verify"] = compiled, (bound, state, draft_BxG)
-  out = compiled(bound, state, draft_BxG)
+  args = (bound, state, draft_BxG)
+  return cost.compile_timed(verify_loop, args)[0], args
 
+
+def _settle_system(decoder, state, draft_BxG: jax.Array,
+                   q_BxGxV: jax.Array, out, keys_B: jax.Array,
+                   steps: int) -> tuple:
+  """(compiled, args): `steps` calls of `speculative.settle` on one real
+  draft and target call, the state carried from call to call."""
   def settle_loop(state, draft_BxG, q_BxGxV, out, keys_B):
     def body(_, state):
       fresh = out._replace(logits=_depend(out.logits, state.round))
@@ -206,8 +223,7 @@ def component_systems(decoder, bound: dict, prompts_BxP: jax.Array,
     return jax.lax.fori_loop(0, steps, body, state)
 
   args = (state, draft_BxG, q_BxGxV, out, keys_B)
-  systems["settle"] = cost.compile_timed(settle_loop, args)[0], args
-  return systems
+  return cost.compile_timed(settle_loop, args)[0], args
 
 
 def group_lines(target: str, drafts: Sequence[str], gammas: Sequence[int],
@@ -271,6 +287,21 @@ def measure_group(target: str, drafts: Sequence[str], gammas: Sequence[int],
   Raises:
     ValueError: runs < 1.
   """
+  systems, compile_s = _group_systems(
+      target, drafts, gammas, extras, models, prompts_BxP, t, temperature,
+      seed, loop_steps)
+  times, outputs = timed_systems(systems, runs)
+  return [_row(name, target, times, outputs[name], compile_s,
+               batch=prompts_BxP.shape[0], t=t, temperature=temperature,
+               seed=seed, loop_steps=loop_steps)
+          for name in compile_s if not name.startswith("AR ")]
+
+
+def _group_systems(target, drafts, gammas, extras, models, prompts_BxP, t,
+                   temperature, seed, loop_steps) -> tuple[dict, dict]:
+  """({system name: (compiled, args)}, {decoder system: compile s}) of one
+  group (`measure_group`'s arguments): each whole decode, each speculative
+  one's parts ("<name> | <part>") and with `extras` one MDLM forward."""
   batch = prompts_BxP.shape[0]
   args_tail = (jnp.asarray(prompts_BxP),
                jnp.full((batch,), prompts_BxP.shape[1], jnp.int32),
@@ -280,8 +311,8 @@ def measure_group(target: str, drafts: Sequence[str], gammas: Sequence[int],
     decoder, roles = build(line, t, temperature)
     bound = {role: models[member] for role, member in roles.items()}
     args = (bound, *args_tail)
-    compiled, compile_s[name] = cost.compile_timed(decoder_fn(decoder),
-                                                   args)
+    compiled, compile_s[name] = cost.compile_timed(
+        base.jit_decode(decoder), args)
     systems[name] = compiled, args
     if not name.startswith("AR "):
       parts = component_systems(decoder, bound, args_tail[0], args_tail[2],
@@ -290,56 +321,63 @@ def measure_group(target: str, drafts: Sequence[str], gammas: Sequence[int],
   if extras:
     width = prompts_BxP.shape[1] + t + EXTRA_GAMMA - 1
     systems["MDLM forward"] = _forward_system(models["mdlm"], batch, width)
-  times, outputs = timed_systems(systems, runs)
-  ar_s = np.asarray(times[f"AR {target}"])
-  ar_ms_token = np.median(ar_s) * 1e3 / t
-  rows = []
-  for name in compile_s:
-    if name.startswith("AR "):
-      continue
-    result, spec_s = outputs[name], np.asarray(times[name])
-    decoder, gamma = name.split()[0], int(name.rpartition("g=")[2])
-    draft = name.split()[1] if name.startswith("spec") else {
-        "diffusion_draft": "mdlm"}.get(decoder, "—")
-    if f"AR {draft}" in times:
-      c = np.median(times[f"AR {draft}"]) * 1e3 / t / ar_ms_token
-    elif draft == "mdlm":
-      c = np.median(times["MDLM forward"]) * 1e3 / ar_ms_token
-    else:
-      c = 0.0
-    counts = np.asarray(result.stats["accept_counts"]).sum(0)
-    rounds = np.asarray(result.stats["rounds"])
-    per_round = batch * t / rounds.sum()
-    alpha = fitted_alpha(min(per_round, gamma + 1), gamma)
-    measured = float(np.median(ar_s) / np.median(spec_s))
-    predicted = predicted_speedup(
-        alpha, gamma, c,
-        draft_calls=1 if decoder == "diffusion_draft" else None)
-    part_ms = {part: float(np.median(times[f"{name} | {part}"])) * 1e3
-               / (1 if part == "prefill" else loop_steps) for part in PARTS}
-    round_ms = part_ms["draft"] + part_ms["verify"] + part_ms["settle"]
-    rounds_predicted = predicted_rounds(counts, t, batch, seed=seed)
-    model_ms = part_ms["prefill"] + rounds_predicted * round_ms
-    alphas = alpha_per_position(counts)
-    rows.append(dict(
-        target=target, draft=draft, decoder=decoder, gamma=gamma,
-        batch_size=batch, temperature=temperature, output_length=t,
-        alpha=alpha, alpha_mean_position=float(np.nanmean(alphas)),
-        alpha_per_position=" ".join(f"{a:.3f}" for a in alphas),
-        tokens_per_round=per_round,
-        tokens_per_target_call=t / (int(result.calls["target"]) - 1),
-        c=c, ar_ms=np.median(ar_s) * 1e3, spec_ms=np.median(spec_s) * 1e3,
-        spec_spread=spread(spec_s), ar_spread=spread(ar_s),
-        measured_speedup=measured,
-        pair_ratio_median=float(np.median(ar_s / spec_s)),
-        predicted_speedup=predicted,
-        measured_over_predicted=measured / predicted,
-        **{f"{part}_ms": part_ms[part] for part in PARTS},
-        round_ms=round_ms, round_spread=max(
-            spread(times[f"{name} | {part}"]) for part in PARTS[1:]),
-        rounds=int(rounds.max()), rounds_predicted=rounds_predicted,
-        model_spec_ms=model_ms,
-        model_speedup=float(np.median(ar_s)) * 1e3 / model_ms,
-        model_error=model_ms / (np.median(spec_s) * 1e3) - 1,
-        compile_s=compile_s[name], ar_compile_s=compile_s[f"AR {target}"]))
-  return rows
+  return systems, compile_s
+
+
+def _draft_cost(target: str, draft: str, times: dict, t: int) -> float:
+  """c: a draft call's time over a target call's (medians of `times`, {system
+  name: [s]}): from the draft member's own AR decode, one MDLM forward for
+  'mdlm', 0 for self-drafting."""
+  ar_ms_token = np.median(times[f"AR {target}"]) * 1e3 / t
+  if f"AR {draft}" in times:
+    return np.median(times[f"AR {draft}"]) * 1e3 / t / ar_ms_token
+  if draft == "mdlm":
+    return np.median(times["MDLM forward"]) * 1e3 / ar_ms_token
+  return 0.0
+
+
+def _row(name: str, target: str, times: dict, result, compile_s: dict, *,
+         batch: int, t: int, temperature: float, seed: int,
+         loop_steps: int) -> dict:
+  """`measure_group`'s row of system `name` from the group's run times and
+  its last decode `result`."""
+  ar_s, spec_s = np.asarray(times[f"AR {target}"]), np.asarray(times[name])
+  decoder, gamma = name.split()[0], int(name.rpartition("g=")[2])
+  draft = name.split()[1] if name.startswith("spec") else {
+      "diffusion_draft": "mdlm"}.get(decoder, "—")
+  c = _draft_cost(target, draft, times, t)
+  counts = np.asarray(result.stats["accept_counts"]).sum(0)
+  rounds = np.asarray(result.stats["rounds"])
+  per_round = batch * t / rounds.sum()
+  alpha = fitted_alpha(min(per_round, gamma + 1), gamma)
+  measured = float(np.median(ar_s) / np.median(spec_s))
+  predicted = predicted_speedup(
+      alpha, gamma, c,
+      draft_calls=1 if decoder == "diffusion_draft" else None)
+  part_ms = {part: float(np.median(times[f"{name} | {part}"])) * 1e3
+             / (1 if part == "prefill" else loop_steps) for part in PARTS}
+  round_ms = part_ms["draft"] + part_ms["verify"] + part_ms["settle"]
+  rounds_predicted = predicted_rounds(counts, t, batch, seed=seed)
+  model_ms = part_ms["prefill"] + rounds_predicted * round_ms
+  alphas = alpha_per_position(counts)
+  return dict(
+      target=target, draft=draft, decoder=decoder, gamma=gamma,
+      batch_size=batch, temperature=temperature, output_length=t,
+      alpha=alpha, alpha_mean_position=float(np.nanmean(alphas)),
+      alpha_per_position=" ".join(f"{a:.3f}" for a in alphas),
+      tokens_per_round=per_round,
+      tokens_per_target_call=t / (int(result.calls["target"]) - 1),
+      c=c, ar_ms=np.median(ar_s) * 1e3, spec_ms=np.median(spec_s) * 1e3,
+      spec_spread=spread(spec_s), ar_spread=spread(ar_s),
+      measured_speedup=measured,
+      pair_ratio_median=float(np.median(ar_s / spec_s)),
+      predicted_speedup=predicted,
+      measured_over_predicted=measured / predicted,
+      **{f"{part}_ms": part_ms[part] for part in PARTS},
+      round_ms=round_ms, round_spread=max(
+          spread(times[f"{name} | {part}"]) for part in PARTS[1:]),
+      rounds=int(rounds.max()), rounds_predicted=rounds_predicted,
+      model_spec_ms=model_ms,
+      model_speedup=float(np.median(ar_s)) * 1e3 / model_ms,
+      model_error=model_ms / (np.median(spec_s) * 1e3) - 1,
+      compile_s=compile_s[name], ar_compile_s=compile_s[f"AR {target}"])

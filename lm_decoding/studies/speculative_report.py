@@ -117,28 +117,13 @@ def _share(values, mask) -> str:
   return f"{np.median(values[mask]):.0%}" if mask.any() else "nan"
 
 
-def markdown(rows: Sequence[dict], router_section: Sequence[str],
-             setting: Sequence[str], run: dict) -> str:
-  """speculative.md: title, `command` and `setting` lines (hardware,
-  models), the method notes, both tables per temperature, the figures and
-  the router section.
-
-  Args:
-    rows: `speculative_cost.measure_group` rows.
-    router_section: Markdown lines (`router_lines` or a note).
-    setting: Markdown bullet lines describing the machine and models.
-    run: command, t, prompt_len, runs, loop_steps, part1_s, total_s,
-      groups, smoke.
-  """
+def _method_lines(rows: Sequence[dict], run: dict) -> list[str]:
+  """speculative.md's setting and method bullets: T and the prompts, the
+  timing, alpha, c, the prediction against the measurement and the
+  component model's accuracy, the run's duration (`markdown`'s `run`)."""
   within = [r["measured_over_predicted"] for r in rows
             if r["decoder"] == "spec"] or [float("nan")]
-  errors = np.asarray([r["model_error"] for r in rows])
-  noisy = np.asarray([max(r["spec_spread"], r["round_spread"])
-                      for r in rows])
-  close = np.abs(errors) <= 0.10
-  lines = [
-      "# Speculative decoding: measured vs predicted speed-up, and the router",
-      "", f"Command: `{run['command']}`", "", *setting,
+  return [
       f"- T = {run['t']} tokens per row (fixed length, no EOS), prompts: "
       "the first held-out test documents (the main job's prompt source), "
       f"first P = {run['prompt_len']} tokens",
@@ -176,6 +161,17 @@ def markdown(rows: Sequence[dict], router_section: Sequence[str],
       "rounds; model_spec_ms = prefill_ms + rounds_predicted x round_ms; "
       "model_error = model_spec_ms / spec_ms - 1 (= measured / model "
       "speed-up - 1)",
+      *_accuracy_lines(rows, run)]
+
+
+def _accuracy_lines(rows: Sequence[dict], run: dict) -> list[str]:
+  """The component model's accuracy and spread over `rows`, and how long
+  the run took."""
+  errors = np.asarray([r["model_error"] for r in rows])
+  noisy = np.asarray([max(r["spec_spread"], r["round_spread"])
+                      for r in rows])
+  close = np.abs(errors) <= 0.10
+  return [
       f"- component model: {close.sum()} of {len(rows)} points within "
       f"10% ({close.mean():.0%}); |model_error| median "
       f"{np.median(np.abs(errors)):.1%}, max {np.abs(errors).max():.1%}; "
@@ -189,6 +185,25 @@ def markdown(rows: Sequence[dict], router_section: Sequence[str],
       f"B, temperature) done: {run['groups']}), the whole run "
       f"{run['total_s'] / 60:.1f} min",
   ]
+
+
+def markdown(rows: Sequence[dict], router_section: Sequence[str],
+             setting: Sequence[str], run: dict) -> str:
+  """speculative.md: title, `command` and `setting` lines (hardware,
+  models), the method notes, both tables per temperature, the figures and
+  the router section.
+
+  Args:
+    rows: `speculative_cost.measure_group` rows.
+    router_section: Markdown lines (`router_lines` or a note).
+    setting: Markdown bullet lines describing the machine and models.
+    run: command, t, prompt_len, runs, loop_steps, part1_s, total_s,
+      groups, smoke.
+  """
+  lines = [
+      "# Speculative decoding: measured vs predicted speed-up, and the router",
+      "", f"Command: `{run['command']}`", "", *setting,
+      *_method_lines(rows, run)]
   if run["smoke"]:
     lines.append("- SMOKE run (--smoke): T=8, gamma 2, B=1, temperature 1, one "
                  "run; not a measurement")

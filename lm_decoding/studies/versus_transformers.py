@@ -108,12 +108,9 @@ def decode_row(model, config, params, batch, new_tokens, prompt_length,
   decoder = base.make_decoder("ar", output_length=new_tokens, eos_ids=(),
                               sampling=SamplingConfig(temperature=0.0))
   logits_fn = make_logits_fn(config)
-  jitted = jax.jit(lambda p, x, n: decoder.decode(
-      base.bind(logits_fn, p), x, n, None).tokens)
-  compiled, compile_s = cost.compile_timed(
-      jitted, (params, jnp.asarray(prompts), lengths))
-  x = jnp.asarray(prompts)
-  ours = lambda: jax.block_until_ready(compiled(params, x, lengths))
+  args = (base.bind(logits_fn, params), jnp.asarray(prompts), lengths, None)
+  compiled, compile_s = cost.compile_timed(base.jit_decode(decoder), args)
+  ours = lambda: jax.block_until_ready(compiled(*args).tokens)
   ids = torch.tensor(prompts)
   mask = torch.ones_like(ids)
 

@@ -13,8 +13,8 @@ from lm_decoding.models.config import token_shift as shifted
 from lm_decoding.models.diffusion import EPS, log_linear_alpha, shift_logits
 from lm_decoding.special_tokens import MASK_ID, PAD_ID
 from lm_decoding.training.objectives.common import (
-    check_tokens, complement, maskable, mdlm_nelbo_terms, sample_times,
-    summarise, target_log_probs, token_positions)
+    check_bound_inputs, check_tokens, complement, maskable, mdlm_nelbo_terms,
+    sample_times, summarise, target_log_probs, token_positions)
 
 
 def parse_block_schedule(text: str, seq_len: int,
@@ -129,6 +129,21 @@ def bd3lm_logits(logits_fn, params, x0_BxL, x_t_BxL, block_length):
                    shift_logits(logits[:, :length]))
 
 
+def _noised(key: jax.Array, tokens_BxL: jax.Array, keep_BxL: jax.Array,
+            block_length: int, mask_id: int, eps: float, complementary: bool
+            ) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """(x_0, x_t int32[B', L], t float32[B', L]) of `bd3lm_loss`: every block
+  noised at its time (`bd3lm_noise`) where `keep_BxL`, clean elsewhere; with
+  `complementary` the complementary masks appended (B' = 2B)."""
+  t_BxL, x_t_BxL = bd3lm_noise(key, tokens_BxL, block_length, mask_id=mask_id,
+                               eps=eps)
+  x0_BxL, x_t_BxL = tokens_BxL, jnp.where(keep_BxL, x_t_BxL, tokens_BxL)
+  if complementary:
+    x0_BxL, x_t_BxL, t_BxL = complement(x0_BxL, x_t_BxL, t_BxL, keep_BxL,
+                                        mask_id=mask_id, eps=eps)
+  return x0_BxL, x_t_BxL, t_BxL
+
+
 def bd3lm_loss(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array, *,
                block_length: int, mask_id: int = MASK_ID, eps: float = EPS,
                complementary: bool = False):
@@ -179,17 +194,35 @@ def bd3lm_loss(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array, *,
     raise ValueError(f"eps={eps} must be in (0, 1)")
   check_attention(logits_fn, causal=False, user="bd3lm_loss")
   keep_BxL = maskable(tokens_BxL, shifted(logits_fn))
-  t_BxL, x_t_BxL = bd3lm_noise(key, tokens_BxL, block_length, mask_id=mask_id,
-                               eps=eps)
-  x0_BxL, x_t_BxL = tokens_BxL, jnp.where(keep_BxL, x_t_BxL, tokens_BxL)
-  copies = 1
-  if complementary:
-    x0_BxL, x_t_BxL, t_BxL = complement(x0_BxL, x_t_BxL, t_BxL, keep_BxL,
-                                        mask_id=mask_id, eps=eps)
-    copies = 2
+  x0_BxL, x_t_BxL, t_BxL = _noised(key, tokens_BxL, keep_BxL, block_length,
+                                   mask_id, eps, complementary)
+  copies = 2 if complementary else 1
   logits = bd3lm_logits(logits_fn, params, x0_BxL, x_t_BxL, block_length)
   nll = mdlm_nelbo_terms(logits, x0_BxL, x_t_BxL, t_BxL, mask_id, eps).sum()
   return summarise(nll, copies * keep_BxL.sum())
+
+
+def _stratum_masks(key: jax.Array, k: jax.Array, valid_BxNxW: jax.Array,
+                   strata: int
+                   ) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """(masked bool[B, N, W], stratum size int32[B, N], mask count m
+  int32[B, N]) of `bd3lm_bound`'s pass k: per row and block one count m
+  drawn in the stratum (floor(k w / K'), floor((k+1) w / K')] of its w real
+  tokens, and one subset of m of them (PAD never masked)."""
+  key_count, key_subset = jax.random.split(key)
+  real_BxN = valid_BxNxW.sum(-1, dtype=jnp.int32)
+  low_BxN = k * real_BxN // strata
+  size_BxN = (k + 1) * real_BxN // strata - low_BxN
+  offset_BxN = jnp.floor(jax.random.uniform(key_count, real_BxN.shape)
+                         * size_BxN).astype(jnp.int32)
+  count_BxN = low_BxN + 1 + jnp.minimum(offset_BxN,
+                                        jnp.maximum(size_BxN - 1, 0))
+  order_BxNxW = jnp.where(valid_BxNxW, jax.random.uniform(
+      key_subset, valid_BxNxW.shape), 2.0)  # PAD ranks last
+  rank_BxNxW = jnp.argsort(jnp.argsort(order_BxNxW, axis=-1), axis=-1)
+  masked_BxNxW = (valid_BxNxW & (rank_BxNxW < count_BxN[..., None])
+                  & (size_BxN > 0)[..., None])
+  return masked_BxNxW, size_BxN, count_BxN
 
 
 def bd3lm_bound(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array,
@@ -231,31 +264,17 @@ def bd3lm_bound(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array,
     ValueError: num_timesteps < 1, tokens not int[B, L], block_length not
       dividing L, or a causal model.
   """
-  if not isinstance(num_timesteps, int) or num_timesteps < 1:
-    raise ValueError(f"num_timesteps={num_timesteps!r} must be an int >= 1")
-  check_tokens(tokens_BxL, min_length=1)
+  check_bound_inputs(logits_fn, tokens_BxL, num_timesteps, "bd3lm_bound")
   check_block_length(block_length, tokens_BxL.shape[1])
-  check_attention(logits_fn, causal=False, user="bd3lm_bound")
   batch, length = tokens_BxL.shape
-  num_blocks = length // block_length
   strata = min(num_timesteps, block_length)
   keep_BxL = maskable(tokens_BxL, shifted(logits_fn))
-  valid_BxNxW = keep_BxL.reshape(batch, num_blocks, block_length)
-  real_BxN = valid_BxNxW.sum(-1, dtype=jnp.int32)
+  valid_BxNxW = keep_BxL.reshape(batch, -1, block_length)
 
   def nelbo_of_stratum(k):
-    key_count, key_subset = jax.random.split(jax.random.fold_in(key, k))
-    low_BxN = k * real_BxN // strata
-    size_BxN = (k + 1) * real_BxN // strata - low_BxN
-    offset_BxN = jnp.floor(jax.random.uniform(key_count, real_BxN.shape)
-                           * size_BxN).astype(jnp.int32)
-    count_BxN = low_BxN + 1 + jnp.minimum(offset_BxN,
-                                          jnp.maximum(size_BxN - 1, 0))
-    order_BxNxW = jnp.where(valid_BxNxW, jax.random.uniform(
-        key_subset, valid_BxNxW.shape), 2.0)  # PAD ranks last
-    rank_BxNxW = jnp.argsort(jnp.argsort(order_BxNxW, axis=-1), axis=-1)
-    masked_BxL = (valid_BxNxW & (rank_BxNxW < count_BxN[..., None])
-                  & (size_BxN > 0)[..., None]).reshape(batch, length)
+    masked_BxNxW, size_BxN, count_BxN = _stratum_masks(
+        jax.random.fold_in(key, k), k, valid_BxNxW, strata)
+    masked_BxL = masked_BxNxW.reshape(batch, length)
     x_t_BxL = jnp.where(masked_BxL, mask_id, tokens_BxL)
     logits = bd3lm_logits(logits_fn, params, tokens_BxL, x_t_BxL,
                            block_length)

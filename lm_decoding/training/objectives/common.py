@@ -222,6 +222,16 @@ def self_conditioning_mask(logits_fn, key, batch):
       jax.random.fold_in(key, SELF_CONDITIONING_KEY), batch)
 
 
+def check_bound_inputs(logits_fn, tokens_BxL, num_timesteps: int,
+                       user: str) -> None:
+  """Raises ValueError unless num_timesteps is an int >= 1, the tokens are
+  int[B, L] and the model is not causal (the bounds' common inputs)."""
+  if not isinstance(num_timesteps, int) or num_timesteps < 1:
+    raise ValueError(f"num_timesteps={num_timesteps!r} must be an int >= 1")
+  check_tokens(tokens_BxL, min_length=1)
+  check_attention(logits_fn, causal=False, user=user)
+
+
 def binned_bound(nelbo_at, logits_fn, tokens_BxL: jax.Array, key: jax.Array,
                   num_timesteps: int, user: str):
   """The midpoint rule over K = num_timesteps time bins shared by the bounds:
@@ -231,10 +241,7 @@ def binned_bound(nelbo_at, logits_fn, tokens_BxL: jax.Array, key: jax.Array,
   Raises:
     ValueError: num_timesteps < 1, tokens not int[B, L], or a causal model.
   """
-  if not isinstance(num_timesteps, int) or num_timesteps < 1:
-    raise ValueError(f"num_timesteps={num_timesteps!r} must be an int >= 1")
-  check_tokens(tokens_BxL, min_length=1)
-  check_attention(logits_fn, causal=False, user=user)
+  check_bound_inputs(logits_fn, tokens_BxL, num_timesteps, user)
   batch = tokens_BxL.shape[0]
   keep_BxL = maskable(tokens_BxL, shifted(logits_fn))
 

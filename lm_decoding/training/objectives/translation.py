@@ -153,6 +153,38 @@ def cmlm_loss(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array, *,
                     sentences=jnp.float32(tokens_BxL.shape[0]))
 
 
+def _blank_targets(tokens_BxL: jax.Array, prefix_B: jax.Array,
+                   target_len_B: jax.Array) -> jax.Array:
+  """bool[B]: rows whose target holds the CTC blank.
+
+  Raises:
+    ValueError: concrete tokens with such a row, naming the rows.
+  """
+  position_L = jnp.arange(tokens_BxL.shape[1])
+  in_target_BxL = ((position_L[None] >= prefix_B[:, None])
+                   & (position_L[None] < (prefix_B + target_len_B)[:, None]))
+  blank_B = (in_target_BxL & (tokens_BxL == parallel_text.BLANK_ID)).any(1)
+  if not isinstance(blank_B, jax.core.Tracer) and bool(blank_B.any()):
+    rows = np.flatnonzero(np.asarray(blank_B)).tolist()
+    raise ValueError(f"tokens rows {rows} hold the CTC blank id "
+                     f"{parallel_text.BLANK_ID} (PAD) inside their target; "
+                     f"a blank cannot be a CTC label")
+  return blank_B
+
+
+def _ctc_labels(tokens_BxL: jax.Array, prefix_B: jax.Array,
+                target_len_B: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """(labels int32[B, L - 1], valid bool[B, L - 1]): each row's target moved
+  to the front, valid on its first target_len_B[b] columns."""
+  labels_BxT = tokens_BxL[:, 1:]  # wide enough for any target
+  index_BxT = jnp.minimum(prefix_B[:, None] + jnp.arange(
+      labels_BxT.shape[1])[None], tokens_BxL.shape[1] - 1)
+  labels_BxT = jnp.take_along_axis(tokens_BxL, index_BxT, axis=1)
+  label_valid_BxT = jnp.arange(labels_BxT.shape[1])[None] < target_len_B[
+      :, None]
+  return labels_BxT, label_valid_BxT
+
+
 def ctc_loss(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array, *,
              source_width: int, upsample: int = 3):
   """CTC loss of the target given the upsampled source (sum over alignments).
@@ -189,26 +221,14 @@ def ctc_loss(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array, *,
       raise ValueError(f"{name}={value} must be >= 1")
   prefix_B, target_len_B = parallel_text.prefix_and_target_lengths(
       tokens_BxL)
-  position_L = jnp.arange(tokens_BxL.shape[1])
-  in_target_BxL = ((position_L[None] >= prefix_B[:, None])
-                   & (position_L[None] < (prefix_B + target_len_B)[:, None]))
-  blank_B = (in_target_BxL & (tokens_BxL == parallel_text.BLANK_ID)).any(1)
-  if not isinstance(blank_B, jax.core.Tracer) and bool(blank_B.any()):
-    rows = np.flatnonzero(np.asarray(blank_B)).tolist()
-    raise ValueError(f"tokens rows {rows} hold the CTC blank id "
-                     f"{parallel_text.BLANK_ID} (PAD) inside their target; "
-                     f"a blank cannot be a CTC label")
+  blank_B = _blank_targets(tokens_BxL, prefix_B, target_len_B)
   width = source_width + 1
   prefix_BxP = jnp.where(jnp.arange(width)[None] < prefix_B[:, None],
                          tokens_BxL[:, :width], PAD_ID)
   frames_BxFxV, frame_valid_BxF, _ = ctc_frames.frame_logits(
       logits_fn, params, prefix_BxP, prefix_B, upsample)
-  labels_BxT = tokens_BxL[:, 1:]  # wide enough for any target
-  index_BxT = jnp.minimum(prefix_B[:, None] + jnp.arange(
-      labels_BxT.shape[1])[None], tokens_BxL.shape[1] - 1)
-  labels_BxT = jnp.take_along_axis(tokens_BxL, index_BxT, axis=1)
-  label_valid_BxT = jnp.arange(labels_BxT.shape[1])[None] < target_len_B[
-      :, None]
+  labels_BxT, label_valid_BxT = _ctc_labels(tokens_BxL, prefix_B,
+                                            target_len_B)
   nll_B = jnp.maximum(optax.ctc_loss(
       frames_BxFxV, (~frame_valid_BxF).astype(jnp.float32),
       jnp.where(label_valid_BxT, labels_BxT, 0),
