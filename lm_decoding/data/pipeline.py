@@ -274,7 +274,7 @@ def check_corpus_size(corpus: Corpus,
   Args:
     corpus: from `prepare`.
     config: an experiment config (configs/tiny.py) or a member config
-      (`pretrained.member_configs`, which has no `compare` section).
+      (`member_recipes.member_configs`, which has no `compare` section).
 
   Raises:
     ValueError: a split is too small; the message gives what the split has,

@@ -17,7 +17,7 @@ there is no cache argument to donate.
 
 The meshes and logical-axis rules come from `lm_decoding.parallel.sharding`,
 a layer below the decoders; the train step uses the same rules
-(`lm_decoding.training.train.make_train_step(..., mesh=mesh)`).
+(`lm_decoding.training.train_step.make_train_step(..., mesh=mesh)`).
 
 GSPMD adds the collectives; results equal one device's up to the order of
 floating-point reductions (exactly, token for token, for greedy and

@@ -11,7 +11,7 @@ them is an ml_collections config value that a command line can replace):
   settings its row was decoded with.
 - decoder: a registered decoder name (`base.registered()`).
 - roles: `role=member` pairs binding every role the decoder declares to a
-  model of `pretrained.member_configs` by member name ("model=ar",
+  model of `member_recipes.member_configs` by member name ("model=ar",
   "model=mdlm", "model=bd3lm", an AR draft "draft=draft_small"); never the
   evaluator, which only scores.
 - options: `key=value` pairs, values read as Python literals (`steps=32`,
@@ -302,7 +302,7 @@ def plan(entries: Sequence[Entry], output_lengths: Sequence[int],
     entries: from `parse_entries`.
     output_lengths: the output lengths T.
     temperature: the one sampling temperature.
-    members: the model names roles may bind (`pretrained.member_configs`).
+    members: the model names roles may bind (`member_recipes.member_configs`).
     eos_ids: EOS mode's end ids.
   Returns:
     Planned decoders, by T then entry order.

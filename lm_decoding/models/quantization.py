@@ -4,7 +4,7 @@ The shipped float32 models decode with `quantization='int8_weights'` without
 retraining: `quantize_params` quantises each parameter the int8 model stores
 as int8 (`lm_decoding.models.int8`, symmetric absmax), keeping the rest.
 `dequantize_params` turns such a tree back into float parameters (a shipped
-member stored as int8 is loaded that way: `pretrained.export`).
+member stored as int8 is loaded that way: `pretrained.store.export`).
 """
 
 from __future__ import annotations

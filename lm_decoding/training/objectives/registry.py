@@ -220,7 +220,7 @@ def check_options(config: ConfigDict) -> None:
   booleans; train.anneal_steps: an integer >= 0; train.block_schedule
   (`block_schedule`); each only for the objectives whose entry lists it
   (`Objective.optional_keys`); train.init_from: a string (what it names is
-  resolved by `pretrained.parent_params`).
+  resolved by `loading.parent_params`).
 
   Raises:
     ValueError: naming the key, its allowed values and objectives.
