@@ -9,15 +9,19 @@ greedy: the certainty-forcing student beside its teacher (issue 36, item 5).
 For every member of --models and every tau of --thresholds: `bd3lm` with
 blocks of --block_length, remasking='threshold', greedy (temperature 0),
 the exact prefix cache, on --num_prompts held-out test prompts of
---prompt_length tokens, T = --output_length. Per row: TPF = T / NFE with
-the row decoded alone (B = 1, the latency case) and the batch's T / NFE;
-gen-PPL under --evaluator, unigram entropy, rep-4; agreement with AR
-greedy's tokens (the fraction of the T positions that hold the same token,
-and the mean length of the common prefix). AR greedy (`ar`, cached) is the
-reference row. With --self_speculative_gammas, each member is also decoded
-by `self_speculative` (draft in diffusion mode, verify at block size 1: the
+--prompt_length tokens, T = --output_length. Per row: the mean tokens
+made (up to and including EOS), TPF = tokens / NFE with the row decoded
+alone (B = 1, the latency case; every decoder here stops once its rows
+have ended) and the batch's (its longest row's tokens / NFE); gen-PPL
+under --evaluator, unigram entropy, rep-4; agreement with AR greedy's
+tokens (the fraction of the T positions that hold the same token, and the
+mean length of the common prefix). AR greedy (`ar_early_exit`, cached,
+stopping at EOS as the others) is the reference row. With
+--self_speculative_gammas, each member is also decoded by
+`self_speculative` (draft in diffusion mode, verify at block size 1: the
 member's own AR greedy output, token for token), its TPF the tokens per
-verifying call (T / rounds), and timed beside the others at the first gamma. Then the AR decode and each member at --timed_tau are timed
+verifying call (tokens / rounds), and timed beside the others at the
+first gamma. Then the AR decode and each member at --timed_tau are timed
 in turns (`cost.interleaved`, --timed_runs rounds) at B = 1 on the first
 prompt: ms per sequence and the speed-up over cached AR.
 
@@ -92,12 +96,19 @@ def _load(config, names):
   return tokenizer, corpus, {n: m.model for n, m in loaded.items()}
 
 
-def _tpf(decoder, result) -> float:
-  """Tokens per forward of one row's result: T / NFE, or for a draft-and-
-  verify decoder the tokens per verifying call (T / rounds)."""
+def _calls(result) -> int:
+  """The forward calls a TPF divides by: NFE, or for a draft-and-verify
+  decoder its verifying calls (rounds; the longest row's in a batch)."""
   if "rounds" in result.stats:
-    return float(decoder.output_length / result.stats["rounds"][0])
-  return float(decoder.output_length / result.nfe)
+    return int(np.max(result.stats["rounds"]))
+  return int(result.nfe)
+
+
+def _tpf(result) -> float:
+  """Tokens per forward: the tokens the longest row made (up to and
+  including its EOS: every decoder here stops once all rows have ended)
+  over `_calls`."""
+  return float(np.max(result.lengths) / _calls(result))
 
 
 def _decode(decoder, model, prompts):
@@ -106,7 +117,7 @@ def _decode(decoder, model, prompts):
   lengths = jnp.full((prompts.shape[0],), prompts.shape[1], jnp.int32)
   key = jax.random.key(0)
   batch = decoder.decode(models, jnp.asarray(prompts), lengths, key)
-  alone = [_tpf(decoder, decoder.decode(
+  alone = [_tpf(decoder.decode(
       models, jnp.asarray(prompts[i:i + 1]), lengths[:1], key))
            for i in range(prompts.shape[0])]
   return batch, alone
@@ -120,9 +131,7 @@ def _row(label, result, alone, prompts, evaluator, reference):
   same = tokens == reference
   prefix = np.where(same.all(1), same.shape[1], np.argmin(same, 1))
   return {"label": label, "tpf_b1": float(np.mean(alone)),
-          "tpf_batch": float(tokens.shape[1] / np.max(result.stats["rounds"])
-                             if "rounds" in result.stats
-                             else tokens.shape[1] / int(result.nfe)),
+          "tpf_batch": _tpf(result), "tokens": float(lengths.mean()),
           "gen_ppl": float(ppl.ppl), "entropy": float(np.mean(ppl.row_entropy)),
           "rep_4": float(np.nanmean(quality.repetition_rate(tokens, lengths,
                                                             4))),
@@ -147,7 +156,8 @@ def main(argv):
     sys.exit(f"distill_measure: error: {e}")
   del tokenizer
   t = _OUTPUT_LENGTH.value
-  ar = base.make_decoder("ar", output_length=t, sampling=GREEDY)
+  # The AR reference stops once every row has ended, as the others do.
+  ar = base.make_decoder("ar_early_exit", output_length=t, sampling=GREEDY)
   evaluator = models[_EVALUATOR.value]
   ar_result, ar_alone = _decode(ar, models[_AR.value], prompts)
   reference = np.asarray(ar_result.tokens)
@@ -210,8 +220,8 @@ def main(argv):
   os.makedirs(_OUT.value, exist_ok=True)
   records.write_csv(rows, os.path.join(_OUT.value, "rows.csv"))
   records.write_json(record, os.path.join(_OUT.value, "record.json"))
-  columns = ("label", "tpf_b1", "tpf_batch", "gen_ppl", "entropy", "rep_4",
-             "agreement", "common_prefix")
+  columns = ("label", "tokens", "tpf_b1", "tpf_batch", "gen_ppl", "entropy",
+             "rep_4", "agreement", "common_prefix")
   lines = [f"Command: `{record['command']}`", "",
            f"Commit {record['commit'][:10]}; set {record['set_dir']}; "
            f"{len(prompts)} held-out prompts of {_PROMPT_LENGTH.value} tokens, "
