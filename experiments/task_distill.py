@@ -11,7 +11,8 @@ fine-tune the MDLM for `distill.num_steps` steps of
 `training.task_distillation.fine_tune` (cross-entropy + weight x the
 entropy of softmax(logits / temperature) on the masked cells already right).
 Then the student decodes the test split with every rule of `config.rules`
-(`studies.task_rules`). Writes to --out: student.csv, student_summary.csv,
+(`studies.task_rules`), beside the teacher's points of --baseline (a
+rules.csv of experiments/task_rules.py). Writes to --out: student.csv, student_summary.csv,
 student.md (the command, commit, machine, the data and training figures,
 both tables) and student.png.
 
@@ -28,7 +29,6 @@ import time
 
 import jax
 import ml_collections
-import numpy as np
 from absl import app, flags, logging
 from ml_collections import config_flags
 
@@ -40,12 +40,19 @@ from lm_decoding.evaluation import records
 from lm_decoding.models import make_logits_fn
 from lm_decoding.studies import task_rules
 from lm_decoding.studies.task_scores import GREEDY
-from lm_decoding.training import pretrained, task_distillation, task_members
-from lm_decoding.training import task_training
+from lm_decoding.training import pretrained, self_distillation
+from lm_decoding.training import task_distillation, task_members, task_training
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/tasks.py",
                                           "the task config file")
 _OUT = flags.DEFINE_string("out", None, "The record's folder.", required=True)
+_DATA = flags.DEFINE_string(
+    "data", "", "A folder for the kept teacher answers: read when it holds "
+    "them for this task, teacher, keep, puzzles and seed, else written.")
+_BASELINE = flags.DEFINE_string(
+    "baseline", "", "A rules.csv of experiments/task_rules.py: its rows of "
+    "the task's shipped MDLM (the teacher) join the record, beside the "
+    "student's.")
 DECODE_BATCH = 256  # puzzles per teacher decode call
 
 
@@ -85,53 +92,78 @@ def _shipped(task, kind, config):
       task, kind, config.model.to_dict())), params), source
 
 
+def _distillation_rows(config, task, splits, mdlm):
+  """(rows int32[R, P + T], manifest): the kept teacher answers, read from
+  --data when it holds them for this teacher, else made (and written there
+  when --data is set, `self_distillation.write_distillation_set`)."""
+  d = config.distill
+  wanted = dict(task=task.name, teacher=d.teacher, keep=d.keep,
+                puzzles=d.puzzles, seed=config.seed)
+  if _DATA.value and os.path.isfile(os.path.join(_DATA.value,
+                                                 "manifest.json")):
+    rows, manifest = self_distillation.read_distillation_set(_DATA.value)
+    if {k: manifest.get(k) for k in wanted} != wanted:
+      sys.exit(f"task_distill: error: --data={_DATA.value} holds "
+               f"{ {k: manifest.get(k) for k in wanted} }, not {wanted}")
+    return rows, manifest
+  puzzles = tasks.to_split(task, splits["train"].problems[:d.puzzles])
+  t = dict(output_length=task.answer_length, eos_ids=(), sampling=GREEDY)
+  tick = time.time()
+  if d.teacher == "reference":
+    rows = puzzles.rows
+  else:
+    if d.teacher == "ar":
+      teacher = _shipped(task, "ar", config)[0]
+      decoder = make_decoder("ar", **t)
+    else:
+      teacher = mdlm
+      decoder = make_decoder("llada", **t, steps=task.answer_length,
+                             remasking=d.teacher.partition(":")[2])
+    rows, kept = task_distillation.teacher_rows(
+        task, puzzles, decoder, teacher["model"], jax.random.key(config.seed),
+        DECODE_BATCH, d.keep)
+    rows = rows[kept]
+  manifest = dict(wanted, seconds=time.time() - tick, rows=len(rows),
+                  command=records.command())
+  print(f"teacher {d.teacher}: {len(rows)} of {d.puzzles} answers kept "
+        f"({d.keep}), {manifest['seconds']:.0f} s", flush=True)
+  if _DATA.value:
+    self_distillation.write_distillation_set(_DATA.value, rows, manifest)
+  return rows, manifest
+
+
 def main(argv):
   del argv
   logging.set_verbosity(logging.FATAL)
   config = _CONFIG.value
   try:
     task = check(config)
-  except ValueError as e:
+    task_rules.settings(config.rules)
+    teacher_points = (task_rules.read_points(_BASELINE.value, task.name,
+                                             "mdlm")
+                      if _BASELINE.value else [])
+  except (ValueError, OSError) as e:
     sys.exit(f"task_distill: error: {e}")
   d, start, load = config.distill, time.time(), os.getloadavg()[0]
   splits = tasks.make_splits(task, dict(
       train=config.data.train_size, valid=config.data.valid_size,
       test=config.data.test_size), config.seed)
   mdlm, source = _shipped(task, "mdlm", config)
-  t = dict(output_length=task.answer_length, eos_ids=(), sampling=GREEDY)
-  if d.teacher == "ar":
-    teacher, _ = _shipped(task, "ar", config)
-    decoder = make_decoder("ar", **t)
-  elif d.teacher.startswith("mdlm:"):
-    teacher = mdlm
-    decoder = make_decoder("llada", **t, steps=task.answer_length,
-                           remasking=d.teacher.partition(":")[2])
-  puzzles = tasks.to_split(task, splits["train"].problems[:d.puzzles])
-  tick = time.time()
-  if d.teacher == "reference":
-    rows, kept = puzzles.rows, np.ones(len(puzzles.rows), bool)
-  else:
-    rows, kept = task_distillation.teacher_rows(
-        task, puzzles, decoder, teacher["model"], jax.random.key(config.seed),
-        DECODE_BATCH, d.keep)
-  data_s = time.time() - tick
-  print(f"teacher {d.teacher}: {kept.sum()} of {len(kept)} answers kept "
-        f"({d.keep}), {data_s:.0f} s", flush=True)
+  rows, data = _distillation_rows(config, task, splits, mdlm)
   train = ml_collections.ConfigDict(dict(
       config.train.to_dict(), learning_rate=d.learning_rate,
       warmup_steps=d.warmup_steps, num_steps=d.num_steps))
   params, summary = task_distillation.fine_tune(
-      task, mdlm["model"].params, rows[kept], splits["valid"].rows,
+      task, mdlm["model"].params, rows, splits["valid"].rows,
       config.model.to_dict(), train, config.seed, d.weight, d.temperature)
   student = bind(mdlm["model"].logits_fn, params)
-  grid = task_rules.rule_grid(
-      "mdlm", task.answer_length, config.train.block_length,
-      **{k: [float(v) for v in str(config.rules[k]).split(",")]
-         for k in ("thresholds", "factors", "entropy_bounds")})
+  grid = task_rules.rule_grid("mdlm", task.answer_length,
+                              config.train.block_length,
+                              **task_rules.settings(config.rules))
   rows_out = task_rules.measure(task, splits["test"], "student", grid,
                                 student, config.seed)
   figures = dict(teacher=d.teacher, keep=d.keep, puzzles=d.puzzles,
-                 kept=int(kept.sum()), data_s=round(data_s, 1),
+                 kept=data["rows"], data_s=round(data["seconds"], 1),
                  weight=d.weight, temperature=d.temperature,
                  learning_rate=d.learning_rate, **summary)
   header = [
@@ -143,6 +175,7 @@ def main(argv):
       f"the end (shared with other jobs); {(time.time() - start) / 60:.1f} "
       "min.", "", "Data and training: `" + json.dumps(figures) + "`", "",
       "Columns as experiments/results/tasks_rules/rules.md."]
+  rows_out = teacher_points + rows_out
   task_rules.write_record(rows_out, _OUT.value, header, name="student")
   with open(os.path.join(_OUT.value, "student.md")) as f:
     print(f.read())

@@ -37,16 +37,6 @@ _CONFIG = config_flags.DEFINE_config_file("config", "configs/tasks.py",
 _OUT = flags.DEFINE_string("out", None, "The record's folder.", required=True)
 
 
-def _numbers(value: str, what: str) -> list[float]:
-  try:
-    numbers = [float(v) for v in str(value).split(",") if v.strip()]
-  except ValueError:
-    numbers = []
-  if not numbers:
-    raise ValueError(f"{what}={value!r} must be numbers, comma-separated")
-  return numbers
-
-
 def check(config) -> tuple[list, list[str], dict]:
   """(tasks, kinds, rule settings) of the config.
 
@@ -63,11 +53,7 @@ def check(config) -> tuple[list, list[str], dict]:
   if config.data.puzzle_file:
     raise ValueError("data.puzzle_file: the shipped models' test split is "
                      "the generated one; leave it ''")
-  settings = dict(
-      thresholds=_numbers(config.rules.thresholds, "rules.thresholds"),
-      factors=_numbers(config.rules.factors, "rules.factors"),
-      entropy_bounds=_numbers(config.rules.entropy_bounds,
-                              "rules.entropy_bounds"))
+  settings = task_rules.settings(config.rules)
   plan = [tasks.make_task(n, **task_members.task_options(config, n))
           for n in names]
   return plan, kinds, settings

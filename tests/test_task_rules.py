@@ -67,6 +67,17 @@ def test_rule_grid_labels_and_kinds():
     task_rules.rule_grid("ar", 16, 4, (0.5,), (1.0,), (0.1,))
 
 
+def test_settings_read_the_config_section():
+  rules = ml_collections.ConfigDict(dict(
+      thresholds="0.5, 0.9", factors="1", entropy_bounds="0.1"))
+  assert task_rules.settings(rules) == dict(
+      thresholds=[0.5, 0.9], factors=[1.0], entropy_bounds=[0.1])
+  for bad in ("", "0.5,x"):
+    rules.factors = bad
+    with pytest.raises(ValueError, match="rules.factors"):
+      task_rules.settings(rules)
+
+
 def test_a_sure_model_commits_every_cell_in_one_pass():
   """Every rule commits the whole answer in one forward pass (TPF = T,
   exact 1); one cell a step takes T passes."""

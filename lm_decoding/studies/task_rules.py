@@ -21,6 +21,7 @@ match of every curve of that model, the reference included).
 
 from __future__ import annotations
 
+import csv
 import math
 import os
 from typing import Mapping, Sequence
@@ -37,6 +38,29 @@ from lm_decoding.studies.task_scores import GREEDY, DecoderRun, score_decoder
 REFERENCE = "one_a_step"  # the reference's rule name in labels
 # The adaptive orderings of the reference (random order is not adaptive).
 REFERENCE_ORDERINGS = tuple(o for o in ORDERINGS if o != "random")
+
+
+SETTINGS = ("thresholds", "factors", "entropy_bounds")  # rule_grid's
+
+
+def settings(rules: Mapping) -> dict[str, list[float]]:
+  """rule_grid's settings from a config section `rules` whose SETTINGS
+  keys hold comma-separated numbers (configs/tasks.py's config.rules).
+
+  Raises:
+    ValueError: a key missing, empty or not numbers, naming it.
+  """
+  out = {}
+  for key in SETTINGS:
+    value = rules.get(key, "")
+    try:
+      out[key] = [float(v) for v in str(value).split(",") if v.strip()]
+    except ValueError:
+      out[key] = []
+    if not out[key]:
+      raise ValueError(f"rules.{key}={value!r} must be numbers, "
+                       "comma-separated")
+  return out
 
 
 def rule_grid(kind: str, answer_length: int, block_length: int,
@@ -137,12 +161,19 @@ def summary(rows: Sequence[dict]) -> list[dict]:
   return out
 
 
+PANELS_PER_ROW = 3
+
+
 def plot(rows: Sequence[dict]) -> Figure:
   """Exact match (with one-SE bars) against TPF, one line per rule, one
   panel per (task, model); the reference's one-SE band shaded."""
   keys = list(dict.fromkeys((r["task"], r["model"]) for r in rows))
-  fig = Figure(figsize=(4.5 * len(keys), 4), layout="constrained")
-  axes = fig.subplots(1, len(keys), squeeze=False)[0]
+  cols = min(len(keys), PANELS_PER_ROW)
+  lines = -(-len(keys) // cols)
+  fig = Figure(figsize=(4.5 * cols, 3.8 * lines), layout="constrained")
+  axes = fig.subplots(lines, cols, squeeze=False).ravel()
+  for ax in axes[len(keys):]:
+    ax.set_axis_off()
   for ax, key in zip(axes, keys):
     mine = [r for r in rows if (r["task"], r["model"]) == key]
     ref = reference(mine)
@@ -184,6 +215,25 @@ def measure(task: Task, split: Split, model: str,
 POINT_COLUMNS = ("task", "model", "rule", "setting", "tpf", "row_nfe",
                  "batch_tpf", "nfe", "exact", "exact_se", "valid",
                  "token_accuracy", "ms_per_problem", "problems")
+
+
+def read_points(path: str, task: str, model: str) -> list[dict]:
+  """The rows of `model` on `task` in a points CSV `write_record` wrote
+  (numbers read back as numbers), e.g. a teacher's curve to draw beside
+  its student's.
+
+  Raises:
+    ValueError: the file holds no such row.
+  """
+  with open(path) as f:
+    found = [{k: records.number(v) if k not in ("task", "model", "rule",
+                                                 "setting") else v
+              for k, v in r.items()}
+             for r in csv.DictReader(f)
+             if r["task"] == task and r["model"] == model]
+  if not found:
+    raise ValueError(f"{path} holds no row of model {model!r} on {task!r}")
+  return found
 
 
 def _cell(value) -> str:
