@@ -9,8 +9,8 @@ adaptive orderings (low-confidence, margin, entropy), the slowest and
 safest greedy decode of the same model.
 
 TPF is T / row_nfe, the answer cells over the forward passes a row takes
-decoded alone (`task_scores.score_decoder`'s row_nfe: the steps at which the
-row committed a cell); the batch's NFE (every row decodes until the slowest
+decoded alone (`task_scores.row_nfe`: the steps at which the row committed a
+cell, plus the calls outside steps); the batch's NFE (every row decodes until the slowest
 is done) is reported beside it. Exact match carries its binomial standard
 error sqrt(p (1 - p) / n) over the n test problems; a point is "within one
 SE" of the reference when its exact match is at least the reference's minus
