@@ -67,4 +67,27 @@ def get_config() -> ml_collections.ConfigDict:
   config.eval.num_beams = 4
   config.eval.threshold = 0.9      # Fast-dLLM threshold decoder
   config.eval.factor = 1.0         # Fast-dLLM factor decoder
+
+  # The commit rules' curves (experiments/task_rules.py, issue 36): greedy,
+  # each setting one point (cells per forward, exact match), against one
+  # cell a step in the best adaptive ordering.
+  config.rules = ml_collections.ConfigDict()
+  config.rules.kinds = "mdlm,bd3lm"         # the shipped diffusion models measured
+  config.rules.thresholds = "0.3,0.5,0.7,0.9"  # tau (threshold; BD3-LM's remasking='threshold')
+  config.rules.factors = "0.5,1.0,2.0,4.0"     # f of Fast-dLLM's factor rule (MDLM)
+  config.rules.entropy_bounds = "0.03,0.1,0.3,1.0"  # gamma, nats, of the EB-sampler (MDLM)
+
+  # Certainty-forcing self-distillation of a shipped task MDLM
+  # (experiments/task_distill.py, issue 36): the teacher answers the first
+  # distill.puzzles training puzzles, the kept answers fine-tune the MDLM.
+  config.distill = ml_collections.ConfigDict()
+  config.distill.task = "sudoku4"
+  config.distill.teacher = "mdlm:margin"  # "mdlm:<ordering>" (the MDLM one cell a step), "ar" (the AR model, greedy) or "reference" (the training answers)
+  config.distill.keep = "exact"     # 'exact', 'valid' or 'all' teacher answers (task_distillation.KEEP)
+  config.distill.puzzles = 8192     # training puzzles the teacher answers
+  config.distill.num_steps = 300    # fine-tuning steps (the cosine's length)
+  config.distill.learning_rate = 3e-4
+  config.distill.warmup_steps = 20
+  config.distill.weight = 2.0       # beta of the entropy term
+  config.distill.temperature = 0.5  # of softmax(logits / temperature)
   return config

@@ -8,7 +8,8 @@ K it runs at. `score_decoder` decodes the whole split in one batch (every
 row [prompt | T answer slots], no EOS: the answer has a fixed length) and
 returns one record: exact match, validity and token accuracy
 (`data.tasks.score_rows`), exact match per difficulty, NFE and tokens per
-forward, and the time of the batch call (compile excluded) per problem.
+forward (of the batch, and of a row decoded alone: `row_nfe`), and the time
+of the batch call (compile excluded) per problem.
 """
 
 from __future__ import annotations
@@ -97,14 +98,35 @@ def decoder_grid(kind: str, answer_length: int, steps: Sequence[int],
   return out
 
 
+def row_nfe(result) -> float:
+  """The mean over rows of the forward passes a row takes decoded alone:
+  the steps at which it committed a token, plus the batch's calls made
+  outside any step (a prefill, BD3-LM's block-end passes), which every row
+  makes.
+
+  Exact for the decoders whose every step commits at least one token in
+  each row not yet done (the self-paced rules, one token a step, AR); a
+  decoder with steps that commit nothing (MDLM's ancestral sampler) is
+  undercounted.
+
+  Args:
+    result: a `DecodeResult` (committed int32[K, B], nfe).
+  """
+  committed_KxB = np.asarray(result.committed) > 0
+  outside = int(result.nfe) - int(committed_KxB.any(1).sum())
+  return float(committed_KxB.sum(0).mean() + outside)
+
+
 def score_decoder(task: Task, split: Split, entry: DecoderRun,
                   models: Mapping[str, Model], seed: int) -> dict:
   """Decodes `split` with `entry.decoder` and scores it (module docstring).
 
   Returns:
     {decoder, steps, exact, valid, token_accuracy, nfe, tokens_per_forward,
-     ms_per_problem, compile_s, problems, exact@<difficulty>...}: rates in
-     [0, 1], nfe for the batch (equal to a row's: rows decode together).
+     row_nfe, ms_per_problem, compile_s, problems, exact@<difficulty>...}:
+     rates in [0, 1]; nfe for the batch (rows decode together, so a
+     self-paced rule runs until its slowest row is done); row_nfe
+     (`row_nfe`) the mean forward passes of a row decoded alone.
   """
   batch = len(split.problems)
   lengths = np.full(batch, task.prompt_length, np.int32)
@@ -119,6 +141,7 @@ def score_decoder(task: Task, split: Split, entry: DecoderRun,
          "valid": float(scores["valid"].mean()),
          "token_accuracy": float(scores["token_accuracy"].mean()),
          "nfe": nfe, "tokens_per_forward": task.answer_length / nfe,
+         "row_nfe": row_nfe(result),
          "ms_per_problem": timing.median_s * 1e3 / batch,
          "compile_s": timing.compile_s, "problems": batch}
   for level in sorted(set(split.difficulty.tolist())):

@@ -230,6 +230,19 @@ def train_task_model(task: Task, kind: str, splits: dict[str, Split],
   return params, out
 
 
+def find(task: Task, kind: str, config: ml_collections.ConfigDict,
+         out_dir=recipes.TASK_SET_DIR):
+  """(params, reason): the shipped `kind` model of `task` (`store.find` in
+  `set_dir(task, out_dir)`) if its recipe is `train_config`'s, else None
+  and why not.
+
+  Raises:
+    CheckpointError: as `store.find`.
+  """
+  return store.find(train_config(task, kind, config), kind, None,
+                    set_dir(task, out_dir))
+
+
 def shipped_or_trained(task: Task, kind: str, splits: dict[str, Split],
                        config: ml_collections.ConfigDict, workdir: str,
                        skip_shipped: str = "", log=print,
@@ -252,8 +265,7 @@ def shipped_or_trained(task: Task, kind: str, splits: dict[str, Split],
   """
   params, reason = None, skip_shipped
   if not skip_shipped:
-    params, reason = store.find(train_config(task, kind, config), kind, None,
-                                set_dir(task, out_dir))
+    params, reason = find(task, kind, config, out_dir)
   if params is not None:
     manifest = recipes.read_manifest(kind, set_dir(task, out_dir))
     return (params, dict(manifest["metrics"], kind=kind, source=reason),

@@ -33,6 +33,10 @@ C = {i in M : argmax logits_i = x_i} (the positions the model already gets
 right; the entropy is pushed down only there), weight 2.0 and temperature
 0.5 (`CERTAINTY_WEIGHT`, `CERTAINTY_TEMPERATURE`). The student is then
 decoded by `bd3lm` with remasking='threshold' at tau = 0.5.
+
+`answer_certainty_forcing_loss` is the same loss for a model decoded in
+one block (an exact-answer task's MDLM, `training.task_distillation`): the
+answer masked at a rate drawn per row, no later blocks.
 """
 
 from __future__ import annotations
@@ -43,13 +47,15 @@ import jax
 import jax.numpy as jnp
 
 from lm_decoding.checks import is_count, is_number
+from lm_decoding.models import masks
 from lm_decoding.models.config import check_attention
 from lm_decoding.models.diffusion import subs_log_probs
-from lm_decoding.special_tokens import MASK_ID
+from lm_decoding.special_tokens import MASK_ID, PAD_ID
 from lm_decoding.models.config import token_shift as shifted
 from lm_decoding.training.objectives.bd3lm import (
     bd3lm_logits, check_block_length)
-from lm_decoding.training.objectives.common import check_tokens, maskable
+from lm_decoding.training.objectives.common import (
+    check_tokens, denoiser_logits, maskable)
 
 CERTAINTY_WEIGHT = 2.0  # beta of the entropy term (the issue's recipe)
 CERTAINTY_TEMPERATURE = 0.5  # the entropy is of softmax(logits / 0.5)
@@ -126,6 +132,23 @@ def certainty_forcing_terms(logits_BxLxV: jax.Array, x0_BxL: jax.Array,
   return ce + weight * entropy, metrics
 
 
+def _check(logits_fn, tokens_BxL, prompt_length, weight, temperature,
+           user: str) -> None:
+  """The options both losses share; raises ValueError naming the one out
+  of range (module docstring's ranges), or for a causal model."""
+  check_tokens(tokens_BxL, min_length=1)
+  length = tokens_BxL.shape[1]
+  if not is_count(prompt_length, minimum=0) or prompt_length >= length:
+    raise ValueError(f"prompt_length={prompt_length!r} must be an integer in "
+                     f"[0, {length - 1}]")
+  if not (is_number(weight) and 0 <= weight < math.inf):
+    raise ValueError(f"weight={weight!r} must be a number in [0, inf)")
+  if not (is_number(temperature) and 0 < temperature < math.inf):
+    raise ValueError(f"temperature={temperature!r} must be a number in "
+                     "(0, inf)")
+  check_attention(logits_fn, causal=False, user=user)
+
+
 def certainty_forcing_loss(logits_fn, params, tokens_BxL: jax.Array,
                            key: jax.Array, *, block_length: int,
                            prompt_length: int = 0,
@@ -157,25 +180,70 @@ def certainty_forcing_loss(logits_fn, params, tokens_BxL: jax.Array,
       prompt_length, weight, temperature or mask_rate outside its range; a
       causal model.
   """
-  check_tokens(tokens_BxL, min_length=1)
-  length = tokens_BxL.shape[1]
-  check_block_length(block_length, length)
-  if not is_count(prompt_length, minimum=0) or prompt_length >= length:
-    raise ValueError(f"prompt_length={prompt_length!r} must be an integer in "
-                     f"[0, {length - 1}]")
-  if not (is_number(weight) and 0 <= weight < math.inf):
-    raise ValueError(f"weight={weight!r} must be a number in [0, inf)")
-  if not (is_number(temperature) and 0 < temperature < math.inf):
-    raise ValueError(f"temperature={temperature!r} must be a number in "
-                     "(0, inf)")
+  _check(logits_fn, tokens_BxL, prompt_length, weight, temperature,
+         "certainty_forcing_loss")
+  check_block_length(block_length, tokens_BxL.shape[1])
   if not (is_number(mask_rate) and 0 < mask_rate < 1):
     raise ValueError(f"mask_rate={mask_rate!r} must be a number in (0, 1)")
-  check_attention(logits_fn, causal=False, user="certainty_forcing_loss")
   masked_CxL = semi_ar_masks(key, tokens_BxL, prompt_length,
                              shifted(logits_fn), mask_rate, complementary)
   x0_CxL = jnp.tile(tokens_BxL, (masked_CxL.shape[0] // tokens_BxL.shape[0],
                                  1))
   x_t_CxL = jnp.where(masked_CxL, mask_id, x0_CxL)
   logits = bd3lm_logits(logits_fn, params, x0_CxL, x_t_CxL, block_length)
+  return certainty_forcing_terms(logits, x0_CxL, masked_CxL, weight=weight,
+                                 temperature=temperature, mask_id=mask_id)
+
+
+def answer_certainty_forcing_loss(logits_fn, params, tokens_BxL: jax.Array,
+                                  key: jax.Array, *, prompt_length: int,
+                                  complementary: bool = True,
+                                  weight: float = CERTAINTY_WEIGHT,
+                                  temperature: float = CERTAINTY_TEMPERATURE,
+                                  mask_id: int = MASK_ID):
+  """Certainty forcing of a one-block masked-diffusion model (an exact-answer
+  task's MDLM): the answer is the one block.
+
+  Each row draws a masking rate t ~ U(0, 1) and masks each answer token
+  (index >= `prompt_length`) with probability t, so that training sees
+  every state a decoder of the block passes through (dParallel's fixed 0.5
+  fits a current block among later, fully masked ones; here there are
+  none); the complementary row masks exactly the answer tokens the first
+  keeps. One bidirectional pass over x_t (PAD keys hidden), scored by
+  `certainty_forcing_terms`. The prompt is never masked nor scored.
+
+  Args:
+    logits_fn, params: the denoiser (non-causal, no token shift).
+    tokens_BxL: int32[B, L] rows [prompt | answer] (e.g. a teacher's
+      answers, `training.task_distillation.teacher_rows`).
+    key: PRNG key of the rates and masks.
+    prompt_length: P in [0, L - 1].
+    complementary, weight, temperature, mask_id: as
+      `certainty_forcing_loss`.
+  Returns:
+    (loss float32[], metrics) of `certainty_forcing_terms`.
+  Raises:
+    ValueError: tokens not int[B, L]; prompt_length, weight or temperature
+      outside its range; a causal or token-shifted model.
+  """
+  _check(logits_fn, tokens_BxL, prompt_length, weight, temperature,
+         "answer_certainty_forcing_loss")
+  if shifted(logits_fn):
+    raise ValueError("answer_certainty_forcing_loss: a token-shifted model; "
+                     "use certainty_forcing_loss (the BD3-LM layout)")
+  batch, length = tokens_BxL.shape
+  key_t, key_u = jax.random.split(key)
+  answer_BxL = jnp.broadcast_to(jnp.arange(length) >= prompt_length,
+                                tokens_BxL.shape) & (tokens_BxL != PAD_ID)
+  t_B = jax.random.uniform(key_t, (batch,), jnp.float32)
+  u_BxL = jax.random.uniform(key_u, tokens_BxL.shape, jnp.float32)
+  masked_CxL = answer_BxL & (u_BxL < t_B[:, None])
+  x0_CxL = tokens_BxL
+  if complementary:
+    masked_CxL = jnp.concatenate([masked_CxL, answer_BxL & ~masked_CxL])
+    x0_CxL = jnp.concatenate([tokens_BxL, tokens_BxL])
+  x_t_CxL = jnp.where(masked_CxL, mask_id, x0_CxL)
+  attention = masks.key_padding_mask(x0_CxL != PAD_ID, length)
+  logits = denoiser_logits(logits_fn, params, x_t_CxL, attention, None)
   return certainty_forcing_terms(logits, x0_CxL, masked_CxL, weight=weight,
                                  temperature=temperature, mask_id=mask_id)
