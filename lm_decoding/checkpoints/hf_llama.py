@@ -322,18 +322,9 @@ def layout(config: TransformerConfig) -> layout_lib.Layout:
 
 
 def params_from_hf(source: Any, config: TransformerConfig) -> dict:
-  """Our parameters from a LLaMA-style checkpoint.
-
-  Args:
-    source: a `.safetensors` path (or several), or a state dict of numpy
-      arrays / torch tensors (`LlamaForCausalLM.state_dict()`).
-    config: from `config_from_hf` (possibly with overrides).
-  Returns:
-    The parameter tree of `Transformer(config)`, numpy, config.param_dtype.
-  Raises:
-    ValueError: see `layout.params_from_state_dict` (a missing, misshapen or
-      unexpected tensor, named with its expected shape).
-  """
+  """Our parameters from a LLaMA-style checkpoint (`source`: `.safetensors`
+  path(s) or `LlamaForCausalLM.state_dict()`; `config`: `config_from_hf`'s),
+  as `hf_gpt2.params_from_hf` does for GPT-2; the same errors."""
   return layout_lib.params_from_state_dict(layout(config), source, config)
 
 

@@ -168,14 +168,10 @@ def uniform_bound(logits_fn, params, tokens_BxL: jax.Array, key: jax.Array,
   row (the two-pass denoiser `uniform_eb` runs from its second step on;
   module docstring).
 
-  Args:
-    logits_fn: the denoiser; non-causal attention.
-    params: model parameters.
-    tokens_BxL: int32[B, L] clean sequences, right-padded with PAD.
-    key: PRNG key of the noise; keep it fixed across evaluations.
-    num_timesteps: K >= 1 (static).
-  Returns:
-    (loss float32[] nats per token, metrics) as in the module docstring.
+  Takes `mdlm_bound`'s arguments but `mask_id` (the key draws the noise;
+  keep it fixed across evaluations) and returns (loss float32[] nats per
+  token, metrics) as in the module docstring.
+
   Raises:
     ValueError: num_timesteps < 1, tokens not int[B, L], or a causal model.
   """
