@@ -520,3 +520,17 @@ def test_find_with_a_corrupt_manifest_names_it(pretrained_set):
   (member / recipes.MANIFEST_FILE).write_text('{"name": "ar", "reci')
   with pytest.raises(CheckpointError, match="manifest"):
     store.find(config, "ar", tokenizer, member.parent)
+
+
+def test_a_member_loads_by_its_own_stored_recipe():
+  """`store.load_stored`: the recipe is the manifest's and the parameters
+  are what `find` loads for that recipe (the shipped tiny `ar`)."""
+  recipe, params = store.load_stored("ar", recipes.DEFAULT_DIR)
+  manifest = recipes.read_manifest("ar", recipes.DEFAULT_DIR)
+  assert recipe.to_dict() == manifest["recipe"]
+  tokenizer = Tokenizer.load(str(recipes.DEFAULT_DIR / recipes.TOKENIZER_FILE))
+  found, _ = store.find(recipe, "ar", tokenizer, recipes.DEFAULT_DIR)
+  for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(found)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  with pytest.raises(CheckpointError, match="no manifest"):
+    store.load_stored("no_such_member", recipes.DEFAULT_DIR)

@@ -12,19 +12,17 @@ reads (the top probability of softmax(logits)): its mean and the fraction
 of masked positions above 0.3 and 0.5. Prints one Markdown row per member.
 """
 
-import pathlib
 import sys
 
 from absl import logging
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 
 from lm_decoding.models import make_logits_fn
 from lm_decoding.special_tokens import MASK_ID
 from lm_decoding.training.objectives import certainty_forcing as cf
-from lm_decoding.training.pretrained import recipes, store
+from lm_decoding.training.pretrained import store
 from lm_decoding.training import train
 from lm_decoding.training.objectives.bd3lm import bd3lm_logits
 
@@ -40,11 +38,8 @@ def main(set_dir, data_dir, *members):
   print("| member | CE | correct | entropy at T=0.5 on correct | raw top p mean"
         " | raw top p > 0.3 | raw top p > 0.5 |\n|---|---|---|---|---|---|---|")
   for name in members:
-    recipe = recipes.read_manifest(name, set_dir)["recipe"]
-    config = train.model_config(ml_collections.ConfigDict(recipe))
-    params = store.load_member(pathlib.Path(set_dir) / name,
-                                    recipes.read_manifest(name, set_dir),
-                                    config)
+    recipe, params = store.load_stored(name, set_dir)
+    config = train.model_config(recipe)
     fn = make_logits_fn(config)
     logits = jax.jit(lambda p: bd3lm_logits(fn, p, rows, x_t, 16))(params)
     _, terms = cf.certainty_forcing_terms(logits, rows, masked)

@@ -1,16 +1,17 @@
 r"""The cost model's prediction of self-speculation against cached AR.
 
 Reads a record of self_speculation.py (its rows' member, B, gamma and
-measured TPF = tokens per verifying call) and predicts, per hardware profile
+rounds: a batch runs as many rounds as its slowest row) and predicts, per hardware profile
 (`cost_model.PROFILES` and the measured CPU one), the time of one decode of
 T tokens after a prompt of P:
   cached AR         prefill + (T - 1) steps of B x 1 positions;
-  self-speculation  prefill + (T / TPF) rounds, each a draft call and a
+  self-speculation  prefill + that many rounds, each a draft call and a
                     verify call of B x (gamma + 1) positions,
 all against a cache of P + T slots (`cost_model.step_s`, the roofline plus
 the profile's per-step overhead), and their ratio (< 1: self-speculation is
 faster). The models are the members' own (from their manifests in
---set_dir).
+--set_dir). Beside them, the ratio the record's own call costs give on the
+machine that measured them (`measured_ratio`).
 
   python benchmarks/self_speculation/predict.py \
       --record=benchmarks/self_speculation/distilled/record.json \
@@ -40,22 +41,31 @@ _OUT = flags.DEFINE_string("out", None, "A markdown file to write.")
 
 
 def predicted_ratio(config, batch: int, prompt_length: int,
-                    output_length: int, gamma: int, tpf: float,
+                    output_length: int, gamma: int, rounds: int,
                     profile: cost_model.HardwareProfile) -> float:
   """Self-speculation's predicted time over cached AR's (module docstring).
 
   Raises:
-    ValueError: B, P or T below 1 (`cost_model.ar_decode_s`), TPF below 1.
+    ValueError: B, P or T below 1 (`cost_model.ar_decode_s`), rounds below 1.
   """
-  if tpf < 1:
-    raise ValueError(f"tpf={tpf} must be at least 1")
+  if rounds < 1:
+    raise ValueError(f"rounds={rounds} must be at least 1")
   ar = cost_model.ar_decode_s(config, batch, prompt_length, output_length,
                               profile)
   cache = prompt_length + output_length
   call = cost_model.step_s(config, batch, gamma + 1, cache, profile)
   prefill = cost_model.prefill_s(config, batch, prompt_length, output_length,
                                  profile)
-  return (prefill + output_length / tpf * 2 * call) / ar
+  return (prefill + rounds * 2 * call) / ar
+
+
+def measured_ratio(row: dict) -> float:
+  """rounds x (draft call + verify call) / (T x AR step), from a record
+  row's measured call costs (`call_ms`, medians) and its slowest row's
+  rounds; the prefill, common to both decodes, left out."""
+  calls = row["call_ms"]
+  return (max(row["rounds_per_row"]) * (calls["draft"] + calls["verify"])
+          / (row["output_length"] * calls["ar_step"]))
 
 
 def main(_):
@@ -66,9 +76,9 @@ def main(_):
            f"Record: `{_RECORD.value}` (commit {record['commit'][:10]}); "
            f"P = {_PROMPT_LENGTH.value}; `cost_model.step_s` per call "
            "(roofline + the profile's per-step overhead).", "",
-           "| member | B | gamma | TPF (measured) | " + " | ".join(
-               f"{n} ratio" for n in profiles) + " |",
-           "|---|---|---|---|" + "---|" * len(profiles)]
+           "| member | B | gamma | TPF (measured) | rounds | from measured calls | "
+           + " | ".join(f"{n} ratio" for n in profiles) + " |",
+           "|---|---|---|---|---|---|" + "---|" * len(profiles)]
   configs = {}
   for row in record["rows"]:
     if "gamma" not in row:
@@ -80,10 +90,11 @@ def main(_):
           ml_collections.ConfigDict(recipe))
     ratios = [predicted_ratio(configs[name], row["batch"],
                               _PROMPT_LENGTH.value, row["output_length"],
-                              row["gamma"], row["tpf"], p)
+                              row["gamma"], max(row["rounds_per_row"]), p)
               for p in profiles.values()]
     lines.append(f"| {name} | {row['batch']} | {row['gamma']} | "
-                 f"{row['tpf']:.2f} | "
+                 f"{row['tpf']:.2f} | {max(row['rounds_per_row'])} | "
+                 f"{measured_ratio(row):.2f}x | "
                  + " | ".join(f"{r:.2f}x" for r in ratios) + " |")
   text = "\n".join(lines) + "\n"
   if _OUT.value:

@@ -32,7 +32,6 @@ from absl import app
 from absl import flags
 import jax
 import jax.numpy as jnp
-import ml_collections
 from ml_collections import config_flags
 import numpy as np
 
@@ -234,12 +233,8 @@ def main(_):
                                 cmp.prompt_len, cmp.reference_len)
   rows = []
   for name in _MEMBERS.value:
-    # The stored recipe, so a member outside the config (a distilled
-    # student) loads as well as the config's own.
-    manifest = recipes.read_manifest(name, set_dir)
-    recipe = ml_collections.ConfigDict(manifest["recipe"])
+    recipe, params = store.load_stored(name, set_dir)
     model_config = train_lib.model_config(recipe)
-    params = store.load_member(set_dir / name, manifest, model_config)
     run = call_rows if _CALLS_ONLY.value else measure
     rows += run(name, Model(make_logits_fn(model_config), params),
                 recipe.train.block_length, prompts)

@@ -329,3 +329,17 @@ def load_member(member: pathlib.Path, manifest: dict, model_config):
   if stored is not None:
     return jax.tree.map(lambda x: x.astype(model_config.param_dtype), params)
   return params
+
+
+def load_stored(name: str, out_dir: str | pathlib.Path = DEFAULT_DIR):
+  """Member `name` of the set in `out_dir` by its own manifest's recipe
+  (also a member outside any config, e.g. a distilled student): (recipe
+  ConfigDict, params as `train.model_config(recipe)`'s param_dtype).
+
+  Raises:
+    CheckpointError: as `read_manifest` and `load_member`.
+  """
+  manifest = read_manifest(name, out_dir)
+  recipe_ = ml_collections.ConfigDict(manifest["recipe"])
+  return recipe_, load_member(pathlib.Path(out_dir) / name, manifest,
+                              train_lib.model_config(recipe_))
