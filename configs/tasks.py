@@ -36,6 +36,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.data.sudoku_max_givens = 10
   config.data.permutation_items = 8   # n: output any ordering of n distinct items
   config.data.permutation_alphabet = 16
+  config.data.sort_items = 8          # n: output the n items (drawn with repetition) sorted
+  config.data.sort_alphabet = 16
 
   config.model = ml_collections.ConfigDict()
   config.model.d_model = 128
@@ -44,7 +46,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.model.num_kv_heads = 4
   config.model.head_dim = 32
   config.model.mlp_dim = 512
-  config.model.max_len = 32        # >= P + T of every task run (sudoku4: 32, permutation: 16, countdown: 16)
+  config.model.max_len = 32        # >= P + T of every task run (sudoku4: 32, permutation: 16, sort: 16, countdown: 16)
   config.model.norm = "rmsnorm"
   config.model.positional = "rope"
   config.model.mlp_activation = "swiglu"

@@ -68,6 +68,9 @@ def task_options(config: ml_collections.ConfigDict, name: str) -> dict:
   if name == "permutation":
     return dict(num_items=config.data.permutation_items,
                 alphabet=config.data.permutation_alphabet)
+  if name == "sort":
+    return dict(num_items=config.data.sort_items,
+                alphabet=config.data.sort_alphabet)
   return {}
 
 

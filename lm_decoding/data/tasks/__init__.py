@@ -1,4 +1,4 @@
-"""Tasks with exact answers: Sudoku, Countdown, a dependent list task.
+"""Tasks with exact answers: Sudoku, Countdown, two list tasks.
 
 Each task is a frozen dataclass implementing `layout.Task` (a seeded
 generator, the puzzle's key, a fixed-length [prompt | answer] layout over a
@@ -9,6 +9,8 @@ splits. `make_task(name, **options)` builds one by name:
   countdown                   `countdown.CountdownTask` (3 and 4 numbers)
   permutation                 `permutation.PermutationTask` (closed-form
                               failure of one-step parallel decoding)
+  sort                        `sort.SortTask` (its deterministic
+                              counterpart: the input sorted)
 """
 
 from __future__ import annotations
@@ -20,13 +22,15 @@ from lm_decoding.data.tasks.layout import (
     EMPTY_ID, FIRST_TASK_ID, SPLITS, Score, Split, Task, make_splits,
     score_rows, to_split)
 from lm_decoding.data.tasks.permutation import PermutationTask
+from lm_decoding.data.tasks.sort import SortTask
 from lm_decoding.data.tasks.sudoku import SudokuTask
 
 TASKS = {"sudoku4": functools.partial(SudokuTask, size=4),
          "sudoku6": functools.partial(SudokuTask, size=6),
          "sudoku9": functools.partial(SudokuTask, size=9),
          "countdown": CountdownTask,
-         "permutation": PermutationTask}
+         "permutation": PermutationTask,
+         "sort": SortTask}
 
 
 def make_task(name: str, **options) -> Task:
@@ -45,5 +49,5 @@ def make_task(name: str, **options) -> Task:
 
 
 __all__ = ["EMPTY_ID", "FIRST_TASK_ID", "SPLITS", "Score", "Split", "Task",
-           "TASKS", "CountdownTask", "PermutationTask", "SudokuTask",
-           "make_splits", "make_task", "score_rows", "to_split"]
+           "TASKS", "CountdownTask", "PermutationTask", "SortTask",
+           "SudokuTask", "make_splits", "make_task", "score_rows", "to_split"]
