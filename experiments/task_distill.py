@@ -4,10 +4,11 @@ r"""Certainty-forcing self-distillation of a shipped task MDLM, measured.
       --out=experiments/results/tasks_distill/sudoku4_a1
 
 The shipped MDLM of `config.distill.task` (and its AR model when the teacher
-is 'ar') answers the first `distill.puzzles` training puzzles greedily (one
-cell a step in an adaptive ordering, or AR greedy; 'reference': the
-puzzles' own answers, no teacher); the answers `distill.keep` selects
-fine-tune the MDLM for `distill.num_steps` steps of
+is 'ar'), or that of the task sets' folder --models (as in
+experiments/task_rules.py), answers the first `distill.puzzles` training
+puzzles greedily (one cell a step in an adaptive ordering, or AR greedy;
+'reference': the puzzles' own answers, no teacher); the answers
+`distill.keep` selects fine-tune the MDLM for `distill.num_steps` steps of
 `training.task_distillation.fine_tune` (cross-entropy + weight x the
 entropy of softmax(logits / temperature) on the masked cells already right).
 Then the student decodes the test split with every rule of `config.rules`
@@ -42,6 +43,7 @@ from lm_decoding.studies import task_rules
 from lm_decoding.studies.task_scores import GREEDY
 from lm_decoding.training import pretrained, self_distillation
 from lm_decoding.training import task_distillation, task_training
+from lm_decoding.training.pretrained import recipes
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/tasks.py",
                                           "the task config file")
@@ -53,6 +55,9 @@ _BASELINE = flags.DEFINE_string(
     "baseline", "", "A rules.csv of experiments/task_rules.py: its rows of "
     "the task's shipped MDLM (the teacher) join the record, beside the "
     "student's.")
+_MODELS = flags.DEFINE_string(
+    "models", str(recipes.TASK_SET_DIR), "The task sets' folder the teacher "
+    "is read from ({models}/{task}/{kind}), as experiments/task_rules.py's.")
 DECODE_BATCH = 256  # puzzles per teacher decode call
 
 
@@ -85,7 +90,7 @@ def check(config) -> tasks.Task:
 
 
 def _shipped(task, kind, config):
-  params, source = task_training.find(task, kind, config)
+  params, source = task_training.find(task, kind, config, _MODELS.value)
   if params is None:
     sys.exit(f"task_distill: error: {source}")
   return bind(make_logits_fn(task_training.model_config(task, kind, config)), params), source

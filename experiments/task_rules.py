@@ -4,13 +4,15 @@ r"""The commit rules on the shipped task models: TPF against exact match.
       --out=experiments/results/tasks_rules
 
 For each task of `config.tasks` and each kind of `config.rules.kinds`, the
-shipped model of lm_decoding/pretrained/tasks (its recipe must match the
-config: `training.task_training.find`) decodes the test split greedily with
-every rule setting of `config.rules` and one cell a step in each adaptive
-ordering (`studies.task_rules.rule_grid`). Writes to --out: rules.csv (every
-point), rules_summary.csv (one row per task x model x rule: highest TPF,
-exact match there, highest TPF within one SE of one cell a step, AUP),
-rules.md (the command, commit, machine, and both tables) and rules.png.
+shipped model of lm_decoding/pretrained/tasks, or of the task sets' folder
+--models (written by experiments/export_task_models.py --out_dir; its
+recipe must match the config: `training.task_training.find`), decodes the
+test split greedily with every rule setting of `config.rules` and one cell
+a step in each adaptive ordering (`studies.task_rules.rule_grid`). Writes
+to --out: rules.csv (every point), rules_summary.csv (one row per task x
+model x rule: highest TPF, exact match there, highest TPF within one SE of
+one cell a step, AUP), rules.md (the command, commit, machine, and both
+tables) and rules.png.
 
 Bad options end the run before any model is built, with one line
 `task_rules: error: ...`.
@@ -31,10 +33,15 @@ from lm_decoding.evaluation import records
 from lm_decoding.models import make_logits_fn
 from lm_decoding.studies import task_rules
 from lm_decoding.training import pretrained, task_training
+from lm_decoding.training.pretrained import recipes
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/tasks.py",
                                           "the task config file")
 _OUT = flags.DEFINE_string("out", None, "The record's folder.", required=True)
+_MODELS = flags.DEFINE_string(
+    "models", str(recipes.TASK_SET_DIR), "The task sets' folder the models "
+    "are read from ({models}/{task}/{kind}): the shipped one, or one "
+    "experiments/export_task_models.py --out_dir wrote.")
 
 
 def check(config) -> tuple[list, list[str], dict]:
@@ -74,7 +81,7 @@ def main(argv):
         train=config.data.train_size, valid=config.data.valid_size,
         test=config.data.test_size), config.seed)
     for kind in kinds:
-      params, source = task_training.find(task, kind, config)
+      params, source = task_training.find(task, kind, config, _MODELS.value)
       if params is None:
         sys.exit(f"task_rules: error: {source} (train it with "
                  "experiments/tasks.py and export it)")

@@ -1,9 +1,10 @@
 """Exact-answer tasks (lm_decoding/data/tasks): generators, splits, metrics,
-and the permutation task's closed-form failure of one-step parallel
+the config's options of the list tasks, and the permutation task's closed-form failure of one-step parallel
 decoding checked against an exact denoiser driven by the real decoders."""
 
 import dataclasses
 import math
+import pathlib
 
 import jax
 import jax.numpy as jnp
@@ -11,19 +12,21 @@ import numpy as np
 import pytest
 
 from lm_decoding.data import tasks
-from lm_decoding.data.tasks import countdown, permutation, sudoku
+from lm_decoding.config_reference import load_config
+from lm_decoding.data.tasks import countdown, permutation, sort, sudoku
 from lm_decoding.decoding import base, make_decoder
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.decoding.schedule import transfer_schedule
 from lm_decoding.models.output import ModelOutput
 from lm_decoding.special_tokens import MASK_ID
+from lm_decoding.training import task_training
 
 SIZES = dict(train=40, valid=10, test=10)
 
 
 @pytest.mark.parametrize("name,options", [
     ("sudoku4", {}), ("sudoku6", dict(min_givens=14, max_givens=20)),
-    ("countdown", {}), ("permutation", {})])
+    ("countdown", {}), ("permutation", {}), ("sort", {})])
 def test_splits_are_disjoint_deterministic_and_unique(name, options):
   task = tasks.make_task(name, **options)
   splits = tasks.make_splits(task, SIZES, seed=3)
@@ -147,10 +150,49 @@ def test_countdown_metrics_on_hand_made_answers():
     ("chess", {}, "unknown task"), ("sudoku4", dict(min_givens=0), "min_givens"),
     ("sudoku4", dict(size=5), "size"), ("countdown", dict(counts=(5,)), "counts"),
     ("permutation", dict(num_items=9, alphabet=8), "num_items"),
-    ("permutation", dict(colour=1), "colour")])
+    ("permutation", dict(colour=1), "colour"),
+    ("sort", dict(num_items=1), "num_items"),
+    ("sort", dict(alphabet=1), "alphabet")])
 def test_bad_task_options(name, options, match):
   with pytest.raises(ValueError, match=match):
     tasks.make_task(name, **options)
+
+
+def test_sort_layout_and_metrics_on_hand_made_answers():
+  task = tasks.make_task("sort", num_items=4, alphabet=5)
+  rng = np.random.default_rng(0)
+  drawn = [task.generate(rng) for _ in range(50)]
+  # items repeat (drawn with repetition), the answer is the prompt sorted
+  assert any(task.difficulty(p) < 4 for p in drawn)
+  split = tasks.to_split(task, drawn)
+  np.testing.assert_array_equal(split.answers, np.sort(split.prompts, 1))
+  problem = sort.Items(items=(3, 0, 3, 1), answer=(0, 1, 3, 3))
+  prompt, answer = task.encode(problem)
+  first = tasks.FIRST_TASK_ID + 1
+  np.testing.assert_array_equal(prompt, np.array([3, 0, 3, 1]) + first)
+  np.testing.assert_array_equal(answer, np.array([0, 1, 3, 3]) + first)
+  assert task.difficulty(problem) == 3
+  ids = lambda items: np.array(items) + first
+  assert task.score(problem, answer) == tasks.Score(
+      exact=True, valid=True, token_accuracy=1.0)
+  # the input rearranged but not sorted: valid, two slots right
+  assert task.score(problem, ids([0, 3, 1, 3])) == tasks.Score(
+      exact=False, valid=True, token_accuracy=0.5)
+  # sorted but an item dropped for another: not a rearrangement
+  assert task.score(problem, ids([0, 1, 1, 3])) == tasks.Score(
+      exact=False, valid=False, token_accuracy=0.75)
+  masked = answer.copy()
+  masked[1] = MASK_ID
+  assert task.score(problem, masked).valid is False
+
+
+@pytest.mark.parametrize("name", ["permutation", "sort"])
+def test_the_task_config_reads_the_list_tasks_options(name):
+  config = load_config(pathlib.Path(__file__).parents[1] / "configs"
+                       / "tasks.py")
+  task = tasks.make_task(name, **task_training.task_options(config, name))
+  assert (task.num_items, task.alphabet) == (8, 16)
+  assert task.prompt_length + task.answer_length <= config.model.max_len
 
 
 def test_ancestral_closed_form_by_enumeration():

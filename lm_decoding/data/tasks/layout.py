@@ -74,6 +74,44 @@ class Task(Protocol):
 
 
 @dataclasses.dataclass(frozen=True)
+class ListTask:
+  """The layout the list tasks share (`permutation.PermutationTask`,
+  `sort.SortTask`): the prompt is n items from an alphabet of m, item i is
+  token FIRST_TASK_ID + 1 + i (FIRST_TASK_ID is BLANK, unused here), the
+  answer n slots; a problem has `items` (the prompt's, ints in [0, m)) and
+  `answer` (the reference's), and its key is its items. Each task adds its
+  checks, name, generator, metrics and difficulty.
+
+  Attributes:
+    num_items: n.
+    alphabet: m.
+  """
+
+  num_items: int = 8
+  alphabet: int = 16
+
+  @property
+  def prompt_length(self) -> int:
+    return self.num_items
+
+  answer_length = prompt_length
+
+  @property
+  def vocab_size(self) -> int:
+    return FIRST_TASK_ID + 1 + self.alphabet
+
+  def item_ids(self, items) -> np.ndarray:
+    """int32 token ids of items (ints in [0, m))."""
+    return np.asarray(items, np.int32) + FIRST_TASK_ID + 1
+
+  def key(self, problem) -> tuple[int, ...]:
+    return problem.items
+
+  def encode(self, problem) -> tuple[np.ndarray, np.ndarray]:
+    return self.item_ids(problem.items), self.item_ids(problem.answer)
+
+
+@dataclasses.dataclass(frozen=True)
 class Split:
   """Problems of one split and their rows.
 

@@ -40,7 +40,7 @@ from typing import Sequence
 
 import numpy as np
 
-from lm_decoding.data.tasks.layout import FIRST_TASK_ID, Score
+from lm_decoding.data.tasks.layout import ListTask, Score
 
 
 def success_probability(n: int, step_sizes: Sequence[int]) -> float:
@@ -87,20 +87,14 @@ class Items:
 
 
 @dataclasses.dataclass(frozen=True)
-class PermutationTask:
-  """The shuffle task as a `layout.Task`.
-
-  Item i is token FIRST_TASK_ID + 1 + i (FIRST_TASK_ID is BLANK, unused
-  here). Prompt = the n items, answer = n slots. Difficulty: n (one
-  bucket).
+class PermutationTask(ListTask):
+  """The shuffle task as a `layout.Task` in the list tasks' layout
+  (`layout.ListTask`). Difficulty: n (one bucket).
 
   Attributes:
     num_items: n >= 2.
     alphabet: m >= n items to draw from.
   """
-
-  num_items: int = 8
-  alphabet: int = 16
 
   def __post_init__(self):
     if not 2 <= self.num_items <= self.alphabet:
@@ -110,29 +104,10 @@ class PermutationTask:
 
   name = "permutation"
 
-  @property
-  def prompt_length(self) -> int:
-    return self.num_items
-
-  answer_length = prompt_length
-
-  @property
-  def vocab_size(self) -> int:
-    return FIRST_TASK_ID + 1 + self.alphabet
-
-  def item_ids(self, items) -> np.ndarray:
-    return np.asarray(items, np.int32) + FIRST_TASK_ID + 1
-
   def generate(self, rng: np.random.Generator) -> Items:
     items = rng.choice(self.alphabet, self.num_items, replace=False)
     return Items(items=tuple(int(i) for i in items),
                  answer=tuple(int(i) for i in rng.permutation(items)))
-
-  def key(self, problem: Items):
-    return problem.items
-
-  def encode(self, problem: Items):
-    return self.item_ids(problem.items), self.item_ids(problem.answer)
 
   def score(self, problem: Items, answer) -> Score:
     wanted = set(self.item_ids(problem.items).tolist())

@@ -19,7 +19,7 @@ from collections import Counter
 
 import numpy as np
 
-from lm_decoding.data.tasks.layout import FIRST_TASK_ID, Score
+from lm_decoding.data.tasks.layout import ListTask, Score
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,21 +32,15 @@ class Items:
 
 
 @dataclasses.dataclass(frozen=True)
-class SortTask:
-  """The sort task as a `layout.Task`.
-
-  Item i is token FIRST_TASK_ID + 1 + i (FIRST_TASK_ID is BLANK, unused
-  here), as in `permutation.PermutationTask`. Prompt = the n items, answer
-  = n slots. Difficulty: the number of distinct items in the prompt (1 to
-  min(n, m)).
+class SortTask(ListTask):
+  """The sort task as a `layout.Task` in the list tasks' layout
+  (`layout.ListTask`, as `permutation.PermutationTask`). Difficulty: the
+  number of distinct items in the prompt (1 to min(n, m)).
 
   Attributes:
     num_items: n >= 2.
     alphabet: m >= 2 items to draw from (with repetition).
   """
-
-  num_items: int = 8
-  alphabet: int = 16
 
   def __post_init__(self):
     if self.num_items < 2 or self.alphabet < 2:
@@ -55,29 +49,10 @@ class SortTask:
 
   name = "sort"
 
-  @property
-  def prompt_length(self) -> int:
-    return self.num_items
-
-  answer_length = prompt_length
-
-  @property
-  def vocab_size(self) -> int:
-    return FIRST_TASK_ID + 1 + self.alphabet
-
-  def item_ids(self, items) -> np.ndarray:
-    return np.asarray(items, np.int32) + FIRST_TASK_ID + 1
-
   def generate(self, rng: np.random.Generator) -> Items:
     items = tuple(int(i) for i in rng.integers(0, self.alphabet,
                                                self.num_items))
     return Items(items=items, answer=tuple(sorted(items)))
-
-  def key(self, problem: Items):
-    return problem.items
-
-  def encode(self, problem: Items):
-    return self.item_ids(problem.items), self.item_ids(problem.answer)
 
   def score(self, problem: Items, answer) -> Score:
     """exact: the sorted list; valid: a rearrangement of the input (each
