@@ -41,7 +41,7 @@ from lm_decoding.evaluation import records
 from lm_decoding.models import make_logits_fn
 from lm_decoding.studies import task_rules
 from lm_decoding.studies.task_scores import GREEDY
-from lm_decoding.training import pretrained, self_distillation
+from lm_decoding.training import self_distillation
 from lm_decoding.training import task_distillation, task_training
 from lm_decoding.training.pretrained import recipes
 
@@ -173,7 +173,7 @@ def main(argv):
   header = [
       f"# Certainty-forcing self-distillation: {task.name} MDLM", "",
       f"Command: `{records.command()}`", "",
-      f"Commit: {pretrained.current_commit()}; start: {source}", "",
+      f"Commit: {recipes.current_commit()}; start: {source}", "",
       f"Machine: {records.cpu_model()}, {os.cpu_count()} cores; 1-minute "
       f"load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at "
       f"the end (shared with other jobs); {(time.time() - start) / 60:.1f} "

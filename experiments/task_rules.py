@@ -32,7 +32,7 @@ from lm_decoding.decoding.base import bind
 from lm_decoding.evaluation import records
 from lm_decoding.models import make_logits_fn
 from lm_decoding.studies import task_rules
-from lm_decoding.training import pretrained, task_training
+from lm_decoding.training import task_training
 from lm_decoding.training.pretrained import recipes
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/tasks.py",
@@ -94,7 +94,7 @@ def main(argv):
   header = [
       "# The commit rules on the task models", "",
       f"Command: `{records.command()}`", "",
-      f"Commit: {pretrained.current_commit()}; models: " + "; ".join(sources),
+      f"Commit: {recipes.current_commit()}; models: " + "; ".join(sources),
       "", f"Machine: {records.cpu_model()}, {os.cpu_count()} cores; 1-minute "
       f"load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at "
       f"the end (shared with other jobs); {(time.time() - start) / 60:.1f} "
