@@ -341,6 +341,39 @@ def test_task_tables_quote_the_task_records(task, record):
         f"{int(r['nfe'])}", f"{r['ms_per_problem']:.1f}"], (model, decoder, k)
 
 
+def test_sort_rules_table_quotes_its_record():
+  """Every 'setting: TPF / exact' point and every held TPF and AUP of
+  tasks.md's sort table is its record's (experiments/results/tasks_sort)."""
+  section = (ROOT / "docs" / "tasks.md").read_text().split(
+      "## The sort task", 1)[1]
+  block = section.split("\n| model | rule |", 1)[1].split("\n\n", 1)[0]
+  with open(RESULTS / "tasks_sort" / "rules.csv") as f:
+    points = list(csv.DictReader(f))
+  with open(RESULTS / "tasks_sort" / "rules_summary.csv") as f:
+    summary = {(r["model"], r["rule"]): r for r in csv.DictReader(f)}
+  names = {"one cell a step": "one_a_step", "threshold": "threshold",
+           "factor": "factor", "entropy bound": "entropy_bound"}
+  lines = block.splitlines()[2:]
+  assert len(lines) == 6
+  for line in lines:
+    model, rule, cells, held, aup = [c.strip().replace("*", "")
+                                     for c in line.strip("|").split("|")]
+    rule = names[rule]
+    key = lambda setting: (setting if rule == "one_a_step"
+                           else float(setting))
+    mine = {key(r["setting"]): r for r in points
+            if (r["model"], r["rule"]) == (model, rule)}
+    quoted = re.findall(r"([\w.-]+): ([\d.]+) / ([\d.]+)", cells)
+    assert quoted, line
+    for setting, tpf, exact in quoted:
+      r = mine[key(setting.replace("low-confidence", "low_confidence"))]
+      assert (tpf, exact) == (f"{float(r['tpf']):.2f}",
+                              f"{float(r['exact']):.3f}"), line
+    row = summary[model, rule]
+    assert held == f"{float(row['max_tpf_within_1se']):.2f}", line
+    assert aup == f"{float(row['aup']):.0f}", line
+
+
 @pytest.mark.parametrize("lineage", ["tiny", "base"])
 def test_adaptation_tables_quote_the_lineage_records(lineage):
   """adaptation.md's adapted-against-scratch table of each set is its
