@@ -7,7 +7,10 @@ and the optional config keys it accepts; `check_options` checks those keys
 (and the block lengths of the objectives trained in blocks),
 `block_schedule` and `scheduled_sampling` read the two that change the
 train step. A new objective is a module of this package (its loss and
-bound) and one entry in `_ENTRIES`; nothing in the trainer names it.
+bound) and one entry in `_ENTRIES`; nothing in the trainer names it. A
+config of data.source 'task' (an exact-answer task's rows) trains the task
+entry of its objective name (`TASK_OBJECTIVES`: the prompt given, never
+scored); `of_config` is the entry a config trains, either way.
 
     entry = registry.get("mdlm")
     loss, metrics = entry.loss(logits_fn, params, tokens, key,
