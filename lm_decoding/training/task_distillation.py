@@ -26,20 +26,18 @@ given parameters; it checkpoints and resumes in its workdir.
 from __future__ import annotations
 
 import json
-import math
 import os
 
 import jax
 import ml_collections
 import numpy as np
 
-from lm_decoding.checks import is_number
 from lm_decoding.data.tasks import Split, Task, score_rows
 from lm_decoding.models import Model
 from lm_decoding.training import data_sources, task_training
 from lm_decoding.training import train as train_lib
 from lm_decoding.training.objectives.certainty_forcing import (
-    CERTAINTY_TEMPERATURE, CERTAINTY_WEIGHT)
+    CERTAINTY_TEMPERATURE, CERTAINTY_WEIGHT, check_certainty_term)
 from lm_decoding.training.pretrained import store
 from lm_decoding.training.self_distillation import teacher_continuations
 
@@ -91,18 +89,14 @@ def distill_config(task: Task, config: ml_collections.ConfigDict,
   evaluation, and validation in one batch of `valid_rows` rows.
 
   Raises:
-    ValueError: a TRAIN_KEYS option missing from `train`, weight not a
-      number in [0, inf) or temperature not in (0, inf); or as
+    ValueError: a TRAIN_KEYS option missing from `train`, or as
+      `certainty_forcing.check_certainty_term` (weight, temperature) and
       `task_training.train_config`.
   """
   missing = [key for key in TRAIN_KEYS if key not in train]
   if missing:
     raise ValueError(f"train lacks {missing}; it must hold {TRAIN_KEYS}")
-  if not (is_number(weight) and 0 <= weight < math.inf):
-    raise ValueError(f"weight={weight!r} must be a number in [0, inf)")
-  if not (is_number(temperature) and 0 < temperature < math.inf):
-    raise ValueError(f"temperature={temperature!r} must be a number in "
-                     "(0, inf)")
+  check_certainty_term(weight, temperature)
   run = task_training.train_config(task, "mdlm", config, valid_rows)
   options = {key: train[key] for key in TRAIN_KEYS}
   del run.train["budget_s"]
