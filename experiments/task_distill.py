@@ -10,7 +10,8 @@ puzzles greedily (one cell a step in an adaptive ordering, or AR greedy;
 'reference': the puzzles' own answers, no teacher); the answers
 `distill.keep` selects fine-tune the MDLM for `distill.num_steps` steps of
 `training.task_distillation.fine_tune` (cross-entropy + weight x the
-entropy of softmax(logits / temperature) on the masked cells already right).
+entropy of softmax(logits / temperature) on the masked cells already right;
+a `train.train` run in --workdir, which it resumes).
 Then the student decodes the test split with every rule of `config.rules`
 (`studies.task_rules`), beside the teacher's points of --baseline (a
 rules.csv of experiments/task_rules.py). Writes to --out: student.csv, student_summary.csv,
@@ -23,9 +24,11 @@ Bad options end the run in its first seconds with one line
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
+import tempfile
 import time
 
 import jax
@@ -51,6 +54,10 @@ _OUT = flags.DEFINE_string("out", None, "The record's folder.", required=True)
 _DATA = flags.DEFINE_string(
     "data", "", "A folder for the kept teacher answers: read when it holds "
     "them for this task, teacher, keep, puzzles and seed, else written.")
+_WORKDIR = flags.DEFINE_string(
+    "workdir", "", "The fine-tune's checkpoints and metrics.jsonl (resumed "
+    "when they are this run's); '' for a temporary folder removed at the "
+    "end.")
 _BASELINE = flags.DEFINE_string(
     "baseline", "", "A rules.csv of experiments/task_rules.py: its rows of "
     "the task's shipped MDLM (the teacher) join the record, beside the "
@@ -157,9 +164,12 @@ def main(argv):
   train = ml_collections.ConfigDict(dict(
       config.train.to_dict(), learning_rate=d.learning_rate,
       warmup_steps=d.warmup_steps, num_steps=d.num_steps))
-  params, summary = task_distillation.fine_tune(
-      task, mdlm["model"].params, rows, splits["valid"].rows,
-      config, train, config.seed, d.weight, d.temperature)
+  with contextlib.ExitStack() as stack:
+    workdir = _WORKDIR.value or stack.enter_context(
+        tempfile.TemporaryDirectory(prefix="task_distill_"))
+    params, summary = task_distillation.fine_tune(
+        task, mdlm["model"].params, rows, splits["valid"].rows,
+        config, train, config.seed, workdir, d.weight, d.temperature)
   student = bind(mdlm["model"].logits_fn, params)
   grid = task_rules.rule_grid("mdlm", task.answer_length,
                               config.train.block_length,

@@ -349,6 +349,10 @@ BAD_INPUTS = [
                  ValueError,
                  r"P=2 \+ output_length=4 must be <= cache_length=5",
                  id="ar-cache-shorter-than-prompt-plus-output"),
+    pytest.param(lambda: stubs.decode_raising("ar", cache_length=17),
+                 ValueError,
+                 r"^17 positions \(cache_length=17\) must be <= the model's "
+                 r"max_len=16$", id="ar-cache-longer-than-max-len"),
     pytest.param(lambda: stubs.decode_raising("ar", eos_ids=(16,)),
                  ValueError,
                  r"eos_ids and pad_id must be token ids in \[0, V=16\)",

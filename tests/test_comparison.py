@@ -19,6 +19,7 @@ from lm_decoding.data.tokenizer import Tokenizer
 from lm_decoding.decoding import base
 from lm_decoding.evaluation import (
     comparison, cost_model, crossover, entries, frontier, report)
+from lm_decoding.evaluation.comparison_rows import SPREAD_FLAG
 from lm_decoding.models import TransformerConfig, init_params, make_logits_fn
 from lm_decoding.models import Model
 from lm_decoding.parallel import sharding
@@ -602,6 +603,27 @@ def test_report_predicted_columns_from_the_cost_model(measured, tmp_path):
   ar_ms = 1e3 * cost_model.ar_decode_s(configs["ar"], 1, 4, T, profile)
   assert f"- T={T} B=1: Pareto front: AR cached ({ar_ms:.3g} ms" in text
   assert "- not costed: thr dual" in text
+
+
+def test_report_columns_come_from_the_data_file():
+  """The tables' columns as report.md writes them (`report_columns.tsv`):
+  the cost table's formatters bound by key, the spread flag filled in, a
+  later table's repeated column the cost table's header and digits,
+  defined "as above"; an unknown table refused."""
+  cost = {c[1]: c for c in report.table_columns("cost")}
+  assert cost["fwd tokens"][0]({"forward_tokens": {"model": 1200}}) == (
+      "model 1,200")
+  assert cost["spread"][0]({"spread": 0.25, "noisy": True}) == "25% !"
+  assert f"'!' above {SPREAD_FLAG:.0%} (" in cost["spread"][3]
+  assert cost["ms min"][:3] == ("ms_min", "ms min", 1)
+  assert report.table_columns("cache")[:3] == (
+      ("decoder", "decoder", 0, "as above"), ("batch_size", "B", 0,
+                                              "as above"),
+      ("output_length", "T", 0, "as above"))
+  assert [c[1] for c in report.table_columns("predicted")] == [
+      "pred ms", "meas/pred"]
+  with pytest.raises(ValueError, match=r"table='costs'; allowed: \("):
+    report.table_columns("costs")
 
 
 def test_fixed_length_and_eos_modes_exactly(tokenizer):

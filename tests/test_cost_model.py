@@ -216,7 +216,7 @@ def test_report_predicted_columns():
   rows = report._with_predictions(  # pylint: disable=protected-access
       [_row("model=ar", {}, {}), _row("model=x", {}, {})],
       lambda r: 4.0 if r["models"] == "model=ar" else None)
-  table = report.markdown_table(rows, report.PREDICTED_COLUMNS)
+  table = report.markdown_table(rows, report.table_columns("predicted"))
   assert table.splitlines()[2:] == ["| 4.0 | 0.25 |", "| — | — |"]
 
 

@@ -52,7 +52,7 @@ def test_verdict_fastest_within_tolerance_and_speedup():
             pt("faster ok", 25.0, 430.0, 3.45), pt("slow ok", 200.0, 400.0),
             pt("AR", 300.0, 400.0, b=8), pt("x", 100.0, 400.0, b=8)]
   v1, v8 = frontier.verdicts(points, "AR", TOL)
-  assert (v1.batch_size, v8.batch_size) == (1, 8)
+  assert (v1.reference.batch_size, v8.reference.batch_size) == (1, 8)
   assert v1.fastest.label == "faster ok" and v1.nearest_miss is None
   assert v1.speedup(v1.fastest) == pytest.approx(4.0)
   assert labels(v1.front) == ["fast bad", "faster ok", "fast ok", "AR"]

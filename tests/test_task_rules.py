@@ -24,6 +24,8 @@ from lm_decoding.special_tokens import MASK_ID
 from lm_decoding.studies import task_rules
 from lm_decoding.studies.task_scores import GREEDY
 from lm_decoding.training import task_distillation, train_step as train
+from lm_decoding.training import train as train_lib
+from lm_decoding.training.objectives import registry
 from lm_decoding.training.objectives import certainty_forcing as cf
 
 TASK = tasks.make_task("permutation", num_items=4, alphabet=6)
@@ -212,34 +214,86 @@ def test_teacher_rows_keep_what_the_task_scores():
                                    jax.random.key(0), 8, keep="some")
 
 
-def test_fine_tune_lowers_the_loss_on_its_rows():
-  """A few steps on the copy answers: the cross-entropy falls (the loss
-  need not: its entropy term starts once cells come right), the caller's
-  parameters survive (the step donates its own copy), and the summary
-  counts the rows and steps."""
+def _tiny_task_config():
   task_config = load_config(pathlib.Path(__file__).parents[1] / "configs"
                             / "tasks.py")
   task_config.model.update(d_model=16, num_layers=1, num_heads=2,
                            num_kv_heads=2, head_dim=8, mlp_dim=32, max_len=8)
+  return task_config
+
+
+ROWS = np.concatenate([SPLIT["train"].prompts] * 2, 1)  # the copy answers
+TRAIN = ml_collections.ConfigDict(dict(
+    batch_size=8, learning_rate=3e-3, warmup_steps=0, num_steps=30,
+    weight_decay=0.0, grad_clip_norm=1.0, eval_every=30))
+
+
+def test_fine_tune_lowers_the_loss_on_its_rows(tmp_path):
+  """A `train.train` run of a few steps on the copy answers: the
+  cross-entropy falls (the loss need not: its entropy term starts once cells
+  come right), the caller's parameters survive, the summary counts the rows
+  and steps, its valid NELBO is the MDLM's valid loss (`valid_loss_fn`), and
+  the run's log holds the certainty terms."""
+  task_config = _tiny_task_config()
   config = task_distillation.task_training.model_config(TASK, "mdlm",
                                                         task_config)
   params = train.unbox(stubs.random_params(config))
-  rows = np.concatenate([SPLIT["train"].prompts] * 2, 1)
-  train_config = ml_collections.ConfigDict(dict(
-      batch_size=8, learning_rate=3e-3, warmup_steps=0, num_steps=30,
-      weight_decay=0.0, grad_clip_norm=1.0, eval_every=30))
-  lines = []
   ce_fn = jax.jit(lambda p: cf.answer_certainty_forcing_loss(
-      make_logits_fn(config), p, rows, jax.random.key(0),
+      make_logits_fn(config), p, ROWS, jax.random.key(0),
       prompt_length=4)[1]["ce"])
   before = float(ce_fn(params))
   tuned, summary = task_distillation.fine_tune(
-      TASK, params, rows, SPLIT["valid"].rows, task_config, train_config, 0,
-      log=lines.append)
+      TASK, params, ROWS, SPLIT["valid"].rows, task_config, TRAIN, 0,
+      str(tmp_path / "run"), progress=False)
   assert float(ce_fn(tuned)) < before
   assert float(ce_fn(params)) == before
   assert summary["steps"] == 30 and summary["rows"] == 8
-  assert np.isfinite(summary["valid_nelbo"]) and len(lines) == 1
+  valid = task_distillation.task_training.valid_loss_fn(
+      TASK, "mdlm", task_config, SPLIT["valid"].rows)
+  np.testing.assert_allclose(summary["valid_nelbo"], valid(tuned), rtol=1e-6)
+  assert {"loss", "ce", "entropy", "correct"} <= set(summary)
+  log = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+  assert len(log) == 31 and "correct" in log[-1]
   with pytest.raises(ValueError, match="rows"):
-    task_distillation.fine_tune(TASK, params, rows[:0], rows, task_config,
-                                train_config, 0)
+    task_distillation.fine_tune(TASK, params, ROWS[:0], ROWS, task_config,
+                                TRAIN, 0, str(tmp_path / "empty"))
+  with pytest.raises(ValueError, match="temperature=0"):
+    task_distillation.fine_tune(TASK, params, ROWS, ROWS, task_config,
+                                TRAIN, 0, str(tmp_path / "bad"),
+                                temperature=0)
+
+
+@pytest.mark.parametrize("weight,temperature,golden", [
+    (2.0, 0.5, (7.162484169006348, 2.376443386077881, 2.3930203914642334,
+                666.7730712890625)),
+    (0.7, 1.3, (4.054462909698486, 2.376443386077881, 2.3971707820892334,
+                666.73388671875))])
+def test_fine_tune_step_is_the_old_loops_objective(weight, temperature,
+                                                   golden):
+  """The step `train.train` runs for the fine-tune (the registry's task
+  certainty forcing with the config's options) gives the loss, terms and
+  updated parameters the removed loop's step gave on one fixed batch:
+  `golden` is (loss, ce, entropy, sum |params| after the step) computed at
+  82716a2 by `make_train_step(model, ANSWER_CERTAINTY_FORCING, optimizer,
+  prompt_length=4, weight, temperature)` (random params of seed 4, the
+  copy answers, key 7; 6 of the 32 masked cells right)."""
+  run = task_distillation.distill_config(TASK, _tiny_task_config(), TRAIN,
+                                         0, weight, temperature, 2)
+  entry = registry.of_config(run)
+  assert entry.name == "task_certainty_forcing" and not entry.blocks
+  model = train_lib.model_config(run)
+  optimizer = train.make_optimizer(run.train)
+  step = train.make_train_step(model, entry, optimizer,
+                               *dict(registry.block_schedule(run)).values(),
+                               **entry.options(run))
+  params = train.unbox(stubs.random_params(model, 4))
+  state = train.TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                           opt_state=optimizer.init(params))
+  state, metrics = step(state, ROWS, jax.random.key(7))
+  loss, ce, entropy, total = golden
+  np.testing.assert_allclose(
+      [float(metrics[k]) for k in ("loss", "ce", "entropy", "correct")],
+      [loss, ce, entropy, 0.1875], rtol=1e-5)
+  np.testing.assert_allclose(
+      float(sum(jnp.abs(x).sum() for x in jax.tree.leaves(state.params))),
+      total, rtol=1e-5)

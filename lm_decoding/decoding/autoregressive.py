@@ -123,7 +123,6 @@ class SequenceConfig:
         cache length > logits_fn.max_len.
     """
     base.check_models(self, models)
-    logits_fn = models["model"].logits_fn
     prompts, prompt_lengths = rows.check_prompts(prompts, prompt_lengths,
                                                 needs_prompt=True)
     width = prompts.shape[1]
@@ -133,11 +132,11 @@ class SequenceConfig:
       raise ValueError(
           f"prompt width P={width} + output_length={self.output_length} "
           f"must be <= cache_length={length}")
-    if length > logits_fn.max_len:
-      raise ValueError(
-          f"cache length {length} must be <= logits_fn.max_len="
-          f"{logits_fn.max_len} (prompt width P={width}, output_length="
-          f"{self.output_length}, cache_length={self.cache_length})")
+    base.check_positions(
+        models["model"], "model", length,
+        f"prompt width P={width} + output_length={self.output_length}"
+        if self.cache_length is None
+        else f"cache_length={self.cache_length}")
     base.check_sequence_ids(prompts, self.eos_ids, self.pad_id,
                             models["model"])
     return length, prompts, prompt_lengths

@@ -243,6 +243,29 @@ def vocab_size(model: Model) -> int:
   return out.logits.shape[-1]
 
 
+def check_positions(model: Model, role: str, needed: int,
+                    counted: str) -> None:
+  """Raises ValueError unless the `role` model accepts `needed` positions.
+
+  Args:
+    model: the model; `model.logits_fn.max_len` is the longest sequence or
+      cache it accepts.
+    role: its role (e.g. 'model', 'draft'), named in the message.
+    needed: the positions a decode call runs it over (a sequence or cache
+      length).
+    counted: how `needed` follows from the decoder's arguments (e.g.
+      'prompt width P=2 + output_length=4'), named in the message.
+  Raises:
+    ValueError: `needed` above max_len: "{needed} positions ({counted})
+      must be <= the {role} model's max_len={max_len}".
+  """
+  max_len = model.logits_fn.max_len
+  if needed > max_len:
+    whose = "the model's" if role == "model" else f"the {role} model's"
+    raise ValueError(f"{needed} positions ({counted}) must be <= {whose} "
+                     f"max_len={max_len}")
+
+
 def check_token_ids(name: str, ids: Any, model: Model) -> None:
   """Raises ValueError if concrete `ids` hold an id outside [0, V).
 

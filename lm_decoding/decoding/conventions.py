@@ -143,7 +143,7 @@ def adopt(decoder: Any, models: Mapping[str, Model]) -> Any:
       wanted["sub_block_length"] = sub
       wanted["ar_first_token"] = True
   for field, value in wanted.items():
-    if field in ("sub_block_length", "ar_first_token"):
+    if field not in _DEFAULTS:  # no project default: set only when unset
       continue
     current = getattr(decoder, field)
     if current not in (_DEFAULTS[field], value):

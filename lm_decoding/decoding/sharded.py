@@ -35,12 +35,13 @@ from jax.sharding import Mesh
 
 from lm_decoding.decoding import base
 from lm_decoding.models import KVCache, Model, TransformerConfig
+from lm_decoding.models.transformer import ConfigDims
 from lm_decoding.models.output import ModelOutput
 from lm_decoding.parallel import sharding
 
 
 @dataclasses.dataclass(frozen=True)
-class ShardedLogitsFn:
+class ShardedLogitsFn(ConfigDims):
   """A Transformer logits_fn whose KV caches are sharded on `mesh`.
 
   Hashable (the mesh and rules are), so decoders can keep taking it as a
@@ -58,15 +59,9 @@ class ShardedLogitsFn:
 
   @property
   def config(self) -> TransformerConfig:
+    """The wrapped model's config (its max_len and vocab_size are the
+    wrapper's, `ConfigDims`)."""
     return self.logits_fn.config
-
-  @property
-  def max_len(self) -> int:
-    return self.logits_fn.max_len
-
-  @property
-  def vocab_size(self) -> int:
-    return self.logits_fn.vocab_size
 
   def constrain_cache(self, cache: KVCache) -> KVCache:
     """`cache` constrained to its logical axes (`sharding.place_cache`)."""

@@ -261,11 +261,8 @@ class DraftVerifyDecoder(SequenceConfig):
       if role in self.role_causal:
         check_attention(model.logits_fn, causal=self.role_causal[role],
                         user=f"the {role} model of {type(self).__name__}")
-      needed, counted = self.role_length(role, prompts.shape[1])
-      if needed > model.logits_fn.max_len:
-        raise ValueError(
-            f"{needed} positions ({counted}) must be <= the {role} model's "
-            f"max_len={model.logits_fn.max_len}")
+      base.check_positions(model, role,
+                           *self.role_length(role, prompts.shape[1]))
       if role != "target" and base.vocab_size(model) != vocab:
         raise ValueError(
             f"the {role} model's vocabulary V={base.vocab_size(model)} must "

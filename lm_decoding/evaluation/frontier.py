@@ -165,14 +165,6 @@ class Verdict:
   nearest_miss: Point | None
   group: tuple[Point, ...] = ()
 
-  @property
-  def batch_size(self) -> int:
-    return self.reference.batch_size
-
-  @property
-  def output_length(self) -> int:
-    return self.reference.output_length
-
   def speedup(self, point: Point) -> float:
     """Reference ms / the point's ms (> 1: faster than the reference)."""
     return self.reference.ms / point.ms
@@ -258,7 +250,7 @@ def verdict_lines(found: Sequence[Verdict], baseline: str,
               f"agreement with its tokens reported." if greedy else "")]
   for v in found:
     ref = v.judged_against
-    where = f"T={v.output_length} B={v.batch_size}"
+    where = f"T={v.reference.output_length} B={v.reference.batch_size}"
     if ref != baseline:
       where += f", greedy vs {ref}"
     front = "; ".join(f"{p.label} ({_ms(p.ms)} ms, gen-PPL {p.gen_ppl:.0f}, "

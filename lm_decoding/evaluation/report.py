@@ -13,8 +13,10 @@ figures are drawn by `report_plots`.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
+import pathlib
 from collections.abc import Callable, Mapping, Sequence
 
 from lm_decoding.evaluation import crossover, frontier, records, report_plots
@@ -33,100 +35,39 @@ def _spread(row: dict) -> str:
   return f"{row['spread']:.0%}" + (" !" if row["noisy"] else "")
 
 
-# (key or formatter, header, digits, definition), one tuple per table.
-COST_COLUMNS = (
-    ("decoder", "decoder", 0, "the entry's label with the settings used at "
-     "this T (K steps, block length, tau threshold, cache, ...)"),
-    ("models", "models", 0, "role=member: which trained model each role of "
-     "the decoder ran"),
-    ("batch_size", "B", 0, "rows decoded together"),
-    ("output_length", "T", 0, "output length: tokens generated per row"),
-    ("nfe", "NFE", 0, "forward calls of all models for the batch (a prefill "
-     "or a cache refill counts one)"),
-    (_forward_tokens, "fwd tokens", 0, "token positions the model of each "
-     "role processed, summed over its calls (B x positions per call: a full "
-     "pass costs B x (P + T), a cached AR step B, a dual-cache step B x "
-     "block length)"),
-    ("ms_min", "ms min", 1, "fastest of the timed runs of the batch call, "
-     "ms; every row finishes with the batch, so this is each sequence's "
-     "latency"),
-    ("ms_median", "ms median", 1, "median of the timed runs, ms"),
-    (_spread, "spread", 0, f"interquartile range of the timed runs / median; "
-     f"'!' above {SPREAD_FLAG:.0%} (the machine was busy: trust ms min)"),
-    ("ms_per_token", "ms/token", 2, "ms min / T"),
-    ("compile_s", "compile s", 2, "XLA compile time of the call, s (paid "
-     "once per shape, not in the times above)"),
-)
-PREDICTED_COLUMNS = (
-    ("predicted_ms", "pred ms", 1, "the cost model's latency of this row's "
-     "forward calls (`cost_model.comparison_row_s`: roofline per call plus "
-     "a fixed overhead, on the profile named in the header); '—' for call "
-     "shapes it does not cost (speculative verification, cached blocks)"),
-    ("measured_over_predicted", "meas/pred", 2, "ms min / pred ms"),
-)
+# The formatters a column of `COLUMNS_FILE` names by key.
+_FORMATTERS = {"forward_tokens": _forward_tokens, "spread": _spread}
+COLUMNS_FILE = pathlib.Path(__file__).with_name("report_columns.tsv")
+TABLES = ("cost", "predicted", "eos", "quality", "cache")  # report.md's
 
 
-def _as_above(*keys: str) -> tuple:
-  """COST_COLUMNS' columns of `keys`, in that order, defined "as above" (a
-  later table repeats them)."""
-  by_key = {c[0]: c for c in COST_COLUMNS}
-  return tuple(by_key[k][:3] + ("as above",) for k in keys)
+@functools.cache
+def table_columns(table: str) -> tuple[tuple, ...]:
+  """The columns of report.md's table `table` (one of TABLES), as
+  `markdown_table` takes them: (key or formatter, header, digits,
+  definition), one tuple a column, read from `COLUMNS_FILE` (one line a
+  column; a line with no header nor digits is the cost table's column of
+  that key, defined "as above" because a later table repeats it).
 
+  Raises:
+    ValueError: `table` not in TABLES.
+  """
+  if table not in TABLES:
+    raise ValueError(f"table={table!r}; allowed: {TABLES}")
+  lines = [line for line in COLUMNS_FILE.read_text("utf-8").splitlines()
+           if line and not line.startswith("#")]
+  fields = [line.split("\t") for line in lines[1:]]  # under the header
+  cost = {key: (header, digits)
+          for name, key, header, digits, _ in fields if name == "cost"}
+  flag = f"{SPREAD_FLAG:.0%}"
+  out = []
+  for name, key, header, digits, text in fields:
+    if name == table:
+      header, digits = (header, digits) if header else cost[key]
+      out.append((_FORMATTERS.get(key, key), header, int(digits),
+                  text.replace("{SPREAD_FLAG}", flag)))
+  return tuple(out)
 
-_EMPTY = ("empty", "empty", 0, "rows whose first token is EOS")
-EOS_COLUMNS = (
-    *_as_above("decoder", "batch_size", "output_length"),
-    ("eos_tokens_per_row", "real tok/row", 1, "real tokens per row: up to "
-     "and including the row's first EOS (T if none)"),
-    ("real_tokens_per_s", "real tok/s", 0, "real tokens of all rows / EOS "
-     "mode's minimum time, tokens/s, the same formula for every decoder"),
-    ("eos_timed_apart", "timed apart", 0, "True when EOS mode made other "
-     "forward calls than fixed length (e.g. an early exit) and was timed "
-     "itself; else its time is the fixed-length time"),
-    _EMPTY,
-)
-QUALITY_COLUMNS = (
-    *_as_above("decoder", "output_length"),
-    ("gen_ppl", "gen-PPL", 1, "perplexity of the EOS-mode samples (real "
-     "tokens, given their prompt) under the evaluator model, which is never "
-     "decoded; lower reads as more fluent, but only beside entropy"),
-    ("entropy", "entropy", 2, "unigram entropy of each sample's tokens, nats, "
-     "averaged over samples: repetitive, degenerate text has low entropy "
-     "and a flattering gen-PPL"),
-    ("rep_4", "rep-4", 3, "fraction of each sample's 4-grams repeating an "
-     "earlier one, averaged"),
-    ("distinct_2", "distinct-2", 3, "unique bigrams / bigrams over all "
-     "samples"),
-    ("judged_against", "judged against", 0, "the row the verdict holds "
-     "this one's quality to: AR sampling (compare.baseline), or AR greedy "
-     "(compare.greedy_baseline) for rows decoding at temperature 0"),
-    ("greedy_agreement", "agree w/ greedy", 3, "fraction of the fixed-length "
-     "tokens [B, T] equal to AR greedy's on the same prompts, position by "
-     "position (greedy rows; '—' for samplers)"),
-    ("self_correction", "self-corr", 3, "acceptances that replaced an "
-     "earlier accepted token at the same position / acceptances, pooled over "
-     "the samples (uniform_eb's stats 'revised' / 'accepted'); '—' for "
-     "decoders that do not count it"),
-    ("all_eos", "all-EOS", 0, "rows that are EOS at every position in fixed "
-     "length mode"),
-    _EMPTY,
-)
-CACHE_COLUMNS = (
-    *_as_above("decoder", "batch_size", "output_length"),
-    ("context", "context", 0, "the cache context that ran, by its record "
-     "name (`lm_decoding/decoding/contexts.py`: prefix and dual are "
-     "Fast-dLLM's approximate caches, blocks and sub_blocks BD3-LM's, "
-     "canvas_prefix the uniform canvas's)"),
-    ("speedup", "speed-up", 2, "ms min of the same decoder with "
-     "kv_cache=none / this row's ms min ('—' when that decoder is not an "
-     "entry)"),
-    ("max_logit_error", "max logit error", 3, "largest |logit| difference "
-     "between the cached window and an uncached pass over the same tokens, "
-     "over all steps (measured at the largest B, untimed)"),
-    ("agreement", "agreement", 3, "fraction of generated tokens equal to the "
-     "kv_cache=none decoder's (same prompts and key, fixed length, largest "
-     "B)"),
-)
 
 OMISSION_NOTE = (
     "Omission rate (reference content words missing from the output) is not "
@@ -151,8 +92,9 @@ def _fmt(value, digits: int) -> str:
   return str(value)
 
 
-def markdown_table(rows: Sequence[dict], columns=COST_COLUMNS) -> str:
-  """A Markdown table of `rows` with `columns` (see the *_COLUMNS tuples)."""
+def markdown_table(rows: Sequence[dict], columns) -> str:
+  """A Markdown table of `rows` with `columns`: (key or formatter, header,
+  digits, definition) tuples (e.g. `table_columns`)."""
   lines = ["| " + " | ".join(c[1] for c in columns) + " |",
            "|" + "---|" * len(columns)]
   for r in rows:
@@ -245,7 +187,7 @@ def write(comparison: Comparison, header: str, baseline: str,
     tolerance: the quality tolerance of the verdict.
     predict_ms: a row's predicted ms (or None), e.g. from
       `cost_model.comparison_row_s`; when given, the cost table and the CSV
-      get `PREDICTED_COLUMNS`.
+      get the predicted table's columns (`table_columns`).
     elsewhere: {hardware name: a row's predicted ms or None}: the verdict
       and the frontier again with those latencies (`predicted_rows`), e.g.
       `cost_model.comparison_row_ms` on a published profile.
@@ -256,10 +198,10 @@ def write(comparison: Comparison, header: str, baseline: str,
   """
   rows = sorted(comparison.rows,
                 key=lambda r: (r["output_length"], r["batch_size"]))
-  cost_columns = COST_COLUMNS
+  cost_columns = table_columns("cost")
   if predict_ms is not None:
     rows = _with_predictions(rows, predict_ms)
-    cost_columns = COST_COLUMNS + PREDICTED_COLUMNS
+    cost_columns += table_columns("predicted")
   os.makedirs(workdir, exist_ok=True)
   paths = {k: os.path.join(workdir, f) for k, f in (
       ("csv", "results.csv"), ("report", "report.md"),
@@ -341,20 +283,20 @@ def _eos_cache_quality_lines(rows: Sequence[dict], human: dict) -> list[str]:
   quality table with the human text's scores."""
   lines = ["## EOS mode", "",
            "The same decoders with EOS ending a row (what a reader gets).",
-           "", markdown_table(rows, EOS_COLUMNS), "",
-           definitions(EOS_COLUMNS), ""]
+           "", markdown_table(rows, table_columns("eos")), "",
+           definitions(table_columns("eos")), ""]
   cached = _speedups(rows)
   if cached:
     lines += ["## KV caches against recomputation", "",
               "Decoders with a KV cache (kv_cache other than none) against "
               "the same decoder recomputing every pass.", "",
-              markdown_table(cached, CACHE_COLUMNS), "",
-              definitions(CACHE_COLUMNS), ""]
+              markdown_table(cached, table_columns("cache")), "",
+              definitions(table_columns("cache")), ""]
   scored = [r for r in rows if r.get("gen_ppl") is not None]
   return lines + [
       f"## Quality (B={scored[0]['batch_size'] if scored else '—'}, "
-      "EOS mode)", "", markdown_table(scored, QUALITY_COLUMNS), "",
-      definitions(QUALITY_COLUMNS),
+      "EOS mode)", "", markdown_table(scored, table_columns("quality")), "",
+      definitions(table_columns("quality")),
       f"- human text: the held-out continuations of the same prompts "
       f"({human['length']:.0f} tokens on average) score "
       f"gen-PPL {human['gen_ppl']:.1f} at entropy "

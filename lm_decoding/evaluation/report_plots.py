@@ -50,8 +50,8 @@ def _panels(keys, width=6.0, height=4.8):
 def _by_panel(found: Sequence[frontier.Verdict], baseline: str) -> dict:
   """{((T, greedy, reference), B): verdict}: one row of panels per T and
   reference, AR sampling's first."""
-  return {((v.output_length, v.judged_against != baseline, v.judged_against),
-           v.batch_size): v for v in found}
+  return {((v.reference.output_length, v.judged_against != baseline,
+            v.judged_against), v.reference.batch_size): v for v in found}
 
 
 def _title(key, baseline: str) -> str:

@@ -237,12 +237,10 @@ def count_params(params) -> int:
   return int(sum(x.size for x in leaves))
 
 
-@dataclasses.dataclass(frozen=True)
-class ModelLogitsFn:
-  """The decoder boundary for a `Transformer` (see `lm_decoding.decoding.base`).
-
-  Hashable, so decoders can take it as a static jit argument.
-  """
+class ConfigDims:
+  """`max_len` and `vocab_size` of a logits_fn, read from its `config` (a
+  `TransformerConfig`): the one place a Transformer's logits_fn, and any
+  wrapper of it (`decoding.sharded.ShardedLogitsFn`), derives them."""
 
   config: TransformerConfig
 
@@ -253,6 +251,16 @@ class ModelLogitsFn:
   @property
   def vocab_size(self) -> int:
     return self.config.vocab_size
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelLogitsFn(ConfigDims):
+  """The decoder boundary for a `Transformer` (see `lm_decoding.decoding.base`).
+
+  Hashable, so decoders can take it as a static jit argument.
+  """
+
+  config: TransformerConfig
 
   def __call__(self, params, tokens, positions, cache=None,
                attention_mask=None, self_conditioning=None) -> ModelOutput:

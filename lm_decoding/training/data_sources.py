@@ -12,18 +12,17 @@
                 passed as `train.train(..., data=...)`); a config says so
                 with data.source = 'task'.
 
-A config of data.source 'task' trains its objective ('ar', 'mdlm' or
-'bd3lm') conditioned on the prompt of train.prompt_length tokens: the
-prompt is never masked and never scored (`objectives.tasks`), and its
-validation measure is that loss at a fixed key (`objective`). A new kind of
-data is one function here and one entry of `SOURCES`.
+A config of data.source 'task' trains its objective ('ar', 'mdlm',
+'bd3lm' or 'certainty_forcing') conditioned on the prompt of
+train.prompt_length tokens: the prompt is never masked and never scored
+(`objectives.tasks`, `registry.TASK_OBJECTIVES`). A new kind of data is one
+function here and one entry of `SOURCES`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-import jax
 import ml_collections
 import numpy as np
 
@@ -36,9 +35,8 @@ from lm_decoding.parallel import multihost
 from lm_decoding.parallel import sharding
 from lm_decoding.training import self_distillation
 from lm_decoding.training.objectives import registry
-from lm_decoding.training.objectives import tasks as task_objectives
 
-TASK = "task"  # the data.source of a task model's config
+TASK = registry.TASK  # the data.source of a task model's config
 
 
 def text(config: ml_collections.ConfigDict, data_dir: str):
@@ -219,40 +217,3 @@ def check(config: ml_collections.ConfigDict) -> None:
   if targets not in parallel_text.TARGETS:
     raise ValueError(f"data.targets={targets!r}; allowed: "
                      f"{parallel_text.TARGETS}")
-
-
-def _fixed_key_bound(loss):
-  """A task objective's validation measure: its loss's metrics at a fixed
-  key (one draw of times and masks for the diffusion objectives)."""
-  def bound(logits_fn, params, tokens, num_timesteps, **options):
-    del num_timesteps
-    return loss(logits_fn, params, tokens, jax.random.key(0), **options)[1]
-  return bound
-
-
-def _prompt_length(config: ml_collections.ConfigDict) -> dict:
-  return {"prompt_length": config.train.prompt_length}
-
-
-def objective(config: ml_collections.ConfigDict) -> registry.Objective:
-  """The objective `config` trains: the registry entry of train.objective,
-  or for data.source 'task' that entry conditioned on the prompt (the loss
-  of `objectives.tasks`, bound to train.prompt_length; its validation
-  measure that loss at a fixed key). Its attention, sequence length and
-  block flag are the entry's.
-
-  Raises:
-    ValueError: an unknown objective, or a task objective other than
-      those of `objectives.tasks`.
-  """
-  entry = registry.get(config.train.objective)
-  if config.data.get("source") != TASK:
-    return entry
-  if entry.name not in task_objectives.TASK_LOSSES:
-    raise ValueError(f"train.objective={entry.name!r} with data.source="
-                     f"'task'; allowed: {tuple(task_objectives.TASK_LOSSES)}")
-  loss = task_objectives.TASK_LOSSES[entry.name]
-  return dataclasses.replace(
-      entry, name=f"task_{entry.name}", loss=loss,
-      bound=_fixed_key_bound(loss), options=_prompt_length, optional_keys=())
-

@@ -109,13 +109,19 @@ def check_resume(checkpoints: Checkpoints, fingerprint: dict) -> bool:
   return True
 
 
+# The metrics beside the loss that a step record keeps when the objective
+# returns them: scheduled sampling's replaced fraction; certainty forcing's
+# cross-entropy, entropy and the fraction of masked tokens already right.
+LOSS_TERMS = ("replaced", "ce", "entropy", "correct")
+
+
 def step_record(done: int, loss: float, metrics: dict, seconds: float,
                 train_s: float, tokens_per_step: int, step_flops: int | None,
                 peak_flops: float | None) -> tuple[dict, dict]:
   """(metrics.jsonl record of step `done`, the progress bar's postfix):
   loss, tokens/s, gradient norm, `train_s` (the seconds of the run's
-  training steps so far, resumes included), and the MFU and scheduled
-  sampling's replaced fraction where they apply."""
+  training steps so far, resumes included), the MFU where it applies, and
+  the `LOSS_TERMS` the objective's metrics hold."""
   record = {"step": done, "loss": loss,
             "tokens_per_s": tokens_per_step / seconds,
             "grad_norm": float(metrics["grad_norm"]), "train_s": train_s}
@@ -123,8 +129,9 @@ def step_record(done: int, loss: float, metrics: dict, seconds: float,
   if step_flops is not None:
     record["mfu"] = cost.flop_utilisation(step_flops, seconds, peak_flops)
     postfix["mfu"] = f"{record['mfu']:.0%}"
-  if "replaced" in metrics:  # scheduled sampling's replaced fraction
-    record["replaced"] = float(metrics["replaced"])
+  for term in LOSS_TERMS:
+    if term in metrics:
+      record[term] = float(metrics[term])
   return record, postfix
 
 

@@ -11,43 +11,41 @@ softmax(logits / 0.5) on the masked cells it already predicts right), so
 that a threshold rule commits several cells per forward pass.
 
   rows, kept = teacher_rows(task, split, decoder, models, key, batch_size)
-  params, summary = fine_tune(task, params, rows[kept], valid_rows, model,
-                              train, seed)
+  params, summary = fine_tune(task, params, rows[kept], valid_rows, config,
+                              train, seed, workdir)
 
-The train step is the trainer's (`train_step.make_train_step` with the loss as a
-callable objective); batches are drawn with replacement by a generator
-seeded with (seed, step), as `task_training` draws them.
+The fine-tune is a `train.train` run (`distill_config`) like every other
+model's: the task MDLM's config (`task_training.train_config`) with
+objective 'certainty_forcing' on the task data source (the registry's
+task entry, `registry.TASK_OBJECTIVES`: the loss above with complementary
+rows, validated by the MDLM's NELBO of the valid answers at a fixed key),
+the kept rows passed in memory (`data_sources.task_rows`), started from the
+given parameters; it checkpoints and resumes in its workdir.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import time
+import json
+import os
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from lm_decoding.checks import is_count
 from lm_decoding.data.tasks import Split, Task, score_rows
 from lm_decoding.models import Model
-from lm_decoding.training import task_training
+from lm_decoding.training import data_sources, task_training
+from lm_decoding.training import train as train_lib
 from lm_decoding.training.objectives.certainty_forcing import (
-    CERTAINTY_TEMPERATURE, CERTAINTY_WEIGHT, answer_certainty_forcing_loss)
-from lm_decoding.training.objectives import registry
+    CERTAINTY_TEMPERATURE, CERTAINTY_WEIGHT, check_certainty_term)
+from lm_decoding.training.pretrained import store
 from lm_decoding.training.self_distillation import teacher_continuations
-from lm_decoding.training.train_step import (
-    TrainState, make_optimizer, make_train_step, unbox)
 
 KEEP = ("exact", "valid", "all")  # which teacher answers train the student
-
-# The trainer's objective: the registry's certainty forcing, its loss the
-# one-block answer loss (bidirectional, no BD3-LM blocks).
-ANSWER_CERTAINTY_FORCING = dataclasses.replace(
-    registry.get("certainty_forcing"), name="answer_certainty_forcing",
-    loss=answer_certainty_forcing_loss, attention="bidirectional",
-    blocks=False)
+# The fine-tune's train options (`fine_tune`'s `train`); the task config's
+# budget_s does not apply: the fine-tune runs its num_steps.
+TRAIN_KEYS = ("batch_size", "learning_rate", "warmup_steps", "num_steps",
+              "weight_decay", "grad_clip_norm", "eval_every")
 
 
 def teacher_rows(task: Task, split: Split, decoder, teacher: Model,
@@ -79,64 +77,81 @@ def teacher_rows(task: Task, split: Split, decoder, teacher: Model,
   return rows, np.asarray(scores[keep], bool)
 
 
+def distill_config(task: Task, config: ml_collections.ConfigDict,
+                   train: ml_collections.ConfigDict, seed: int,
+                   weight: float, temperature: float, valid_rows: int
+                   ) -> ml_collections.ConfigDict:
+  """The `train.train` config of the fine-tune: the task MDLM's
+  (`task_training.train_config` of kind 'mdlm') with objective
+  'certainty_forcing' (complementary rows; train.certainty_weight =
+  `weight`, train.certainty_temperature = `temperature`), `train`'s
+  TRAIN_KEYS, no time budget, seed `seed`, a checkpoint at every
+  evaluation, and validation in one batch of `valid_rows` rows.
+
+  Raises:
+    ValueError: a TRAIN_KEYS option missing from `train`, or as
+      `certainty_forcing.check_certainty_term` (weight, temperature) and
+      `task_training.train_config`.
+  """
+  missing = [key for key in TRAIN_KEYS if key not in train]
+  if missing:
+    raise ValueError(f"train lacks {missing}; it must hold {TRAIN_KEYS}")
+  check_certainty_term(weight, temperature)
+  run = task_training.train_config(task, "mdlm", config, valid_rows)
+  options = {key: train[key] for key in TRAIN_KEYS}
+  del run.train["budget_s"]
+  run.train.update(objective="certainty_forcing", complementary_masks=True,
+                   certainty_weight=float(weight),
+                   certainty_temperature=float(temperature),
+                   checkpoint_every=options["eval_every"], **options)
+  run.seed = seed
+  return run
+
+
 def fine_tune(task: Task, params, rows: np.ndarray, valid_rows: np.ndarray,
               config: ml_collections.ConfigDict,
-              train: ml_collections.ConfigDict, seed: int,
+              train: ml_collections.ConfigDict, seed: int, workdir: str,
               weight: float = CERTAINTY_WEIGHT,
-              temperature: float = CERTAINTY_TEMPERATURE, log=print):
-  """Fine-tunes the task MDLM `params` on `rows` with certainty forcing.
+              temperature: float = CERTAINTY_TEMPERATURE,
+              progress: bool = True):
+  """Fine-tunes the task MDLM `params` on `rows` with certainty forcing:
+  `train.train` of `distill_config`, started from `params` (or resumed in
+  `workdir`).
 
   Args:
     task: the task (its P and vocabulary).
-    params: the MDLM's parameters (float32, unboxed), the start.
-    rows: int32[R, P + T] training rows (`teacher_rows`' kept rows).
+    params: the MDLM's parameters (float32, unboxed), the start; not
+      changed (the run trains a copy).
+    rows: int32[R, P + T] training rows (`teacher_rows`' kept rows), R >=
+      train.batch_size (batches are drawn by epochs, `pipeline.batches`).
     valid_rows: int32[R', P + T] rows of the MDLM NELBO reported (the valid
       split's reference answers).
     config: the task config (configs/tasks.py): the MDLM's backbone.
-    train: batch_size, learning_rate, warmup_steps, num_steps (the steps
-      run and the cosine's length), weight_decay, grad_clip_norm,
-      eval_every.
+    train: TRAIN_KEYS: batch_size, learning_rate, warmup_steps, num_steps
+      (the steps run and the cosine's length), weight_decay,
+      grad_clip_norm, eval_every (validation and checkpoint spacing).
     seed: batch and mask seed.
+    workdir: the run's checkpoints and metrics.jsonl.
     weight, temperature: the certainty term's beta and softmax temperature.
-    log: called with one line per evaluation.
+    progress: `train.train`'s progress bar and lines.
   Returns:
     (params, summary {steps, train_s, rows, valid_nelbo (nats per answer
     cell, the MDLM bound on valid_rows), loss, ce, entropy, correct (the
     last step's)}).
   Raises:
-    ValueError: no row, num_steps or batch_size below 1, or as
-      `answer_certainty_forcing_loss` (before anything is compiled: the
-      loss checks its options when traced, at the first step).
+    ValueError: as `distill_config`, or rows the task source refuses or
+      fewer than train.batch_size (before anything is compiled).
+    CheckpointError: a checkpoint in `workdir` of another run.
   """
-  if len(rows) < 1:
-    raise ValueError("rows must hold at least one training row")
-  for name in ("num_steps", "batch_size", "eval_every"):
-    if not is_count(train[name]):
-      raise ValueError(f"train.{name}={train[name]!r} must be an integer "
-                       ">= 1")
-  model_cfg = task_training.model_config(task, "mdlm", config)
-  optimizer = make_optimizer(train)
-  step_fn = make_train_step(model_cfg, ANSWER_CERTAINTY_FORCING,
-                            optimizer, prompt_length=task.prompt_length,
-                            weight=weight, temperature=temperature)
-  valid = task_training.valid_loss_fn(task, "mdlm", config, valid_rows)
-  params = jax.tree.map(jnp.array, params)  # a copy: the step donates it
-  state = TrainState(step=jnp.zeros((), jnp.int32), params=params,
-                     opt_state=optimizer.init(params))
-  train_s, metrics = 0.0, {}
-  for step in range(train.num_steps):
-    rng = np.random.default_rng((seed, step))
-    batch = rows[rng.integers(0, len(rows), train.batch_size)]
-    tick = time.time()
-    state, metrics = step_fn(state, batch,
-                             jax.random.fold_in(jax.random.key(seed), step))
-    metrics = {k: float(metrics[k]) for k in ("loss", "ce", "entropy",
-                                              "correct")}
-    train_s += time.time() - tick
-    if (step + 1) % train.eval_every == 0 or step + 1 == train.num_steps:
-      log(f"{task.name}/student step {step + 1}: " + ", ".join(
-          f"{k} {v:.3f}" for k, v in metrics.items()) + f", {train_s:.0f} s")
-  params = unbox(state.params)
-  return params, {"steps": train.num_steps, "train_s": train_s,
-                  "rows": len(rows), "valid_nelbo": float(valid(params)),
-                  **metrics}
+  run = distill_config(task, config, train, seed, weight, temperature,
+                       len(valid_rows))
+  summary = train_lib.train(
+      run, workdir, progress=progress, init_params=params,
+      data=data_sources.task_rows(task.name, task.vocab_size, rows,
+                                  valid_rows))
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    last = json.loads(f.readlines()[-1])
+  return store.load_trained_params(run, workdir), {
+      "steps": summary["steps"], "train_s": summary["train_s"],
+      "rows": len(rows), "valid_nelbo": summary["valid_loss"],
+      **{key: last[key] for key in ("loss", "ce", "entropy", "correct")}}

@@ -48,6 +48,7 @@ from lm_decoding.training import data_sources
 from lm_decoding.training import train as train_lib
 from lm_decoding.training import train_step
 from lm_decoding.training.checkpoints import Checkpoints
+from lm_decoding.training.objectives import registry
 from lm_decoding.training.objectives import tasks as task_objectives
 from lm_decoding.training.pretrained import loading, recipes, store
 
@@ -136,7 +137,7 @@ def valid_loss_fn(task: Task, kind: str, config: ml_collections.ConfigDict,
     ValueError: as `train_config`.
   """
   run = train_config(task, kind, config, valid_rows=len(rows))
-  entry = data_sources.objective(run)
+  entry = registry.of_config(run)
   eval_fn = train_step.make_eval_fn(
       train_lib.model_config(run), entry, 1, run.train.get("block_length"),
       **entry.options(run))

@@ -5,7 +5,7 @@ The LM objectives train on the packed text corpus, the translation
 objectives on the verse pairs, the exact-answer task models (data.source
 'task', `task_training`) on a task's rows given in memory: each reads its
 rows through a data source (`data_sources`) and asks its objective's entry
-(`data_sources.objective`) for its loss and validation measure.
+(`registry.of_config`) for its loss and validation measure.
 
 One jit-compiled step (`train_step`: AdamW, warmup + cosine decay,
 global-norm clipping), deterministic validation, orbax checkpoints that
@@ -101,10 +101,10 @@ def model_config(config: ml_collections.ConfigDict) -> TransformerConfig:
   Raises:
     ValueError: unknown objective, or data.seq_len above model.max_len.
   """
-  entry = data_sources.objective(config)
+  entry = registry.of_config(config)
   length = entry.sequence_length(config)
   if length > config.model.max_len:
-    what = (f"data.seq_len={length}" if entry.data == "text"
+    what = (f"data.seq_len={length}" if entry.data != "pairs"
             else f"the {entry.name} training sequence length {length} (from "
                  "data.max_source_tokens, data.max_target_tokens)")
     raise ValueError(
@@ -221,7 +221,7 @@ def _plan(config: ml_collections.ConfigDict, workdir: str, data, data_dir,
   Raises:
     ValueError: as `train` says, before anything is compiled.
   """
-  model_cfg, entry = check_config(config), data_sources.objective(config)
+  model_cfg, entry = check_config(config), registry.of_config(config)
   train_cfg, optimizer = config.train, step_lib.make_optimizer(config.train)
   mesh = sharding.mesh_or_none(config.get("mesh"))
   rules = sharding.rules_from_config(config.get("mesh"))

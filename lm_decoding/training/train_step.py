@@ -123,7 +123,7 @@ def state_shardings(model_cfg: TransformerConfig, optimizer, mesh,
 
 def entry_of(objective) -> registry.Objective:
   """The registry entry of `objective`: a name of `registry.OBJECTIVES` or
-  an entry itself (e.g. `data_sources.objective`'s prompt-conditioned one).
+  an entry itself (e.g. a task's prompt-conditioned one, `registry.of_config`).
 
   Raises:
     ValueError: an unknown name (`registry.get`).

@@ -141,12 +141,19 @@ def _check(logits_fn, tokens_BxL, prompt_length, weight, temperature,
   if not is_count(prompt_length, minimum=0) or prompt_length >= length:
     raise ValueError(f"prompt_length={prompt_length!r} must be an integer in "
                      f"[0, {length - 1}]")
+  check_certainty_term(weight, temperature)
+  check_attention(logits_fn, causal=False, user=user)
+
+
+def check_certainty_term(weight, temperature) -> None:
+  """Raises ValueError unless `weight` (beta of the entropy term) is a
+  number in [0, inf) and `temperature` one in (0, inf), naming the one out
+  of range; a caller may check them before anything is traced."""
   if not (is_number(weight) and 0 <= weight < math.inf):
     raise ValueError(f"weight={weight!r} must be a number in [0, inf)")
   if not (is_number(temperature) and 0 < temperature < math.inf):
     raise ValueError(f"temperature={temperature!r} must be a number in "
                      "(0, inf)")
-  check_attention(logits_fn, causal=False, user=user)
 
 
 def certainty_forcing_loss(logits_fn, params, tokens_BxL: jax.Array,

@@ -7,7 +7,10 @@ and the optional config keys it accepts; `check_options` checks those keys
 (and the block lengths of the objectives trained in blocks),
 `block_schedule` and `scheduled_sampling` read the two that change the
 train step. A new objective is a module of this package (its loss and
-bound) and one entry in `_ENTRIES`; nothing in the trainer names it.
+bound) and one entry in `_ENTRIES`; nothing in the trainer names it. A
+config of data.source 'task' (an exact-answer task's rows) trains the task
+entry of its objective name (`TASK_OBJECTIVES`: the prompt given, never
+scored); `of_config` is the entry a config trains, either way.
 
     entry = registry.get("mdlm")
     loss, metrics = entry.loss(logits_fn, params, tokens, key,
@@ -26,9 +29,10 @@ import ml_collections
 
 from lm_decoding.checks import is_count, is_number
 from lm_decoding.training.objectives import ar, bd3lm, certainty_forcing
-from lm_decoding.training.objectives import mdlm, translation, uniform
+from lm_decoding.training.objectives import mdlm, tasks, translation, uniform
 
 ConfigDict = ml_collections.ConfigDict
+TASK = "task"  # the data.source of an exact-answer task's config
 
 
 def _no_options(config: ConfigDict) -> dict:
@@ -55,8 +59,9 @@ class Objective:
       over time), metrics holding 'nll' and 'tokens'.
     attention: the backbone's attention kind ('causal', 'bidirectional').
     data: 'text' (the packed corpus, rows of data.seq_len tokens),
-      'distillation' (a teacher's continuations, `data_sources`) or 'pairs'
-      (the verse pairs of `parallel_text.layout`).
+      'distillation' (a teacher's continuations, `data_sources`), 'pairs'
+      (the verse pairs of `parallel_text.layout`) or 'task' (an
+      exact-answer task's rows, given by the caller: `TASK_OBJECTIVES`).
     bound_name: what exp(validation loss) is: 'perplexity' or
       'perplexity bound'.
     options: config -> the static keyword arguments of `loss` and `bound`.
@@ -193,6 +198,40 @@ _ENTRIES = (
 OBJECTIVES: dict[str, Objective] = {o.name: o for o in _ENTRIES}
 
 
+def _prompt_length(config: ConfigDict) -> dict:
+  return {"prompt_length": config.train.prompt_length}
+
+
+def _answer_nelbo(logits_fn, params, tokens, num_timesteps, *,
+                  prompt_length, **training_only):
+  """Task certainty forcing's validation measure: the task MDLM's NELBO of
+  the answer at the fixed key (`tasks.task_mdlm_loss`), the measure the
+  task MDLM itself is validated by."""
+  del training_only  # certainty forcing's complementary, weight, temperature
+  return _loss_as_bound(tasks.task_mdlm_loss)(
+      logits_fn, params, tokens, num_timesteps, prompt_length=prompt_length)
+
+
+# The exact-answer tasks' objectives (data.source 'task'), keyed by
+# train.objective: each LM entry conditioned on the prompt of
+# train.prompt_length tokens (never masked nor scored), its validation
+# measure its loss at the fixed key; certainty forcing's is
+# `answer_certainty_forcing_loss` (the answer one block, complementary
+# rows with train.complementary_masks), validated by the MDLM's NELBO.
+_TASK_ENTRIES = tuple(
+    dataclasses.replace(OBJECTIVES[name], name=f"task_{name}", loss=loss,
+                        bound=_loss_as_bound(loss), data=TASK,
+                        options=_prompt_length, optional_keys=())
+    for name, loss in tasks.TASK_LOSSES.items()) + (
+    dataclasses.replace(
+        OBJECTIVES["certainty_forcing"], name="task_certainty_forcing",
+        loss=certainty_forcing.answer_certainty_forcing_loss,
+        bound=_answer_nelbo, data=TASK,
+        optional_keys=("train.complementary_masks",), blocks=False),)
+TASK_OBJECTIVES: dict[str, Objective] = {
+    o.name.removeprefix("task_"): o for o in _TASK_ENTRIES}
+
+
 def get(name: str) -> Objective:
   """The entry of objective `name`.
 
@@ -203,6 +242,23 @@ def get(name: str) -> Objective:
     raise ValueError(f"train.objective={name!r}; allowed: "
                      f"{tuple(OBJECTIVES)}")
   return OBJECTIVES[name]
+
+
+def of_config(config: ConfigDict) -> Objective:
+  """The objective `config` trains: the entry of train.objective, or for
+  data.source 'task' its task entry (`TASK_OBJECTIVES`).
+
+  Raises:
+    ValueError: an unknown objective, or a task objective not in
+      `TASK_OBJECTIVES` (naming train.objective and the allowed names).
+  """
+  name = config.train.objective
+  if config.data.get("source") != TASK:
+    return get(name)
+  if name not in TASK_OBJECTIVES:
+    raise ValueError(f"train.objective={name!r} with data.source={TASK!r}; "
+                     f"allowed: {tuple(TASK_OBJECTIVES)}")
+  return TASK_OBJECTIVES[name]
 
 
 def accepting(key: str) -> tuple[str, ...]:
@@ -226,7 +282,7 @@ def check_options(config: ConfigDict) -> None:
     ValueError: naming the key, its allowed values and objectives.
   """
   scheduled_sampling(config)
-  if get(config.train.objective).blocks:
+  if of_config(config).blocks:
     block, seq_len = config.train.get("block_length"), config.data.seq_len
     if not is_count(block) or seq_len % block:
       raise ValueError(f"train.block_length={block!r} must be an integer in "
@@ -277,7 +333,7 @@ def block_schedule(config: ConfigDict) -> tuple[tuple[int, int | None], ...]:
   Raises:
     ValueError: as `bd3lm.parse_block_schedule`.
   """
-  if not get(config.train.objective).blocks:
+  if not of_config(config).blocks:
     return ((0, None),)
   text = config.train.get("block_schedule")
   if text is None:
