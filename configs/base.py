@@ -22,6 +22,8 @@ import pathlib
 
 import ml_collections
 
+STUDENT = "bd3lm16_distilled"  # compare.stored_members
+
 _spec = importlib.util.spec_from_file_location(
     "full", pathlib.Path(__file__).with_name("full.py"))
 full = importlib.util.module_from_spec(_spec)
@@ -67,6 +69,20 @@ def get_config() -> ml_collections.ConfigDict:
   config.compare.decoders = tuple(
       d for d in config.compare.decoders
       if not any(piece in d for piece in dropped))
+  # The certainty-forcing student of bd3lm16_from_ar
+  # (docs/self_distillation.md), shipped in the set outside the recipes above and loaded by its own
+  # manifest: greedy, judged against AR greedy. Self-speculation is lossless
+  # against the student's own block-size-1 (AR) view; the threshold row is
+  # its parallel decode at the tau its record found best.
+  config.compare.stored_members = (STUDENT,)
+  config.compare.decoders += (
+      "distilled self-speculative gamma={gamma} temp={temperature}"
+      f" | self_speculative | model={STUDENT} | gamma=8 temperature=0",
+      "distilled BD3-LM {remasking} tau={threshold} block={block_length}"
+      " K={steps}"
+      f" temp={{temperature}} | bd3lm | model={STUDENT} | block_length=16"
+      " steps=T remasking=threshold threshold=0.7 temperature=0",
+  )
   config.compare.output_lengths = (256,)
   config.compare.timed_runs = 3
   return config

@@ -17,8 +17,9 @@ its agreement with AR greedy's tokens, gen-PPL and entropy.
 curve per (model, rule) and d3LLM's AUP per curve.
 
 `configs/rules.py` (the default, `:tiny`) decodes the tiny set;
-`configs/rules.py:base` the base set. T = 256, B = 8 (quality is scored
-there), one timed run: the point is TPF and quality, not time.
+`configs/rules.py:base` the base set, its distilled student included.
+T = 256, B = 8 (quality is scored there), one timed run: the point is TPF
+and quality, not time.
 
 Usage:
   python experiments/compare_decoding.py --config=configs/rules.py \
@@ -37,10 +38,13 @@ FACTOR = 1.0  # f of Fast-dLLM's factor rule
 ENTROPY_BOUNDS = (0.1, 1.0)  # gamma, nats, of the entropy bound
 MDLM_MEMBERS = ("mdlm", "mdlm_from_ar")
 BD3LM_MEMBERS = {"bd3lm": 16, "bd3lm4_from_ar": 4, "bd3lm16_from_ar": 16}
+# The base set's stored distilled student (configs/base.py), a BD3-LM too.
+STUDENTS = {"bd3lm16_distilled": 16}
 
 
-def rule_decoders() -> tuple[str, ...]:
-  """One entry per (member, rule), all at temperature 0."""
+def rule_decoders(bd3lm_members: dict[str, int]) -> tuple[str, ...]:
+  """One entry per (member, rule), all at temperature 0; `bd3lm_members`
+  maps each BD3-LM member to its block length."""
   greedy = " temperature=0"
   rows = []
   for m in MDLM_MEMBERS:
@@ -55,7 +59,7 @@ def rule_decoders() -> tuple[str, ...]:
     rows += [f"{m} entropy bound={{entropy_bound}} temp={{temperature}}"
              f" block={{block_length}} cache={{kv_cache}} | entropy_bound"
              f"{mdlm} entropy_bound={g}" for g in ENTROPY_BOUNDS]
-  for m, block in BD3LM_MEMBERS.items():
+  for m, block in bd3lm_members.items():
     rows += [f"{m} threshold tau={{threshold}} temp={{temperature}}"
              f" block={{block_length}} K={{steps}} {{remasking}} | bd3lm"
              f" | model={m} | block_length={block} steps=T"
@@ -69,9 +73,10 @@ def get_config(size: str = "tiny") -> ml_collections.ConfigDict:
   config.compare.output_lengths = (256,)
   config.compare.batch_sizes = (8,)
   config.compare.timed_runs = 1
+  students = {m: STUDENTS[m] for m in config.compare.stored_members}
   config.compare.decoders = (
       "AR cached | ar | model=ar",
       "AR greedy temp={temperature} | ar | model=ar | temperature=0",
-      *rule_decoders(),
+      *rule_decoders({**BD3LM_MEMBERS, **students}),
   )
   return config

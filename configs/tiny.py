@@ -103,6 +103,10 @@ def get_config() -> ml_collections.ConfigDict:
   config.compare.tolerance_gen_ppl = 0.10
   config.compare.tolerance_entropy = 0.10
   config.compare.pretrained_set = ""    # '' = lm_decoding/pretrained; 'base' its subfolder
+  # Members of that set loaded by their own manifest's recipe and never
+  # trained (a distilled student: docs/self_distillation.md); entries bind
+  # them by name like the config's own members.
+  config.compare.stored_members = ()
   # One decoder per line: "label | decoder | role=member ... | option=value ...".
   # The label is a template showing every option it sets; the value T means the
   # output length; steps, block_length and draft_steps above T are clamped to

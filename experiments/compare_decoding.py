@@ -87,6 +87,8 @@ def plan(config, workdir: str):
   """
   cmp = config.compare
   members = member_recipes.member_configs(config)
+  members.update(member_recipes.stored_member_configs(
+      cmp.stored_members, members, recipes.set_dir(cmp.pretrained_set)))
   for member in members.values():
     train.check_config(member)
   compare_config.check_options(
@@ -96,7 +98,6 @@ def plan(config, workdir: str):
   planned = entries.judged_against(
       entries.plan(parsed, cmp.output_lengths, cmp.temperature, members),
       cmp.baseline, cmp.greedy_baseline)
-  recipes.set_dir(cmp.pretrained_set)
   check_workdir(workdir)
   return planned, members
 

@@ -283,6 +283,11 @@ BAD_INPUTS = [
                 r"or one of the sets in .*'base'"),
     compare_row("compare.pretrained_set", "../pretrained",
                 r"compare.pretrained_set='../pretrained' must be ''"),
+    compare_row("compare.stored_members", ("nobody",),
+                r"compare.stored_members: no member 'nobody' in .*shipped "
+                r"there: \['ar', "),
+    compare_row("compare.stored_members", ("mdlm",),
+                r"compare.stored_members: 'mdlm' is a member of the config"),
     compare_row("compare.baseline", "AR fast",
                 r"compare.baseline='AR fast' must be the label of an entry"),
     compare_row("compare.decoders", (ONE, "X | greedy | model=ar"),

@@ -10,9 +10,11 @@ parents and compute.
 from __future__ import annotations
 
 import pathlib
+from collections.abc import Collection
 
 import ml_collections
 
+from lm_decoding.training.checkpoints import CheckpointError
 from lm_decoding.training.pretrained.recipes import (
     DEFAULT_DIR, MANIFEST_FILE, read_manifest)
 
@@ -61,6 +63,48 @@ def member_configs(config: ml_collections.ConfigDict
   for name, adapted in CONTROL_MEMBERS.items():
     members[name] = control_config(members, adapted)
   return members
+
+
+def stored_member_configs(names, members: Collection[str],
+                          out_dir: str | pathlib.Path = DEFAULT_DIR
+                          ) -> dict[str, ml_collections.ConfigDict]:
+  """The recipes of members shipped in a set outside any config's
+  `member_configs`, e.g. a distilled student (docs/self_distillation.md),
+  read from their own manifests: `store.find` then matches each one, so the
+  main job loads it and never trains it (its recipe names a parent and a
+  distillation set that are not in the repository).
+
+  Args:
+    names: `compare.stored_members`, member names in `out_dir`.
+    members: the config's own member names, which a stored one may not take.
+    out_dir: the pretrained set.
+  Returns:
+    {name: recipe as a ConfigDict}, in the order of `names`.
+  Raises:
+    ValueError: naming `compare.stored_members`: a name repeated, taken by
+      the config's members, or not in `out_dir` with a readable manifest.
+  """
+  if isinstance(names, str) or len(set(names)) < len(names):
+    raise ValueError(f"compare.stored_members={names!r} must be a tuple of "
+                     "distinct member names")
+  shipped = sorted(p.parent.name for p in
+                   pathlib.Path(out_dir).glob(f"*/{MANIFEST_FILE}"))
+  stored = {}
+  for name in names:
+    if name in members:
+      raise ValueError(f"compare.stored_members: {name!r} is a member of the "
+                       "config (member_recipes.member_configs); name a member "
+                       "it does not derive")
+    if name not in shipped:
+      raise ValueError(f"compare.stored_members: no member {name!r} in "
+                       f"{out_dir}; shipped there: {shipped}")
+    try:
+      stored[name] = ml_collections.ConfigDict(
+          read_manifest(name, out_dir)["recipe"])
+    except (CheckpointError, KeyError, TypeError) as e:
+      raise ValueError(f"compare.stored_members: {name!r} in {out_dir} has "
+                       f"no readable recipe ({e})") from e
+  return stored
 
 
 # Diffusion members adapted from 'ar': name -> (objective, block length).

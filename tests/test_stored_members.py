@@ -1,0 +1,188 @@
+"""Members shipped outside a config's recipes: `store.ship` copies a derived
+model (a distilled student) into a set with its lineage, and
+`compare.stored_members` lets the main job load it by its own manifest."""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+import stubs
+from lm_decoding.config_reference import load_config
+from lm_decoding.data.tokenizer import Tokenizer
+from lm_decoding.training import train as train_lib
+from lm_decoding.training.checkpoints import CheckpointError
+from lm_decoding.training.pretrained import member_recipes, recipes, store
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+TOKENIZER = recipes.DEFAULT_DIR / recipes.TOKENIZER_FILE
+DATA_SECONDS = {"data A": 100.0, "data B": 300.0}
+
+
+def _write(out_dir: pathlib.Path, name: str, parent: str, data: str,
+           seed: int) -> dict:
+  """Writes member `name` (random parameters, `train.init_from=parent`,
+  read from distillation set `data`, '' for none) into `out_dir` as
+  bfloat16; returns its manifest."""
+  config = stubs.small_config("")
+  config.train.init_from = parent
+  metrics = {"steps": 2 + seed, "tokens": 64 * (seed + 1),
+             "train_s": 10.0 * (seed + 1)}
+  if data:
+    metrics["distillation_set"] = {"command": data,
+                                   "wall_s": DATA_SECONDS[data]}
+  manifest = {"name": name, "command": f"train {name}", "commit": "c" * 40,
+              "recipe": recipes.recipe(config), "metrics": metrics,
+              "tokenizer_sha256": recipes.tokenizer_sha256(
+                  Tokenizer.load(str(TOKENIZER)))}
+  model_config = train_lib.model_config(config)
+  store.write_member(name, stubs.random_params(model_config, seed),
+                     model_config, manifest, out_dir, "bfloat16")
+  return recipes.read_manifest(name, out_dir)
+
+
+@pytest.fixture()
+def sets(tmp_path):
+  """A source set holding root -> first -> second (two steps on one
+  distillation set, the third on another) and a target set holding root."""
+  source, target = tmp_path / "source", tmp_path / "target"
+  for folder in (source, target):
+    folder.mkdir()
+    (folder / recipes.TOKENIZER_FILE).write_bytes(TOKENIZER.read_bytes())
+  _write(source, "root", "", "", 0)
+  _write(target, "root", "", "", 0)
+  _write(source, "first", "root", "data A", 1)
+  _write(source, "second", "first", "data A", 2)
+  _write(source, "third", "second", "data B", 3)
+  return source, target
+
+
+def test_ship_copies_the_parameters_with_the_chain_and_its_data(sets):
+  source, target = sets
+  store.ship("third", source, target, "student", "python ship")
+  manifest = recipes.read_manifest("student", target)
+  lineage = manifest["lineage"]
+  assert lineage["root"] == "root"
+  assert [s["member"] for s in lineage["steps"]] == ["first", "second",
+                                                      "third"]
+  assert [d["command"] for d in lineage["data"]] == ["data A", "data B"]
+  assert lineage["train_s"] == 20.0 + 30.0 + 40.0
+  assert lineage["data_s"] == 100.0 + 300.0  # data A counted once
+  assert manifest["name"] == "student" and manifest["stored_dtype"] == (
+      "bfloat16")
+  assert manifest["shipping"]["source"] == "third"
+  assert manifest["recipe"] == recipes.read_manifest("third", source)["recipe"]
+  _, shipped = store.load_stored("student", target)
+  _, original = store.load_stored("third", source)
+  for a, b in zip(jax.tree.leaves(shipped), jax.tree.leaves(original)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_ship_refuses_a_chain_that_leaves_the_target_set(sets):
+  source, target = sets
+  (target / "root" / recipes.MANIFEST_FILE).unlink()
+  with pytest.raises(ValueError, match="descends from no member of"):
+    store.ship("third", source, target, "student", "python ship")
+  assert not (target / "student").exists()
+
+
+def test_ship_refuses_a_root_that_differs_between_the_sets(sets):
+  source, target = sets
+  _write(target, "root", "", "", 5)
+  with pytest.raises(ValueError, match="'root' differs between"):
+    store.ship("third", source, target, "student", "python ship")
+  assert not (target / "student").exists()
+
+
+def test_ship_refuses_another_tokenizer_and_a_bad_name(sets):
+  source, target = sets
+  with pytest.raises(ValueError, match="name"):
+    store.ship("third", source, target, "../student", "python ship")
+  (target / recipes.TOKENIZER_FILE).write_bytes(b"other")
+  with pytest.raises(ValueError, match="different tokenizers"):
+    store.ship("third", source, target, "student", "python ship")
+  with pytest.raises(CheckpointError, match="no manifest"):
+    store.ship("nobody", source, source, "student", "python ship")
+
+
+def test_stored_member_configs_are_their_manifests_recipes(sets):
+  """`store.find` then matches the recipe: the stored member loads, never
+  trains."""
+  source, _ = sets
+  stored = member_recipes.stored_member_configs(("third",), {"ar"}, source)
+  assert stored["third"].to_dict() == recipes.read_manifest(
+      "third", source)["recipe"]
+  params, reason = store.find(stored["third"], "third",
+                              Tokenizer.load(str(TOKENIZER)), source)
+  assert params is not None, reason
+
+
+@pytest.mark.parametrize("names, match", [
+    (("third", "third"), r"must be a tuple of distinct member names"),
+    ("third", r"must be a tuple of distinct member names"),
+    (("ar",), r"'ar' is a member of the config"),
+    (("nobody",), r"no member 'nobody' in .*shipped there: \['first', "
+                  r"'root', 'second', 'third'\]"),
+])
+def test_stored_member_configs_refuse_bad_names(sets, names, match):
+  source, _ = sets
+  with pytest.raises(ValueError, match=f"compare.stored_members.*{match}"):
+    member_recipes.stored_member_configs(names, {"ar"}, source)
+
+
+def test_stored_member_configs_name_a_corrupt_manifest(sets):
+  source, _ = sets
+  (source / "third" / recipes.MANIFEST_FILE).write_text('{"recipe": ')
+  with pytest.raises(ValueError, match="compare.stored_members: 'third' .* "
+                     "no readable recipe"):
+    member_recipes.stored_member_configs(("third",), {"ar"}, source)
+
+
+def test_the_base_sets_student_loads_by_its_own_manifest():
+  """configs/base.py's stored member is in the base set, loads by its
+  manifest's recipe on the set's tokenizer (never trains), is a
+  block-diffusion model with a token shift (what `self_speculative` and
+  `bd3lm` need), and its lineage reaches the set's `bd3lm16_from_ar` and
+  counts the seconds its distillation data took."""
+  config = load_config(ROOT / "configs" / "base.py")
+  folder = recipes.set_dir(config.compare.pretrained_set)
+  stored = member_recipes.stored_member_configs(
+      config.compare.stored_members, member_recipes.member_configs(config),
+      folder)
+  (name, recipe), = stored.items()
+  params, reason = store.find(recipe, name, Tokenizer.load(str(
+      folder / recipes.TOKENIZER_FILE)), folder)
+  assert params is not None, reason
+  model = train_lib.model_config(recipe)
+  assert model.token_shift and recipe.train.block_length == 16
+  lineage = recipes.read_manifest(name, folder)["lineage"]
+  assert lineage["root"] == "bd3lm16_from_ar" and lineage["data_s"] > 0
+  assert lineage["train_s"] == pytest.approx(sum(
+      step["train_s"] for step in lineage["steps"]))
+
+
+def test_cli_ships_or_exits_with_one_line(sets):
+  """experiments/ship_member.py: one error line and exit 1 with the target
+  set unchanged; then a run that ships and records its command."""
+  source, target = sets
+  def cli(member):
+    return subprocess.run(
+        [sys.executable, str(ROOT / "experiments" / "ship_member.py"),
+         f"--from_set={source}", f"--member={member}", "--as_name=student",
+         f"--to_set={target}"], capture_output=True, text=True, check=False,
+        cwd=ROOT)
+  before = sorted(p.name for p in target.iterdir())
+  run = cli("nobody")
+  assert run.returncode == 1
+  lines = run.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith("error: no manifest at")
+  assert sorted(p.name for p in target.iterdir()) == before
+  run = cli("third")
+  assert run.returncode == 0, run.stderr
+  assert recipes.read_manifest("student", target)["shipping"][
+      "command"].endswith(f"--as_name=student --to_set={target}")
