@@ -4,7 +4,7 @@ r"""Copies a derived member (a distilled student) into a shipped set.
       --member=bd3lm16_distilled_g256 --as_name=bd3lm16_distilled \
       --to_set=lm_decoding/pretrained/base
 
-`store.ship`: the member's parameters as they are stored, its manifest with
+`shipping.ship`: the member's parameters as they are stored, its manifest with
 the chain of parents it was trained through (down to the member both sets
 hold), the distillation sets they read and the seconds each took, and this
 command. A config loads it through `compare.stored_members`. A bad option
@@ -19,7 +19,7 @@ from absl import flags
 from absl import logging
 
 from lm_decoding.evaluation import records
-from lm_decoding.training.pretrained import store
+from lm_decoding.training.pretrained import shipping
 
 _FROM_SET = flags.DEFINE_string("from_set", None, "The set holding the "
                                 "member and its parents.", required=True)
@@ -35,7 +35,7 @@ def main(argv):
   del argv
   logging.set_verbosity(logging.FATAL)
   try:
-    path = store.ship(_MEMBER.value, _FROM_SET.value, _TO_SET.value,
+    path = shipping.ship(_MEMBER.value, _FROM_SET.value, _TO_SET.value,
                       _AS_NAME.value or _MEMBER.value, records.command())
   except (ValueError, OSError) as e:  # CheckpointError is a ValueError
     sys.exit(f"error: {e}")

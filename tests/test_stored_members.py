@@ -1,4 +1,4 @@
-"""Members shipped outside a config's recipes: `store.ship` copies a derived
+"""Members shipped outside a config's recipes: `shipping.ship` copies a derived
 model (a distilled student) into a set with its lineage, and
 `compare.stored_members` lets the main job load it by its own manifest."""
 
@@ -17,7 +17,8 @@ from lm_decoding.config_reference import load_config
 from lm_decoding.data.tokenizer import Tokenizer
 from lm_decoding.training import train as train_lib
 from lm_decoding.training.checkpoints import CheckpointError
-from lm_decoding.training.pretrained import member_recipes, recipes, store
+from lm_decoding.training.pretrained import (
+    member_recipes, recipes, shipping, store)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TOKENIZER = recipes.DEFAULT_DIR / recipes.TOKENIZER_FILE
@@ -64,7 +65,7 @@ def sets(tmp_path):
 
 def test_ship_copies_the_parameters_with_the_chain_and_its_data(sets):
   source, target = sets
-  store.ship("third", source, target, "student", "python ship")
+  shipping.ship("third", source, target, "student", "python ship")
   manifest = recipes.read_manifest("student", target)
   lineage = manifest["lineage"]
   assert lineage["root"] == "root"
@@ -87,7 +88,7 @@ def test_ship_refuses_a_chain_that_leaves_the_target_set(sets):
   source, target = sets
   (target / "root" / recipes.MANIFEST_FILE).unlink()
   with pytest.raises(ValueError, match="descends from no member of"):
-    store.ship("third", source, target, "student", "python ship")
+    shipping.ship("third", source, target, "student", "python ship")
   assert not (target / "student").exists()
 
 
@@ -95,19 +96,19 @@ def test_ship_refuses_a_root_that_differs_between_the_sets(sets):
   source, target = sets
   _write(target, "root", "", "", 5)
   with pytest.raises(ValueError, match="'root' differs between"):
-    store.ship("third", source, target, "student", "python ship")
+    shipping.ship("third", source, target, "student", "python ship")
   assert not (target / "student").exists()
 
 
 def test_ship_refuses_another_tokenizer_and_a_bad_name(sets):
   source, target = sets
   with pytest.raises(ValueError, match="name"):
-    store.ship("third", source, target, "../student", "python ship")
+    shipping.ship("third", source, target, "../student", "python ship")
   (target / recipes.TOKENIZER_FILE).write_bytes(b"other")
   with pytest.raises(ValueError, match="different tokenizers"):
-    store.ship("third", source, target, "student", "python ship")
+    shipping.ship("third", source, target, "student", "python ship")
   with pytest.raises(CheckpointError, match="no manifest"):
-    store.ship("nobody", source, source, "student", "python ship")
+    shipping.ship("nobody", source, source, "student", "python ship")
 
 
 def test_stored_member_configs_are_their_manifests_recipes(sets):

@@ -2,8 +2,8 @@
 
 `export` copies a trained workdir's parameters into a set (optionally
 rounded to bfloat16 or weight-only int8), `convert` rounds members already
-in it, `ship` copies a derived member from one set into another with its
-lineage, `write_member` is the staged, atomic write they use; `find` loads a
+in it, `write_member` is the staged, atomic write they use (and
+`shipping.ship`); `find` loads a
 member whose recipe matches a config (`recipes`), `load_member` reads any
 member's parameters back as float; `load_trained_params` reads the latest
 checkpoint of a `train.train` workdir; `seed_data_cache` puts a set's
@@ -170,68 +170,6 @@ def convert(names: Sequence[str], stored_dtype: str, command: str,
                        {**manifest, "conversion": conversion}, out_dir,
                        stored_dtype)
           for name, (manifest, config, params) in zip(names, loaded)]
-
-
-def ship(name: str, from_dir: str | pathlib.Path, to_dir: str | pathlib.Path,
-         as_name: str, command: str) -> pathlib.Path:
-  """Copies member `name` of the set `from_dir` into the set `to_dir` as
-  `as_name` (a derived model trained outside the config's members, e.g. a
-  distilled student; `compare.stored_members` loads it), stored as it is.
-
-  Its manifest keeps the training's command, commit, recipe and metrics and
-  gains `lineage`: the chain of `train.init_from` parents in `from_dir` down
-  to the first one `to_dir` holds (`root`), each step's member, commit,
-  command, steps, tokens and training seconds, the distillation sets they
-  read (each once, with the seconds their generation took), and the sums
-  `train_s` and `data_s`, so the student's compute counts its data; and
-  `shipping` (this `command`, the commit it ran at, the source name).
-
-  Raises:
-    ValueError: `as_name` or the folder it would replace fails
-      `check_export`; the two sets hold different tokenizers; the chain
-      reaches no member of `to_dir`, or reaches one whose manifest differs
-      from `from_dir`'s (other parameters under the same name).
-    CheckpointError: a manifest on the chain is missing or corrupt, or the
-      parameters are unreadable.
-  """
-  from_dir, to_dir = pathlib.Path(from_dir), pathlib.Path(to_dir)
-  check_export(as_name, None, to_dir)
-  if ((from_dir / TOKENIZER_FILE).read_bytes()
-      != (to_dir / TOKENIZER_FILE).read_bytes()):
-    raise ValueError(f"{from_dir} and {to_dir} hold different tokenizers")
-  manifest = read_manifest(name, from_dir)
-  steps, data, member = [], {}, manifest
-  while not (to_dir / member["name"] / MANIFEST_FILE).exists():
-    metrics, train = member["metrics"], member["recipe"]["train"]
-    steps.insert(0, {"member": member["name"], "commit": member["commit"],
-                     "command": member["command"], "steps": metrics["steps"],
-                     "tokens": metrics["tokens"],
-                     "train_s": metrics["train_s"]})
-    source = metrics.get("distillation_set")
-    if source:
-      data = {source["command"]: source["wall_s"], **data}
-    if not train.get("init_from"):
-      raise ValueError(f"member {name!r} of {from_dir} descends from no "
-                       f"member of {to_dir}")
-    member = read_manifest(train["init_from"], from_dir)
-  if read_manifest(member["name"], to_dir) != member:
-    raise ValueError(f"{member['name']!r} differs between {from_dir} and "
-                     f"{to_dir}: the chain's root must be the same model")
-  lineage = {"root": member["name"], "steps": steps,
-             "data": [{"command": c, "wall_s": s} for c, s in data.items()],
-             "train_s": sum(step["train_s"] for step in steps),
-             "data_s": sum(data.values())}
-  config = ml_collections.ConfigDict(manifest["recipe"])
-  params = load_member(from_dir / name, manifest,
-                       train_lib.model_config(config))
-  stored = {key: value for key, value in manifest.items()
-            if key != "stored_dtype"}
-  return write_member(as_name, params, train_lib.model_config(config),
-                      {**stored, "name": as_name, "lineage": lineage,
-                       "shipping": {"command": command,
-                                    "commit": current_commit(),
-                                    "source": name}},
-                      to_dir, manifest.get("stored_dtype"))
 
 
 def _load_float_member(name: str, stored_dtype: str, out_dir: pathlib.Path

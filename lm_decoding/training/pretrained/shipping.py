@@ -1,0 +1,82 @@
+"""Shipping a member no recipe derives (a distilled student) into a set.
+
+`ship` copies it from the set it was trained in into another with its
+lineage: the chain of runs it descends from, down to a member both sets
+hold, and the data those runs read, so its compute is counted whole.
+`member_recipes.stored_member_configs` reads it back for the main job.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import ml_collections
+
+from lm_decoding.training import train as train_lib
+from lm_decoding.training.pretrained.recipes import (
+    MANIFEST_FILE, TOKENIZER_FILE, check_export, current_commit,
+    read_manifest)
+from lm_decoding.training.pretrained.store import load_member, write_member
+
+
+def ship(name: str, from_dir: str | pathlib.Path, to_dir: str | pathlib.Path,
+         as_name: str, command: str) -> pathlib.Path:
+  """Copies member `name` of the set `from_dir` into the set `to_dir` as
+  `as_name` (a derived model trained outside the config's members, e.g. a
+  distilled student; `compare.stored_members` loads it), stored as it is.
+
+  Its manifest keeps the training's command, commit, recipe and metrics and
+  gains `lineage`: the chain of `train.init_from` parents in `from_dir` down
+  to the first one `to_dir` holds (`root`), each step's member, commit,
+  command, steps, tokens and training seconds, the distillation sets they
+  read (each once, with the seconds their generation took), and the sums
+  `train_s` and `data_s`, so the student's compute counts its data; and
+  `shipping` (this `command`, the commit it ran at, the source name).
+
+  Raises:
+    ValueError: `as_name` or the folder it would replace fails
+      `check_export`; the two sets hold different tokenizers; the chain
+      reaches no member of `to_dir`, or reaches one whose manifest differs
+      from `from_dir`'s (other parameters under the same name).
+    CheckpointError: a manifest on the chain is missing or corrupt, or the
+      parameters are unreadable.
+  """
+  from_dir, to_dir = pathlib.Path(from_dir), pathlib.Path(to_dir)
+  check_export(as_name, None, to_dir)
+  if ((from_dir / TOKENIZER_FILE).read_bytes()
+      != (to_dir / TOKENIZER_FILE).read_bytes()):
+    raise ValueError(f"{from_dir} and {to_dir} hold different tokenizers")
+  manifest = read_manifest(name, from_dir)
+  steps, data, member = [], {}, manifest
+  while not (to_dir / member["name"] / MANIFEST_FILE).exists():
+    metrics, train = member["metrics"], member["recipe"]["train"]
+    steps.insert(0, {"member": member["name"], "commit": member["commit"],
+                     "command": member["command"], "steps": metrics["steps"],
+                     "tokens": metrics["tokens"],
+                     "train_s": metrics["train_s"]})
+    source = metrics.get("distillation_set")
+    if source:
+      data = {source["command"]: source["wall_s"], **data}
+    if not train.get("init_from"):
+      raise ValueError(f"member {name!r} of {from_dir} descends from no "
+                       f"member of {to_dir}")
+    member = read_manifest(train["init_from"], from_dir)
+  if read_manifest(member["name"], to_dir) != member:
+    raise ValueError(f"{member['name']!r} differs between {from_dir} and "
+                     f"{to_dir}: the chain's root must be the same model")
+  lineage = {"root": member["name"], "steps": steps,
+             "data": [{"command": c, "wall_s": s} for c, s in data.items()],
+             "train_s": sum(step["train_s"] for step in steps),
+             "data_s": sum(data.values())}
+  config = ml_collections.ConfigDict(manifest["recipe"])
+  params = load_member(from_dir / name, manifest,
+                       train_lib.model_config(config))
+  stored = {key: value for key, value in manifest.items()
+            if key != "stored_dtype"}
+  return write_member(as_name, params, train_lib.model_config(config),
+                      {**stored, "name": as_name, "lineage": lineage,
+                       "shipping": {"command": command,
+                                    "commit": current_commit(),
+                                    "source": name}},
+                      to_dir, manifest.get("stored_dtype"))
+
