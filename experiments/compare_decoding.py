@@ -89,15 +89,15 @@ def plan(config, workdir: str, retrain: bool = False):
       last).
   """
   cmp = config.compare
+  members = member_recipes.member_configs(config)
+  members.update(member_recipes.stored_member_configs(
+      cmp.stored_members, members, config.data,
+      recipes.set_dir(cmp.pretrained_set)))
   if retrain and cmp.stored_members:
     raise ValueError(f"--retrain would train compare.stored_members="
                      f"{tuple(cmp.stored_members)}, which only load (their "
                      "recipes read parents and data outside the repository); "
                      "set --config.compare.stored_members=() to retrain")
-  members = member_recipes.member_configs(config)
-  members.update(member_recipes.stored_member_configs(
-      cmp.stored_members, members, config.data,
-      recipes.set_dir(cmp.pretrained_set)))
   for member in members.values():
     train.check_config(member)
   compare_config.check_options(

@@ -130,6 +130,8 @@ def test_stored_member_configs_are_their_manifests_recipes(sets):
 @pytest.mark.parametrize("names, match", [
     (("third", "third"), r"must be a tuple of distinct member names"),
     ("third", r"must be a tuple of distinct member names"),
+    (None, r"must be a tuple of distinct member names"),
+    ({"third": 1}, r"must be a tuple of distinct member names"),
     # Names that are paths, empty, or a stopped write's hidden folder.
     (("../source/third",), r"must be a tuple of distinct member names"),
     (("target/root",), r"must be a tuple of distinct member names"),
@@ -254,10 +256,9 @@ def test_the_job_refuses_to_retrain_stored_members(tmp_path):
       "compare_decoding", ROOT / "experiments" / "compare_decoding.py")
   module = importlib.util.module_from_spec(job)
   job.loader.exec_module(module)
-  config = load_config(ROOT / "configs" / "tiny.py")
-  config.compare.stored_members = ("student",)
+  config = load_config(ROOT / "configs" / "base.py")
   with pytest.raises(ValueError, match=r"--retrain would train "
-                     r"compare.stored_members=\('student',\)"):
+                     r"compare.stored_members=\('bd3lm16_distilled',\)"):
     module.plan(config, str(tmp_path / "work"), retrain=True)
   assert not (tmp_path / "work").exists()
 

@@ -92,8 +92,8 @@ def stored_member_configs(names, members: Collection[str],
       trained on another corpus or vocabulary than `data`, or with another
       tokenizer than the set's (it could not load, and it cannot train).
   """
-  if isinstance(names, str) or not all(map(is_member_name, names)) or len(
-      set(names)) < len(names):
+  if (not isinstance(names, (tuple, list))
+      or not all(map(is_member_name, names)) or len(set(names)) < len(names)):
     raise ValueError(f"compare.stored_members={names!r} must be a tuple of "
                      "distinct member names (ASCII letters, digits, '_' "
                      "and '-')")
