@@ -78,17 +78,26 @@ def check_workdir(workdir: str) -> None:
     raise ValueError(f"--workdir={workdir} is not writable")
 
 
-def plan(config, workdir: str):
-  """Checks every option of the job; returns (planned decoders, members).
+def plan(config, workdir: str, retrain: bool = False):
+  """Checks every option of the job (`retrain`: --retrain); returns
+  (planned decoders, members).
 
   Raises:
-    ValueError: naming the config key or flag; nothing is prepared, trained
-      or written before (except the workdir folder itself, last).
+    ValueError: naming the config key or flag (--retrain with
+      compare.stored_members, which load and never train); nothing is
+      prepared, trained or written before (except the workdir folder itself,
+      last).
   """
   cmp = config.compare
   members = member_recipes.member_configs(config)
   members.update(member_recipes.stored_member_configs(
-      cmp.stored_members, members, recipes.set_dir(cmp.pretrained_set)))
+      cmp.stored_members, members, config.data,
+      recipes.set_dir(cmp.pretrained_set)))
+  if retrain and cmp.stored_members:
+    raise ValueError(f"--retrain would train compare.stored_members="
+                     f"{tuple(cmp.stored_members)}, which only load (their "
+                     "recipes read parents and data outside the repository); "
+                     "set --config.compare.stored_members=() to retrain")
   for member in members.values():
     train.check_config(member)
   compare_config.check_options(
@@ -113,7 +122,7 @@ def main(argv):
                else None)
     other_hardware = [cost_model.load_profile(name)
                       for name in _PREDICT.value if name]
-    planned, members = plan(config, workdir)
+    planned, members = plan(config, workdir, _RETRAIN.value)
     mesh = sharding.mesh_or_none(config.get("mesh"))
     rules = sharding.rules_from_config(config.get("mesh"))
     corpus = pipeline.prepare(config.data.path, config.data.vocab_size,

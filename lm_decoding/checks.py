@@ -14,10 +14,15 @@ from typing import Any
 import numpy as np
 
 
+def is_integer(value: Any) -> bool:
+  """True for an integer that is not a bool (True would pass as 1)."""
+  return (isinstance(value, (int, np.integer))
+          and not isinstance(value, (bool, np.bool_)))
+
+
 def is_count(value: Any, minimum: int = 1) -> bool:
   """True for an integer (not a bool) >= minimum: a size or step option."""
-  return (isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-          and value >= minimum)
+  return is_integer(value) and value >= minimum
 
 
 def check_counts(options: Any, names: tuple[str, ...]) -> None:

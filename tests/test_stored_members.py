@@ -4,7 +4,10 @@ model (a distilled student) into a set with its lineage, and
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -23,6 +26,7 @@ from lm_decoding.training.pretrained import (
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TOKENIZER = recipes.DEFAULT_DIR / recipes.TOKENIZER_FILE
 DATA_SECONDS = {"data A": 100.0, "data B": 300.0}
+DATA = stubs.small_config("").data  # the data every member of `sets` read
 
 
 def _write(out_dir: pathlib.Path, name: str, parent: str, data: str,
@@ -115,7 +119,7 @@ def test_stored_member_configs_are_their_manifests_recipes(sets):
   """`store.find` then matches the recipe: the stored member loads, never
   trains."""
   source, _ = sets
-  stored = member_recipes.stored_member_configs(("third",), {"ar"}, source)
+  stored = member_recipes.stored_member_configs(("third",), {"ar"}, DATA, source)
   assert stored["third"].to_dict() == recipes.read_manifest(
       "third", source)["recipe"]
   params, reason = store.find(stored["third"], "third",
@@ -126,14 +130,25 @@ def test_stored_member_configs_are_their_manifests_recipes(sets):
 @pytest.mark.parametrize("names, match", [
     (("third", "third"), r"must be a tuple of distinct member names"),
     ("third", r"must be a tuple of distinct member names"),
+    (None, r"must be a tuple of distinct member names"),
+    ({"third": 1}, r"must be a tuple of distinct member names"),
+    # Names that are paths, empty, or a stopped write's hidden folder.
+    (("../source/third",), r"must be a tuple of distinct member names"),
+    (("target/root",), r"must be a tuple of distinct member names"),
+    (("",), r"must be a tuple of distinct member names"),
+    ((".third-old-0",), r"must be a tuple of distinct member names"),
     (("ar",), r"'ar' is a member of the config"),
     (("nobody",), r"no member 'nobody' in .*shipped there: \['first', "
                   r"'root', 'second', 'third'\]"),
 ])
 def test_stored_member_configs_refuse_bad_names(sets, names, match):
+  """Also with what a stopped write left in the set (hidden copies of a
+  member, manifests included): never a member, never listed."""
   source, _ = sets
+  for leftover in (".third-old-0", ".third-staging-1"):
+    shutil.copytree(source / "third", source / leftover)
   with pytest.raises(ValueError, match=f"compare.stored_members.*{match}"):
-    member_recipes.stored_member_configs(names, {"ar"}, source)
+    member_recipes.stored_member_configs(names, {"ar"}, DATA, source)
 
 
 def test_stored_member_configs_name_a_corrupt_manifest(sets):
@@ -141,7 +156,7 @@ def test_stored_member_configs_name_a_corrupt_manifest(sets):
   (source / "third" / recipes.MANIFEST_FILE).write_text('{"recipe": ')
   with pytest.raises(ValueError, match="compare.stored_members: 'third' .* "
                      "no readable recipe"):
-    member_recipes.stored_member_configs(("third",), {"ar"}, source)
+    member_recipes.stored_member_configs(("third",), {"ar"}, DATA, source)
 
 
 def test_the_base_sets_student_loads_by_its_own_manifest():
@@ -154,7 +169,7 @@ def test_the_base_sets_student_loads_by_its_own_manifest():
   folder = recipes.set_dir(config.compare.pretrained_set)
   stored = member_recipes.stored_member_configs(
       config.compare.stored_members, member_recipes.member_configs(config),
-      folder)
+      config.data, folder)
   (name, recipe), = stored.items()
   params, reason = store.find(recipe, name, Tokenizer.load(str(
       folder / recipes.TOKENIZER_FILE)), folder)
@@ -187,3 +202,125 @@ def test_cli_ships_or_exits_with_one_line(sets):
   assert run.returncode == 0, run.stderr
   assert recipes.read_manifest("student", target)["shipping"][
       "command"].endswith(f"--as_name=student --to_set={target}")
+
+
+def _edit_manifest(folder: pathlib.Path, name: str, edit) -> None:
+  """Rewrites member `name`'s manifest in `folder` as `edit(manifest)`."""
+  path = folder / name / recipes.MANIFEST_FILE
+  path.write_text(json.dumps(edit(json.loads(path.read_text()))))
+
+
+def _with(manifest: dict, keys: str, value) -> dict:
+  """`manifest` with the dotted key `keys` set to `value`."""
+  *parents, last = keys.split(".")
+  inner = manifest
+  for key in parents:
+    inner = inner[key]
+  inner[last] = value
+  return manifest
+
+
+@pytest.mark.parametrize("keys, value, match", [
+    ("recipe.data.vocab_size", 4096, r"trained on data .*'vocab_size': 4096"),
+    ("recipe.data.path", "/elsewhere", r"trained on data .*'/elsewhere'"),
+    ("tokenizer_sha256", "0" * 64, r"another tokenizer than the set's"),
+    ("tokenizer_sha256", None, r"another tokenizer than the set's"),
+    ("recipe.data", [], r"no readable recipe"),
+    ("recipe", "text", r"no readable recipe"),
+])
+def test_stored_member_configs_refuse_what_could_not_load(sets, keys, value,
+                                                          match):
+  """A stored member on another corpus, vocabulary or tokenizer than the
+  config and the set would not match at load time and would be trained
+  from a recipe whose parents and data are elsewhere: refused here, as is
+  a manifest whose recipe lacks its data."""
+  source, _ = sets
+  _edit_manifest(source, "third", lambda m: _with(m, keys, value))
+  with pytest.raises(ValueError, match=f"compare.stored_members: 'third' .*"
+                     f"{match}"):
+    member_recipes.stored_member_configs(("third",), {"ar"}, DATA, source)
+
+
+def test_stored_member_configs_take_a_list(sets):
+  """--config.compare.stored_members='[...]' gives a list: read alike."""
+  source, _ = sets
+  assert list(member_recipes.stored_member_configs(
+      ["third", "first"], {"ar"}, DATA, source)) == ["third", "first"]
+
+
+def test_the_job_refuses_to_retrain_stored_members(tmp_path):
+  """--retrain would train a stored member from a recipe whose parents and
+  data are not in the repository (after hours of the others): refused
+  first, nothing written."""
+  job = importlib.util.spec_from_file_location(
+      "compare_decoding", ROOT / "experiments" / "compare_decoding.py")
+  module = importlib.util.module_from_spec(job)
+  job.loader.exec_module(module)
+  config = load_config(ROOT / "configs" / "base.py")
+  with pytest.raises(ValueError, match=r"--retrain would train "
+                     r"compare.stored_members=\('bd3lm16_distilled',\)"):
+    module.plan(config, str(tmp_path / "work"), retrain=True)
+  assert not (tmp_path / "work").exists()
+
+
+def _loop(source: pathlib.Path, *chain: str) -> None:
+  """Writes members `chain[i]` with init_from `chain[i + 1]` into `source`
+  (the last one's parent is the first: a cycle)."""
+  for i, name in enumerate(chain):
+    _write(source, name, chain[(i + 1) % len(chain)], "data A", i)
+
+
+@pytest.mark.parametrize("chain", [("loop_a",), ("loop_a", "loop_b"),
+                                   ("tip", "loop_a", "loop_b", "loop_a")])
+def test_ship_refuses_a_cycle_of_parents(sets, chain):
+  """a -> a, a -> b -> a, and a tail into a cycle end with an error naming
+  the member reached twice (they used to loop forever)."""
+  source, target = sets
+  _loop(source, *dict.fromkeys(chain))
+  if chain[0] == "tip":  # tip -> loop_a -> loop_b -> loop_a
+    _write(source, "loop_b", "loop_a", "", 5)
+  with pytest.raises(ValueError, match=r"init_from comes back to 'loop_"):
+    shipping.ship(chain[0], source, target, "student", "python ship")
+  assert not (target / "student").exists()
+
+
+def test_ship_names_a_missing_parent_and_a_manifest_without_metrics(sets):
+  """A parent that is not in the set, and a manifest without the fields the
+  lineage reads, are CheckpointErrors naming them (the CLI's one line),
+  not a KeyError."""
+  source, target = sets
+  _write(source, "orphan", "gone", "", 1)
+  with pytest.raises(CheckpointError, match="no manifest at .*gone"):
+    shipping.ship("orphan", source, target, "student", "python ship")
+  _edit_manifest(source, "second", lambda m: _with(m, "metrics", {}))
+  with pytest.raises(CheckpointError, match=r"chain of 'third' .* lacks a "
+                     r"field the lineage reads \('steps'\)"):
+    shipping.ship("third", source, target, "student", "python ship")
+  assert not (target / "student").exists()
+
+
+def test_ship_keeps_the_root_and_replaces_another_member_whole(
+    sets, monkeypatch):
+  """as_name the chain's root is refused (the root would become the
+  student); as_name another member replaces it, after clearing a stopped
+  write's staging folder; a write that fails leaves the old member as it
+  was and no staging folder."""
+  source, target = sets
+  root = recipes.read_manifest("root", target)
+  with pytest.raises(ValueError, match="as_name='root' is the root"):
+    shipping.ship("third", source, target, "root", "python ship")
+  assert recipes.read_manifest("root", target) == root
+  _write(target, "old", "", "", 7)
+  shutil.copytree(target / "old", target / ".old-staging-0")
+  shipping.ship("first", source, target, "old", "python ship")
+  assert recipes.read_manifest("old", target)["shipping"]["source"] == "first"
+  assert sorted(p.name for p in target.iterdir()) == [
+      "old", "root", recipes.TOKENIZER_FILE]
+  def fail(*args, **kwargs):
+    raise OSError("disk full")
+  monkeypatch.setattr(store.Checkpoints, "save", fail)
+  with pytest.raises(OSError, match="disk full"):
+    shipping.ship("third", source, target, "old", "python ship")
+  assert recipes.read_manifest("old", target)["shipping"]["source"] == "first"
+  assert sorted(p.name for p in target.iterdir()) == [
+      "old", "root", recipes.TOKENIZER_FILE]

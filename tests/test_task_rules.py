@@ -263,6 +263,30 @@ def test_fine_tune_lowers_the_loss_on_its_rows(tmp_path):
                                 temperature=0)
 
 
+@pytest.mark.parametrize("rows, valid, match", [
+    (ROWS[:, :7], SPLIT["valid"].rows[:, :7],
+     r"rows passed \(data=\) are 7 tokens wide; data.seq_len=8"),
+    (np.concatenate([ROWS, ROWS[:, :1]], 1),
+     np.concatenate([SPLIT["valid"].rows] * 2, 1)[:, :9],
+     r"rows passed \(data=\) are 9 tokens wide; data.seq_len=8"),
+    (ROWS, SPLIT["valid"].rows[:, :7], r"valid rows of task permutation"),
+    (ROWS[:3], SPLIT["valid"].rows, r"batch_size=8 must be in \[1, 3\]"),
+])
+def test_fine_tune_refuses_rows_of_another_shape(tmp_path, rows, valid,
+                                                 match):
+  """Rows narrower or wider than the task's prompt + answer (both splits
+  alike, which the task source accepts) trained silently on shifted
+  answers; now every bad shape is refused before compiling."""
+  task_config = _tiny_task_config()
+  params = train.unbox(stubs.random_params(
+      task_distillation.task_training.model_config(TASK, "mdlm",
+                                                   task_config)))
+  with pytest.raises(ValueError, match=match):
+    task_distillation.fine_tune(TASK, params, rows, valid, task_config,
+                                TRAIN, 0, str(tmp_path / "run"),
+                                progress=False)
+
+
 @pytest.mark.parametrize("weight,temperature,golden", [
     (2.0, 0.5, (7.162484169006348, 2.376443386077881, 2.3930203914642334,
                 666.7730712890625)),

@@ -5,6 +5,7 @@ decoding checked against an exact denoiser driven by the real decoders."""
 import dataclasses
 import math
 import pathlib
+import re
 
 import jax
 import jax.numpy as jnp
@@ -156,6 +157,23 @@ def test_countdown_metrics_on_hand_made_answers():
 def test_bad_task_options(name, options, match):
   with pytest.raises(ValueError, match=match):
     tasks.make_task(name, **options)
+
+
+# Every integer option of every task, given as a float, a whole float, a
+# bool and a string: each refused by name (a float n made a float layout).
+INTEGER_OPTIONS = [
+    (name, field.name) for name, task in tasks.TASKS.items()
+    for field in dataclasses.fields(getattr(task, "func", task))
+    if type(field.default) is int]
+
+
+@pytest.mark.parametrize("name,option", INTEGER_OPTIONS)
+@pytest.mark.parametrize("value", [2.5, 4.0, True, "4"])
+def test_integer_task_options_refuse_other_types(name, option, value):
+  assert len(INTEGER_OPTIONS) >= 7  # sudoku x3 (size, givens), countdown, lists
+  with pytest.raises(ValueError, match=f"task '{name}': {option}="
+                     f"{re.escape(repr(value))} must be an integer"):
+    tasks.make_task(name, **{option: value})
 
 
 def test_sort_layout_and_metrics_on_hand_made_answers():

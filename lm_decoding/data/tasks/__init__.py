@@ -15,8 +15,10 @@ splits. `make_task(name, **options)` builds one by name:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
+from lm_decoding.checks import is_integer
 from lm_decoding.data.tasks.countdown import CountdownTask
 from lm_decoding.data.tasks.layout import (
     EMPTY_ID, FIRST_TASK_ID, SPLITS, Score, Split, Task, make_splits,
@@ -37,11 +39,18 @@ def make_task(name: str, **options) -> Task:
   """The task registered as `name`, with its dataclass `options`.
 
   Raises:
-    ValueError: unknown name (listing TASKS), an unknown option, or a bad
-      option value (the task's own check).
+    ValueError: unknown name (listing TASKS), an unknown option, an option
+      whose default is an integer given as another type (2.5, 3.0, True),
+      or a bad option value (the task's own check).
   """
   if name not in TASKS:
     raise ValueError(f"unknown task {name!r}; allowed: {sorted(TASKS)}")
+  task = TASKS[name]
+  for field in dataclasses.fields(getattr(task, "func", task)):
+    if (is_integer(field.default) and field.name in options
+        and not is_integer(options[field.name])):
+      raise ValueError(f"task {name!r}: {field.name}="
+                       f"{options[field.name]!r} must be an integer")
   try:
     return TASKS[name](**options)
   except TypeError as e:

@@ -14,9 +14,11 @@ from collections.abc import Collection
 
 import ml_collections
 
+from lm_decoding.data.tokenizer import Tokenizer
 from lm_decoding.training.checkpoints import CheckpointError
 from lm_decoding.training.pretrained.recipes import (
-    DEFAULT_DIR, MANIFEST_FILE, read_manifest)
+    DEFAULT_DIR, MANIFEST_FILE, TOKENIZER_FILE, is_member_name, read_manifest,
+    tokenizer_sha256)
 
 
 def member_configs(config: ml_collections.ConfigDict
@@ -66,6 +68,7 @@ def member_configs(config: ml_collections.ConfigDict
 
 
 def stored_member_configs(names, members: Collection[str],
+                          data: ml_collections.ConfigDict,
                           out_dir: str | pathlib.Path = DEFAULT_DIR
                           ) -> dict[str, ml_collections.ConfigDict]:
   """The recipes of members shipped in a set outside any config's
@@ -77,18 +80,29 @@ def stored_member_configs(names, members: Collection[str],
   Args:
     names: `compare.stored_members`, member names in `out_dir`.
     members: the config's own member names, which a stored one may not take.
+    data: the config's data section; a stored member must read the same
+      corpus with the same tokenizer (`_TOKENIZER_DATA_KEYS`).
     out_dir: the pretrained set.
   Returns:
     {name: recipe as a ConfigDict}, in the order of `names`.
   Raises:
     ValueError: naming `compare.stored_members`: a name repeated, taken by
-      the config's members, or not in `out_dir` with a readable manifest.
+      the config's members, or not a member of `out_dir` (a plain folder
+      name, `recipes.is_member_name`, with a readable manifest); a member
+      trained on another corpus or vocabulary than `data`, or with another
+      tokenizer than the set's (it could not load, and it cannot train).
   """
-  if isinstance(names, str) or len(set(names)) < len(names):
+  if (not isinstance(names, (tuple, list))
+      or not all(map(is_member_name, names)) or len(set(names)) < len(names)):
     raise ValueError(f"compare.stored_members={names!r} must be a tuple of "
-                     "distinct member names")
-  shipped = sorted(p.parent.name for p in
-                   pathlib.Path(out_dir).glob(f"*/{MANIFEST_FILE}"))
+                     "distinct member names (ASCII letters, digits, '_' "
+                     "and '-')")
+  out_dir = pathlib.Path(out_dir)
+  shipped = sorted(p.parent.name for p in out_dir.glob(f"*/{MANIFEST_FILE}")
+                   if is_member_name(p.parent.name))
+  tokenizer = out_dir / TOKENIZER_FILE
+  set_sha = (tokenizer_sha256(Tokenizer.load(str(tokenizer)))
+             if tokenizer.is_file() else None)
   stored = {}
   for name in names:
     if name in members:
@@ -99,12 +113,30 @@ def stored_member_configs(names, members: Collection[str],
       raise ValueError(f"compare.stored_members: no member {name!r} in "
                        f"{out_dir}; shipped there: {shipped}")
     try:
-      stored[name] = ml_collections.ConfigDict(
-          read_manifest(name, out_dir)["recipe"])
-    except (CheckpointError, KeyError, TypeError) as e:
+      manifest = read_manifest(name, out_dir)
+      stored[name] = ml_collections.ConfigDict(manifest["recipe"])
+      recorded = {key: stored[name].data.get(key)
+                  for key in _TOKENIZER_DATA_KEYS}
+    except (CheckpointError, KeyError, TypeError, AttributeError) as e:
       raise ValueError(f"compare.stored_members: {name!r} in {out_dir} has "
-                       f"no readable recipe ({e})") from e
+                       f"no readable recipe ({e!r})") from e
+    wanted = {key: data.get(key) for key in _TOKENIZER_DATA_KEYS}
+    if recorded != wanted:
+      raise ValueError(f"compare.stored_members: {name!r} in {out_dir} was "
+                       f"trained on data {recorded}; the config reads "
+                       f"{wanted}")
+    if set_sha is None or manifest.get("tokenizer_sha256") != set_sha:
+      raise ValueError(f"compare.stored_members: {name!r} in {out_dir} was "
+                       f"trained with another tokenizer than the set's "
+                       f"{tokenizer} (sha256 "
+                       f"{str(manifest.get('tokenizer_sha256'))[:12]}, set "
+                       f"{str(set_sha)[:12]})")
   return stored
+
+
+# What a stored member must share with the config's data section: the
+# corpus and the vocabulary its tokenizer was trained with.
+_TOKENIZER_DATA_KEYS = ("path", "format", "vocab_size")
 
 
 # Diffusion members adapted from 'ar': name -> (objective, block length).

@@ -156,6 +156,14 @@ def read_manifest(name: str, out_dir: str | pathlib.Path = DEFAULT_DIR) -> dict:
     raise CheckpointError(f"manifest {path} is corrupt: {e}") from e
 
 
+def is_member_name(name) -> bool:
+  """Whether `name` is a plain folder name a member may have: ASCII
+  letters, digits, '_' and '-', not empty and not starting with '-' (never
+  a path, '.', '..', nor a hidden staging folder of `store.write_member`)."""
+  return (isinstance(name, str) and bool(name) and not name.startswith("-")
+          and all(c.isascii() and (c.isalnum() or c in "_-") for c in name))
+
+
 def check_export(name: str, stored_dtype: str | None = None,
                  out_dir: str | pathlib.Path | None = None) -> None:
   """Validates `store.export`'s member name, storage dtype and (given
@@ -170,8 +178,7 @@ def check_export(name: str, stored_dtype: str | None = None,
       such as 'base', or a folder without a manifest, would be replaced);
       or `stored_dtype` is not None or one of STORED_DTYPES.
   """
-  if (not isinstance(name, str) or not name or name.startswith("-")
-      or not all(c.isascii() and (c.isalnum() or c in "_-") for c in name)):
+  if not is_member_name(name):
     raise ValueError(f"export name={name!r} must be a plain folder name: "
                      "ASCII letters, digits, '_' and '-', not starting with '-'")
   if out_dir is not None:

@@ -13,6 +13,7 @@ import pathlib
 import ml_collections
 
 from lm_decoding.training import train as train_lib
+from lm_decoding.training.checkpoints import CheckpointError
 from lm_decoding.training.pretrained.recipes import (
     MANIFEST_FILE, TOKENIZER_FILE, check_export, current_commit,
     read_manifest)
@@ -36,10 +37,12 @@ def ship(name: str, from_dir: str | pathlib.Path, to_dir: str | pathlib.Path,
   Raises:
     ValueError: `as_name` or the folder it would replace fails
       `check_export`; the two sets hold different tokenizers; the chain
-      reaches no member of `to_dir`, or reaches one whose manifest differs
-      from `from_dir`'s (other parameters under the same name).
-    CheckpointError: a manifest on the chain is missing or corrupt, or the
-      parameters are unreadable.
+      reaches no member of `to_dir`, comes back to a member it passed (a
+      cycle of `init_from`), or reaches one whose manifest differs from
+      `from_dir`'s (other parameters under the same name); `as_name` is
+      that member, the root (shipping would replace it).
+    CheckpointError: a manifest on the chain is missing or corrupt (or
+      lacks a field the lineage reads), or the parameters are unreadable.
   """
   from_dir, to_dir = pathlib.Path(from_dir), pathlib.Path(to_dir)
   check_export(as_name, None, to_dir)
@@ -47,23 +50,18 @@ def ship(name: str, from_dir: str | pathlib.Path, to_dir: str | pathlib.Path,
       != (to_dir / TOKENIZER_FILE).read_bytes()):
     raise ValueError(f"{from_dir} and {to_dir} hold different tokenizers")
   manifest = read_manifest(name, from_dir)
-  steps, data, member = [], {}, manifest
-  while not (to_dir / member["name"] / MANIFEST_FILE).exists():
-    metrics, train = member["metrics"], member["recipe"]["train"]
-    steps.insert(0, {"member": member["name"], "commit": member["commit"],
-                     "command": member["command"], "steps": metrics["steps"],
-                     "tokens": metrics["tokens"],
-                     "train_s": metrics["train_s"]})
-    source = metrics.get("distillation_set")
-    if source:
-      data = {source["command"]: source["wall_s"], **data}
-    if not train.get("init_from"):
-      raise ValueError(f"member {name!r} of {from_dir} descends from no "
-                       f"member of {to_dir}")
-    member = read_manifest(train["init_from"], from_dir)
+  try:
+    member, steps, data = _chain(name, manifest, from_dir, to_dir)
+  except (KeyError, TypeError) as e:
+    raise CheckpointError(f"a manifest on the init_from chain of {name!r} in "
+                          f"{from_dir} lacks a field the lineage reads ({e})"
+                          ) from e
   if read_manifest(member["name"], to_dir) != member:
     raise ValueError(f"{member['name']!r} differs between {from_dir} and "
                      f"{to_dir}: the chain's root must be the same model")
+  if as_name == member["name"]:
+    raise ValueError(f"as_name={as_name!r} is the root of the chain in "
+                     f"{to_dir}; shipping would replace it: give another name")
   lineage = {"root": member["name"], "steps": steps,
              "data": [{"command": c, "wall_s": s} for c, s in data.items()],
              "train_s": sum(step["train_s"] for step in steps),
@@ -80,3 +78,32 @@ def ship(name: str, from_dir: str | pathlib.Path, to_dir: str | pathlib.Path,
                                     "source": name}},
                       to_dir, manifest.get("stored_dtype"))
 
+
+def _chain(name: str, manifest: dict, from_dir: pathlib.Path,
+           to_dir: pathlib.Path) -> tuple[dict, list[dict], dict[str, float]]:
+  """(the manifest of the root, the steps from it to `name`, {distillation
+  set command: wall_s}) of `ship`'s lineage, `manifest` being `name`'s.
+
+  Raises:
+    ValueError, CheckpointError: as `ship`; KeyError, TypeError: a manifest
+      without the fields it reads.
+  """
+  steps, data, member = [], {}, manifest
+  while not (to_dir / member["name"] / MANIFEST_FILE).exists():
+    if any(step["member"] == member["name"] for step in steps):
+      raise ValueError(f"member {name!r} of {from_dir}: train.init_from "
+                       f"comes back to {member['name']!r} (a cycle: "
+                       f"{[step['member'] for step in reversed(steps)]})")
+    metrics, train = member["metrics"], member["recipe"]["train"]
+    steps.insert(0, {"member": member["name"], "commit": member["commit"],
+                     "command": member["command"], "steps": metrics["steps"],
+                     "tokens": metrics["tokens"],
+                     "train_s": metrics["train_s"]})
+    source = metrics.get("distillation_set")
+    if source:
+      data = {source["command"]: source["wall_s"], **data}
+    if not train.get("init_from"):
+      raise ValueError(f"member {name!r} of {from_dir} descends from no "
+                       f"member of {to_dir}")
+    member = read_manifest(train["init_from"], from_dir)
+  return member, steps, data
