@@ -4,7 +4,6 @@ model (a distilled student) into a set with its lineage, and
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import pathlib
 import shutil
@@ -15,6 +14,7 @@ import jax
 import numpy as np
 import pytest
 
+import _loading
 import stubs
 from lm_decoding.config_reference import load_config
 from lm_decoding.data.tokenizer import Tokenizer
@@ -252,10 +252,8 @@ def test_the_job_refuses_to_retrain_stored_members(tmp_path):
   """--retrain would train a stored member from a recipe whose parents and
   data are not in the repository (after hours of the others): refused
   first, nothing written."""
-  job = importlib.util.spec_from_file_location(
-      "compare_decoding", ROOT / "experiments" / "compare_decoding.py")
-  module = importlib.util.module_from_spec(job)
-  job.loader.exec_module(module)
+  module = _loading.load("compare_decoding",
+                         ROOT / "experiments" / "compare_decoding.py")
   config = load_config(ROOT / "configs" / "base.py")
   with pytest.raises(ValueError, match=r"--retrain would train "
                      r"compare.stored_members=\('bd3lm16_distilled',\)"):

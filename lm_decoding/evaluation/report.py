@@ -92,9 +92,12 @@ def _fmt(value, digits: int) -> str:
   return str(value)
 
 
-def markdown_table(rows: Sequence[dict], columns) -> str:
+def markdown_table(rows: Sequence[dict], columns=None) -> str:
   """A Markdown table of `rows` with `columns`: (key or formatter, header,
-  digits, definition) tuples (e.g. `table_columns`)."""
+  digits, definition) tuples (e.g. `table_columns`; None: the cost
+  table's, `table_columns("cost")`, as the notebooks show `comparison.run`'s
+  rows)."""
+  columns = table_columns("cost") if columns is None else columns
   lines = ["| " + " | ".join(c[1] for c in columns) + " |",
            "|" + "---|" * len(columns)]
   for r in rows:
