@@ -70,10 +70,11 @@ def get_config() -> ml_collections.ConfigDict:
       d for d in config.compare.decoders
       if not any(piece in d for piece in dropped))
   # The certainty-forcing student of bd3lm16_from_ar
-  # (docs/self_distillation.md), shipped in the set outside the recipes above and loaded by its own
-  # manifest: greedy, judged against AR greedy. Self-speculation is lossless
-  # against the student's own block-size-1 (AR) view; the threshold row is
-  # its parallel decode at the tau its record found best.
+  # (docs/self_distillation.md), shipped in the set outside the recipes
+  # above and loaded by its own manifest: greedy, judged against AR greedy.
+  # Self-speculation is lossless against the student's own block-size-1 (AR)
+  # view; the threshold row is its parallel decode at the tau its record
+  # found best.
   config.compare.stored_members = (STUDENT,)
   config.compare.decoders += (
       "distilled self-speculative gamma={gamma} temp={temperature}"

@@ -124,6 +124,21 @@ def task_rows(name: str, vocab_size: int, train: np.ndarray,
   return (data, np.asarray(train, np.int32), np.asarray(valid, np.int32))
 
 
+def given_rows(data: tuple, seq_len: int) -> tuple:
+  """`data` (a triple `task_rows` made, passed as `train.train(data=)`),
+  checked against the config's `seq_len`.
+
+  Raises:
+    ValueError: rows of another width than `seq_len` (a task's prompt +
+      answer).
+  """
+  width = np.shape(data[1])[1]
+  if width != seq_len:
+    raise ValueError(f"the rows passed (data=) are {width} tokens wide; "
+                     f"data.seq_len={seq_len} (a task's prompt + answer)")
+  return data
+
+
 def training_data(config: ml_collections.ConfigDict, data_dir: str):
   """(data, train int32[R, L], valid int32[R', L]) of the objective of
   `config`: `SOURCES` of its entry's data kind. `data` has `.describe()`.

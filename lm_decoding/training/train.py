@@ -237,15 +237,11 @@ def _plan(config: ml_collections.ConfigDict, workdir: str, data, data_dir,
   primary = jax.process_index() == 0  # writes the log, shows progress
   run_log.check_workdir(workdir)
   train_rows, valid_batches = data_sources.validation_batches(
-      data if data is not None else data_sources.training_data(config,
-                                                               data_dir),
+      data_sources.training_data(config, data_dir) if data is None
+      else data_sources.given_rows(data, config.data.seq_len),
       train_cfg.batch_size, train_cfg.get("eval_batch_size"),
       train_cfg.eval_batches, progress and primary)
   shape, options = train_rows.shape, entry.options(config)
-  if data is not None and shape[1] != config.data.seq_len:
-    raise ValueError(f"the rows passed (data=) are {shape[1]} tokens wide; "
-                     f"data.seq_len={config.data.seq_len} (a task's prompt "
-                     "+ answer)")
   schedule = registry.block_schedule(config)
   train_steps = {  # one step per block length of the schedule
       width: step_lib.make_train_step(
@@ -289,9 +285,8 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   Raises:
     ValueError: any error of `check_config` or of the mesh (a bad
       `config.mesh`, a batch size or parameter it cannot split; raised
-      before the workdir is created), bad data (rows passed as `data` of
-      another width than data.seq_len), a workdir that is a file or
-      not writable (all before anything is compiled).
+      before the workdir is created), bad data (`data_sources.given_rows`),
+      a workdir that is a file or not writable (all before compiling).
     CheckpointError: an existing checkpoint that does not fit `config`.
     CheckpointWriteError: a checkpoint could not be written (full disk,
       read-only file system); the earlier checkpoints are intact.

@@ -112,26 +112,38 @@ def stored_member_configs(names, members: Collection[str],
     if name not in shipped:
       raise ValueError(f"compare.stored_members: no member {name!r} in "
                        f"{out_dir}; shipped there: {shipped}")
-    try:
-      manifest = read_manifest(name, out_dir)
-      stored[name] = ml_collections.ConfigDict(manifest["recipe"])
-      recorded = {key: stored[name].data.get(key)
-                  for key in _TOKENIZER_DATA_KEYS}
-    except (CheckpointError, KeyError, TypeError, AttributeError) as e:
-      raise ValueError(f"compare.stored_members: {name!r} in {out_dir} has "
-                       f"no readable recipe ({e!r})") from e
-    wanted = {key: data.get(key) for key in _TOKENIZER_DATA_KEYS}
-    if recorded != wanted:
-      raise ValueError(f"compare.stored_members: {name!r} in {out_dir} was "
-                       f"trained on data {recorded}; the config reads "
-                       f"{wanted}")
-    if set_sha is None or manifest.get("tokenizer_sha256") != set_sha:
-      raise ValueError(f"compare.stored_members: {name!r} in {out_dir} was "
-                       f"trained with another tokenizer than the set's "
-                       f"{tokenizer} (sha256 "
-                       f"{str(manifest.get('tokenizer_sha256'))[:12]}, set "
-                       f"{str(set_sha)[:12]})")
+    stored[name] = _stored_recipe(name, out_dir, data, set_sha)
   return stored
+
+
+def _stored_recipe(name: str, out_dir: pathlib.Path,
+                   data: ml_collections.ConfigDict,
+                   set_sha: str | None) -> ml_collections.ConfigDict:
+  """The recipe of the stored member `name` of `out_dir`, which must read
+  the corpus of `data` with the set's tokenizer (sha256 `set_sha`).
+
+  Raises:
+    ValueError: as `stored_member_configs` says of one member.
+  """
+  try:
+    manifest = read_manifest(name, out_dir)
+    recipe_ = ml_collections.ConfigDict(manifest["recipe"])
+    recorded = {key: recipe_.data.get(key) for key in _TOKENIZER_DATA_KEYS}
+  except (CheckpointError, KeyError, TypeError, AttributeError) as e:
+    raise ValueError(f"compare.stored_members: {name!r} in {out_dir} has "
+                     f"no readable recipe ({e!r})") from e
+  wanted = {key: data.get(key) for key in _TOKENIZER_DATA_KEYS}
+  if recorded != wanted:
+    raise ValueError(f"compare.stored_members: {name!r} in {out_dir} was "
+                     f"trained on data {recorded}; the config reads "
+                     f"{wanted}")
+  if set_sha is None or manifest.get("tokenizer_sha256") != set_sha:
+    raise ValueError(f"compare.stored_members: {name!r} in {out_dir} was "
+                     f"trained with another tokenizer than the set's "
+                     f"{out_dir / TOKENIZER_FILE} (sha256 "
+                     f"{str(manifest.get('tokenizer_sha256'))[:12]}, set "
+                     f"{str(set_sha)[:12]})")
+  return recipe_
 
 
 # What a stored member must share with the config's data section: the

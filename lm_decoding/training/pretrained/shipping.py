@@ -66,12 +66,12 @@ def ship(name: str, from_dir: str | pathlib.Path, to_dir: str | pathlib.Path,
              "data": [{"command": c, "wall_s": s} for c, s in data.items()],
              "train_s": sum(step["train_s"] for step in steps),
              "data_s": sum(data.values())}
-  config = ml_collections.ConfigDict(manifest["recipe"])
-  params = load_member(from_dir / name, manifest,
-                       train_lib.model_config(config))
+  model_cfg = train_lib.model_config(
+      ml_collections.ConfigDict(manifest["recipe"]))
+  params = load_member(from_dir / name, manifest, model_cfg)
   stored = {key: value for key, value in manifest.items()
             if key != "stored_dtype"}
-  return write_member(as_name, params, train_lib.model_config(config),
+  return write_member(as_name, params, model_cfg,
                       {**stored, "name": as_name, "lineage": lineage,
                        "shipping": {"command": command,
                                     "commit": current_commit(),
