@@ -50,6 +50,10 @@ def get_config(size: str = "tiny") -> ml_collections.ConfigDict:
       checkpoint_every=max(1, steps // 8)))
   # The rows experiments/distill_data.py wrote (tokens.npy, manifest.json).
   config.data.distillation_set = ""
+  # True: the PAD after a row's EOS becomes EOS to the end of its block,
+  # masked and scored like any token, so the student learns to end
+  # (self_distillation.eos_filled).
+  config.data.eos_fill = False
   if size == "base":  # the rows' first 128 tokens: half a step's compute
     config.data.seq_len = 128
   return config

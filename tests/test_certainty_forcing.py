@@ -8,6 +8,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 
@@ -15,7 +16,8 @@ import stubs
 from lm_decoding.decoding import base
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.models import Model, TransformerConfig, make_logits_fn
-from lm_decoding.special_tokens import MASK_ID, PAD_ID
+from lm_decoding.special_tokens import EOS_ID, MASK_ID, PAD_ID
+from lm_decoding.training import data_sources
 from lm_decoding.training import self_distillation as sd
 from lm_decoding.training import train
 from lm_decoding.training import train_step
@@ -188,3 +190,49 @@ def test_train_wires_the_objective():
       block_length=4, prompt_length=4)
   wired, _ = loss(make_logits_fn(STUDENT), PARAMS, tokens, jax.random.key(8))
   np.testing.assert_allclose(float(wired), float(direct))
+
+
+@pytest.mark.parametrize("block_length", [1, 2, 4, 8])
+def test_eos_filled_ends_the_eos_block_and_nothing_else(block_length):
+  rng = np.random.default_rng(block_length)
+  length = 16
+  rows = []
+  for end in range(length + 1):  # the EOS at end - 1; none when end = 0
+    row = rng.integers(5, 32, length)
+    row[:2] = (EOS_ID, 7)  # an EOS inside the prefix changes nothing
+    if 2 < end:
+      row[end - 1], row[end:] = EOS_ID, PAD_ID
+    rows.append(row)
+  rows.append(np.r_[rng.integers(5, 32, 4), [PAD_ID] * 12])  # PAD, no EOS
+  tokens = np.stack(rows).astype(np.int32)
+  filled = sd.eos_filled(tokens, block_length)
+  assert filled.dtype == np.int32
+  changed = filled != tokens
+  np.testing.assert_array_equal(filled[changed], EOS_ID)  # only PAD -> EOS
+  assert (tokens[changed] == PAD_ID).all()
+  for row, new in zip(tokens, filled):
+    pads = np.flatnonzero(row == PAD_ID)
+    if not len(pads) or row[pads[0] - 1] != EOS_ID:
+      np.testing.assert_array_equal(new, row)
+      continue
+    eos_block = (pads[0] - 1) // block_length
+    block_of = np.arange(length) // block_length
+    np.testing.assert_array_equal(
+        new[pads], np.where(block_of[pads] == eos_block, EOS_ID, PAD_ID))
+  with pytest.raises(ValueError, match="block_length"):
+    sd.eos_filled(tokens, 0)
+
+
+def test_eos_fill_reaches_the_training_rows(tmp_path, monkeypatch):
+  rows = np.array([[9, 9, 9, 9, 8, EOS_ID, PAD_ID, PAD_ID]] * 2, np.int32)
+  sd.write_distillation_set(tmp_path / "set", rows, {})
+  monkeypatch.setattr(data_sources, "text",
+                      lambda config, data_dir: ("corpus", None, "valid"))
+  config = ml_collections.ConfigDict(
+      {"data": {"distillation_set": str(tmp_path / "set"), "seq_len": 8},
+       "train": {"block_length": 4}})
+  assert (data_sources.distillation(config, "")[1] == rows).all()
+  config.data.eos_fill = True
+  np.testing.assert_array_equal(
+      data_sources.distillation(config, "")[1][0],
+      [9, 9, 9, 9, 8, EOS_ID, EOS_ID, EOS_ID])

@@ -69,7 +69,9 @@ def distillation(config: ml_collections.ConfigDict, data_dir: str):
   """(corpus, train int32[R, L], valid int32[R', L]): `text`, whose training
   rows are those of data.distillation_set when it is set (a folder of
   `self_distillation.write_distillation_set`), cut to their first
-  data.seq_len tokens; validation stays the corpus's.
+  data.seq_len tokens, the PAD after an EOS turned into EOS to the end of
+  its block of train.block_length when data.eos_fill is set
+  (`self_distillation.eos_filled`); validation stays the corpus's.
 
   Raises:
     ValueError: the set's rows are shorter than data.seq_len, or as
@@ -83,6 +85,8 @@ def distillation(config: ml_collections.ConfigDict, data_dir: str):
   if rows.shape[1] < seq_len:
     raise ValueError(f"data.distillation_set rows hold {rows.shape[1]} "
                      f"tokens; data.seq_len={seq_len} must be at most that")
+  if config.data.get("eos_fill", False):
+    rows = self_distillation.eos_filled(rows, config.train.block_length)
   return corpus, rows[:, :seq_len], valid
 
 

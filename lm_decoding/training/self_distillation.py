@@ -21,7 +21,7 @@ import numpy as np
 
 from lm_decoding.checks import is_count
 from lm_decoding.models import Model
-from lm_decoding.special_tokens import PAD_ID
+from lm_decoding.special_tokens import EOS_ID, PAD_ID
 
 TOKENS_FILE = "tokens.npy"
 MANIFEST_FILE = "manifest.json"
@@ -120,6 +120,39 @@ def read_distillation_set(path: str | pathlib.Path
                      "experiments/distill_data.py)")
   return (np.load(path / TOKENS_FILE).astype(np.int32),
           json.loads((path / MANIFEST_FILE).read_text()))
+
+
+def eos_filled(tokens_RxL: np.ndarray, block_length: int,
+               eos_id: int = EOS_ID, pad_id: int = PAD_ID) -> np.ndarray:
+  """int32[R, L]: `tokens_RxL` with the PAD after a row's EOS turned into EOS
+  up to the end of the EOS's block (blocks of `block_length` from index 0,
+  the BD3-LM layout); later blocks keep their PAD.
+
+  A teacher's row ends in PAD after its EOS (`teacher_continuations`), and
+  PAD is never masked nor scored, so a student trained on such rows sees the
+  PAD after an EOS in its noisy block, a cue no decoder gives it (a block
+  decoder shows MASK there), and is never taught to write the end. Filled
+  with EOS, the rest of that block is masked and scored like any token
+  (LLaDA's SFT pads its answers with EOS the same way, to the row's end);
+  the blocks after it are never decoded, since a block decoder stops once
+  its rows have ended, so they stay PAD and unscored.
+
+  Raises:
+    ValueError: block_length below 1.
+  """
+  if not is_count(block_length):
+    raise ValueError(f"block_length={block_length!r} must be an integer >= 1")
+  tokens_RxL = np.asarray(tokens_RxL, np.int32)
+  rows, length = tokens_RxL.shape
+  is_pad_RxL = tokens_RxL == pad_id
+  first_pad_R = np.where(is_pad_RxL.any(1), np.argmax(is_pad_RxL, 1), length)
+  after_eos_R = (first_pad_R > 0) & (
+      tokens_RxL[np.arange(rows), np.maximum(first_pad_R - 1, 0)] == eos_id)
+  block_end_R = ((first_pad_R - 1) // block_length + 1) * block_length
+  index_L = np.arange(length)
+  fill_RxL = (after_eos_R[:, None] & is_pad_RxL
+              & (index_L[None, :] < block_end_R[:, None]))
+  return np.where(fill_RxL, eos_id, tokens_RxL).astype(np.int32)
 
 
 def timed_continuations(decoders: dict, teacher: Model,
