@@ -107,6 +107,8 @@ def plan(config, workdir: str, retrain: bool = False):
   planned = entries.judged_against(
       entries.plan(parsed, cmp.output_lengths, cmp.temperature, members),
       cmp.baseline, cmp.greedy_baseline)
+  entries.check_served(planned, {name: train.model_config(m)
+                                 for name, m in members.items()})
   check_workdir(workdir)
   return planned, members
 

@@ -304,6 +304,19 @@ BAD_INPUTS = [
                 r"role model='gpt' must name a decoded model, one of"),
     compare_row("compare.decoders", (),
                 r"compare.decoders must be a non-empty list"),
+    # A member that cannot serve its row's decoder, refused at plan time
+    # (conventions.serves on the members' configs), not at the row's turn.
+    compare_row("compare.decoders", (ONE, "X | self_speculative | model=ar"),
+                r"compare.decoders row 'X': decoder 'self_speculative' \(role "
+                r"'model'\) needs non-causal attention; the model's is "
+                r"'causal'"),
+    compare_row("compare.decoders", (ONE, "X | ar | model=mdlm"),
+                r"row 'X': decoder 'ar' \(role 'model'\) needs 'causal' "
+                r"attention; the model's is 'bidirectional'"),
+    compare_row("compare.decoders", (ONE, "X | speculative | target=mdlm "
+                                     "draft=draft_small"),
+                r"row 'X': decoder 'speculative' \(role 'target'\) needs "
+                r"'causal' attention"),
     compare_row("data.path", "/no/such/corpus.txt",
                 r"data.path='/no/such/corpus.txt' does not exist"),
     compare_row("data.format", "csv",

@@ -36,7 +36,8 @@ Two references (`judged_against`): a row that decodes greedily (temperature
 against `compare.baseline` (AR sampling).
 
 Every check here is pure and fast: the main job runs them all (`plan`,
-`check_options`, `check_baseline`) before any data preparation or training.
+`check_options`, `check_baseline`, `check_served`) before any data
+preparation or training.
 """
 
 from __future__ import annotations
@@ -44,12 +45,13 @@ from __future__ import annotations
 import ast
 import dataclasses
 import string
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from lm_decoding.checks import is_count
-from lm_decoding.decoding import base
+from lm_decoding.decoding import base, conventions
 from lm_decoding.decoding.sampling import SamplingConfig, is_greedy
+from lm_decoding.models import Model, make_logits_fn
 from lm_decoding.special_tokens import EOS_ID
 
 EVALUATOR = "evaluator"  # the member that scores samples; never decoded
@@ -386,3 +388,27 @@ def judged_against(planned: Sequence[Planned], baseline: str,
     out.append(dataclasses.replace(
         p, judged_against=row(ref, p.output_length).label))
   return out
+
+
+def check_served(planned: Sequence[Planned],
+                 model_configs: Mapping[str, Any]) -> None:
+  """Checks that every planned row's members can serve its decoder's roles
+  (`decoding.conventions.serves`: AR decoding needs a causal model, a
+  denoiser a non-causal one with a MASK id and its block length, a
+  block-causal model a block decoder), from the members' model configs
+  alone: nothing is loaded, traced or compiled.
+
+  Args:
+    planned: from `plan`.
+    model_configs: {member: models.TransformerConfig} of every bound member.
+  Raises:
+    ValueError: a member that cannot serve its role, naming the row's label,
+      the decoder, the role and what it needs.
+  """
+  for p in planned:
+    models = {role: Model(make_logits_fn(model_configs[member]))
+              for role, member in p.roles}
+    try:
+      conventions.serves(p.decoder, models)
+    except ValueError as e:
+      raise ValueError(f"compare.decoders row {p.label!r}: {e}") from e
