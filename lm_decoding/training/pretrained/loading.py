@@ -30,7 +30,8 @@ from lm_decoding.training.pretrained.recipes import (
 
 # What a parent may differ in from the model adapted from it.
 _PARENT_MAY_DIFFER = ("model.token_shift", "data.seq_len",
-                      "data.distillation_set")  # a student's own data
+                      # a student's own data, and how its rows end
+                      "data.distillation_set", "data.eos_fill")
 
 
 def _sections(config: ml_collections.ConfigDict) -> dict:
