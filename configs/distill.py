@@ -45,6 +45,9 @@ def get_config(size: str = "tiny") -> ml_collections.ConfigDict:
       prompt_length=16,  # the distillation set's prefix: one block
       certainty_weight=2.0,  # beta: CE + beta x entropy on correct positions
       certainty_temperature=0.5,  # the entropy of softmax(logits / this)
+      # 'random': dParallel's masks; 'left_to_right': d3LLM's trajectory
+      # states (a suffix of each block; needs complementary_masks=False)
+      mask_order="random",
       batch_size=8, num_steps=steps, warmup_steps=steps // 10,
       eval_every=steps // 2, eval_batches=2,
       checkpoint_every=max(1, steps // 8)))

@@ -87,6 +87,64 @@ def test_masks_follow_the_recipe():
       :, 0].any()
 
 
+def test_left_to_right_masks_are_block_suffixes_with_uniform_cuts():
+  """d3LLM's trajectory states for a left-to-right teacher: in every block
+  of every row the masked positions are the maskable ones from a cut on,
+  the cut uniform over the block's W offsets (chi-square), PAD and the
+  prefix never masked."""
+  width, block = 64, 8
+  x0 = jax.random.randint(jax.random.key(0), (400, width), 5, 32).at[
+      3, 45:].set(PAD_ID)
+  masks = np.asarray(cf.semi_ar_masks(
+      jax.random.key(1), x0, 16, True, complementary=False,
+      order="left_to_right", block_length=block))
+  assert masks.shape == (400, width)
+  assert not masks[:, :16].any() and not masks[3, 45:].any()
+  blocks = masks[:, 16:].reshape(400, -1, block)
+  full = np.delete(blocks, 3, axis=0)  # rows without PAD
+  cuts = block - full.sum(-1)  # masked suffix length W - k
+  suffix = np.arange(block)[None, None, :] >= cuts[..., None]
+  np.testing.assert_array_equal(full, suffix)
+  counts = np.bincount(cuts.ravel(), minlength=block)
+  expected = cuts.size / block
+  chi2 = ((counts - expected) ** 2 / expected).sum()
+  assert chi2 < 24.3  # chi-square, 7 degrees of freedom, p = 0.001
+  loss_masks = cf.semi_ar_masks(jax.random.key(1), x0, 16, True,
+                                complementary=False, order="left_to_right",
+                                block_length=block)
+  np.testing.assert_array_equal(np.asarray(loss_masks), masks)
+  with pytest.raises(ValueError, match="complementary"):
+    cf.semi_ar_masks(jax.random.key(1), x0, 16, True, order="left_to_right",
+                     block_length=block)
+  with pytest.raises(ValueError, match="block_length"):
+    cf.semi_ar_masks(jax.random.key(1), x0, 16, True, complementary=False,
+                     order="left_to_right", block_length=7)
+  with pytest.raises(ValueError, match="mask_order='shuffled' must be one"):
+    cf.semi_ar_masks(jax.random.key(1), x0, 16, True, order="shuffled")
+
+
+def test_the_mask_order_reaches_the_loss():
+  logits_fn = make_logits_fn(STUDENT)
+  tokens = jax.random.randint(jax.random.key(3), (2, 24), 5, 32)
+  key = jax.random.key(4)
+  loss, metrics = cf.certainty_forcing_loss(
+      logits_fn, PARAMS, tokens, key, block_length=8, prompt_length=8,
+      complementary=False, mask_order="left_to_right")
+  masked = cf.semi_ar_masks(key, tokens, 8, True, complementary=False,
+                            order="left_to_right", block_length=8)
+  logits = bd3lm_logits(logits_fn, PARAMS, tokens,
+                         jnp.where(masked, MASK_ID, tokens), 8)
+  expected, _ = cf.certainty_forcing_terms(logits, tokens, masked)
+  np.testing.assert_allclose(float(loss), float(expected), rtol=1e-6)
+  assert int(metrics["tokens"]) == int(masked.sum())
+  wired = train_step.objective_loss("certainty_forcing", 8, prompt_length=8,
+                                    complementary=False,
+                                    mask_order="left_to_right")
+  np.testing.assert_allclose(
+      float(wired(logits_fn, PARAMS, tokens, key)[0]), float(loss),
+      rtol=1e-6)
+
+
 def test_loss_is_the_terms_on_the_bd3lm_layout_and_hides_later_blocks():
   """The loss equals `certainty_forcing_terms` of the logits of the masked
   rows in the BD3-LM layout, and a block's loss ignores the blocks after

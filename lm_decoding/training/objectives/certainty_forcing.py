@@ -62,18 +62,29 @@ CERTAINTY_TEMPERATURE = 0.5  # the entropy is of softmax(logits / 0.5)
 MASK_RATE = 0.5  # dParallel's fixed masking ratio of the current block
 
 
+MASK_ORDERS = ("random", "left_to_right")
+
+
 def semi_ar_masks(key: jax.Array, x0_BxL: jax.Array, prompt_length: int,
                   token_shift: bool, mask_rate: float = MASK_RATE,
-                  complementary: bool = True) -> jax.Array:
+                  complementary: bool = True, order: str = "random",
+                  block_length: int | None = None) -> jax.Array:
   """bool[C B, L]: the positions masked in each training row (C = 2 with
   `complementary`, the second B rows masking exactly the continuation tokens
   the first B keep; else C = 1).
 
   A position may be masked only if it is in the continuation (index >=
   `prompt_length`), not PAD, and not token 0 under a token shift
-  (`common.maskable`); each such position is masked independently with
-  probability `mask_rate`. Blocks are not drawn here: in the BD3-LM layout
-  every block is a current block (module docstring).
+  (`common.maskable`). With order 'random' (dParallel's) each such position
+  is masked independently with probability `mask_rate`. With order
+  'left_to_right' each block of `block_length` (from index 0) of each row
+  draws a cut k uniform in [0, W - 1] and masks its positions from k on:
+  the states a decoder committing left to right passes through (d3LLM's
+  pseudo-trajectory distillation, Qian et al. 2026, arXiv:2601.07568, with
+  the AR parent's order as the trajectory); `mask_rate` is unused, and
+  there is no complementary row (it would mask block prefixes, a state no
+  such decoder is in). Blocks are not drawn here: in the BD3-LM layout every
+  block is a current block (module docstring).
 
   Args:
     key: PRNG key.
@@ -81,13 +92,31 @@ def semi_ar_masks(key: jax.Array, x0_BxL: jax.Array, prompt_length: int,
     prompt_length: P, the prefix never masked, in [0, L - 1].
     token_shift: whether the model predicts token i at position i - 1.
     mask_rate: probability in (0, 1) that a maskable token is masked.
-    complementary: add the complementary rows.
+    complementary: add the complementary rows (order 'random' only).
+    order: one of `MASK_ORDERS`.
+    block_length: W, dividing L (order 'left_to_right' only).
   Returns:
     bool[2B, L] (or [B, L]) masks.
+  Raises:
+    ValueError: an unknown order, or 'left_to_right' with complementary
+      rows or without a block length dividing L.
   """
-  length = x0_BxL.shape[1]
+  batch, length = x0_BxL.shape
   keep_BxL = (maskable(x0_BxL, token_shift)
               & (jnp.arange(length) >= prompt_length)[None, :])
+  if order == "left_to_right":
+    if complementary:
+      raise ValueError("mask_order='left_to_right' takes no complementary "
+                       "rows (train.complementary_masks=False): they would "
+                       "mask block prefixes")
+    check_block_length(block_length, length)
+    cut_BxN = jax.random.randint(key, (batch, length // block_length), 0,
+                                 block_length)
+    offset_L = jnp.arange(length) % block_length
+    return keep_BxL & (offset_L[None, :]
+                       >= jnp.repeat(cut_BxN, block_length, axis=1))
+  if order != "random":
+    raise ValueError(f"mask_order={order!r} must be one of {MASK_ORDERS}")
   u_BxL = jax.random.uniform(key, x0_BxL.shape, jnp.float32)
   masked_BxL = keep_BxL & (u_BxL < mask_rate)
   if not complementary:
@@ -163,6 +192,7 @@ def certainty_forcing_loss(logits_fn, params, tokens_BxL: jax.Array,
                            weight: float = CERTAINTY_WEIGHT,
                            temperature: float = CERTAINTY_TEMPERATURE,
                            mask_rate: float = MASK_RATE,
+                           mask_order: str = "random",
                            mask_id: int = MASK_ID):
   """dParallel's certainty-forcing loss on the BD3-LM layout.
 
@@ -180,12 +210,13 @@ def certainty_forcing_loss(logits_fn, params, tokens_BxL: jax.Array,
     prompt_length: P in [0, L - 1], never masked.
     complementary, weight, temperature, mask_rate, mask_id: as
       `semi_ar_masks` and `certainty_forcing_terms`.
+    mask_order: `semi_ar_masks`'s order.
   Returns:
     (loss float32[], metrics) of `certainty_forcing_terms`.
   Raises:
     ValueError: tokens not int[B, L]; block_length not dividing L;
       prompt_length, weight, temperature or mask_rate outside its range; a
-      causal model.
+      causal model; as `semi_ar_masks`.
   """
   _check(logits_fn, tokens_BxL, prompt_length, weight, temperature,
          "certainty_forcing_loss")
@@ -193,7 +224,8 @@ def certainty_forcing_loss(logits_fn, params, tokens_BxL: jax.Array,
   if not (is_number(mask_rate) and 0 < mask_rate < 1):
     raise ValueError(f"mask_rate={mask_rate!r} must be a number in (0, 1)")
   masked_CxL = semi_ar_masks(key, tokens_BxL, prompt_length,
-                             shifted(logits_fn), mask_rate, complementary)
+                             shifted(logits_fn), mask_rate, complementary,
+                             mask_order, block_length)
   x0_CxL = jnp.tile(tokens_BxL, (masked_CxL.shape[0] // tokens_BxL.shape[0],
                                  1))
   x_t_CxL = jnp.where(masked_CxL, mask_id, x0_CxL)

@@ -142,6 +142,13 @@ def _certainty_forcing(config: ConfigDict) -> dict:
               certainty_forcing.CERTAINTY_TEMPERATURE)}
 
 
+def _block_certainty_forcing(config: ConfigDict) -> dict:
+  """`_certainty_forcing`'s and mask_order (train.mask_order, default
+  dParallel's 'random'; `certainty_forcing.semi_ar_masks`)."""
+  return {**_certainty_forcing(config),
+          "mask_order": config.train.get("mask_order", "random")}
+
+
 def _pair_length(config: ConfigDict) -> int:
   """[source, BOS, target, EOS]: S + T + 2."""
   return config.data.max_source_tokens + config.data.max_target_tokens + 2
@@ -170,7 +177,7 @@ _ENTRIES = (
     # BD3-LM bound; trains on data.distillation_set when it is set.
     Objective("certainty_forcing", certainty_forcing.certainty_forcing_loss,
               _bd3lm_bound, "bidirectional", data="distillation",
-              bound_name="perplexity bound", options=_certainty_forcing,
+              bound_name="perplexity bound", options=_block_certainty_forcing,
               optional_keys=("model.token_shift", "train.complementary_masks"),
               blocks=True),
     Objective("uniform", uniform.uniform_loss, _uniform_bound,
@@ -226,7 +233,7 @@ _TASK_ENTRIES = tuple(
     dataclasses.replace(
         OBJECTIVES["certainty_forcing"], name="task_certainty_forcing",
         loss=certainty_forcing.answer_certainty_forcing_loss,
-        bound=_answer_nelbo, data=TASK,
+        options=_certainty_forcing, bound=_answer_nelbo, data=TASK,
         optional_keys=("train.complementary_masks",), blocks=False),)
 TASK_OBJECTIVES: dict[str, Objective] = {
     o.name.removeprefix("task_"): o for o in _TASK_ENTRIES}
