@@ -247,15 +247,20 @@ def main(only: tuple[str, ...] = ("",)):
   train_key = jax.random.key(5)
   fresh = lambda: train_step.init_state(cfg, optimizer, jax.random.key(0))
 
+  loss = lambda p: train_step.objective_loss("ar")(make_logits_fn(cfg), p,
+                                                   tokens, train_key)[0]
+
   @functools.cache
   def reference_step():
-    """One device's (state, metrics) after one train step: compiled only
-    when a train or checkpoint check runs (not for the decode checks)."""
+    """One device's (state, metrics) after one train step and its gradients
+    at `params`: computed once, by the first train or checkpoint check (none
+    for the decode checks)."""
     single_step = train_step.make_train_step(cfg, "ar", optimizer)
-    return single_step(fresh(), tokens, train_key)
+    state, metrics = single_step(fresh(), tokens, train_key)
+    return state, metrics, jax.jit(jax.grad(loss))(params)
 
   def check_train(mesh):
-    ref_state, ref_metrics = reference_step()
+    ref_state, ref_metrics, ref_grads = reference_step()
     shardings = train_step.state_shardings(cfg, optimizer, mesh)
     step = train_step.make_train_step(cfg, "ar", optimizer, mesh=mesh,
                                  batch_shape=tokens.shape)
@@ -263,9 +268,6 @@ def main(only: tuple[str, ...] = ("",)):
     new_state, metrics = step(
         state, sharding.shard_batch(tokens, mesh), train_key)
     # The gradients themselves (the step's metrics hold only their norm).
-    loss = lambda p: train_step.objective_loss("ar")(make_logits_fn(cfg), p,
-                                                tokens, train_key)[0]
-    ref_grads = jax.jit(jax.grad(loss))(params)
     param_shardings = shardings.params
     grads = jax.jit(jax.grad(loss), in_shardings=(param_shardings,),
                     out_shardings=param_shardings)(
@@ -286,7 +288,7 @@ def main(only: tuple[str, ...] = ("",)):
 
   def check_checkpoint_reshard():
     import tempfile
-    ref_state, _ = reference_step()
+    ref_state, _, _ = reference_step()
     from lm_decoding.training.checkpoints import Checkpoints
     first, second = (train_step.state_shardings(cfg, optimizer,
                                            sharding.make_mesh(*shape))
