@@ -91,6 +91,7 @@ def main(only: tuple[str, ...] = ("",)):
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                              " --xla_force_host_platform_device_count=8")
   import dataclasses
+  import functools
 
   import chex
   import jax
@@ -113,8 +114,12 @@ def main(only: tuple[str, ...] = ("",)):
                           num_heads=8, num_kv_heads=2, head_dim=4,
                           mlp_dim=64, max_len=32, tie_embeddings=False)
   bidirectional = cfg.replace(attention="bidirectional")
-  params = init_params(cfg, jax.random.key(0))
-  bi_params = init_params(bidirectional, jax.random.key(1))
+  # Jitted: one program per config instead of one per operation eagerly
+  # (about 90 at startup, in both subprocesses); any parameters serve, as
+  # each check compares the sharded run with one device's on the same ones.
+  init = jax.jit(init_params, static_argnums=0)
+  params = init(cfg, jax.random.key(0))
+  bi_params = init(bidirectional, jax.random.key(1))
   causal_model = Model(make_logits_fn(cfg), params)
   bi_model = Model(make_logits_fn(bidirectional), bi_params)
   # self-speculation drafts with a block-diffusion model with a token shift
@@ -240,11 +245,22 @@ def main(only: tuple[str, ...] = ("",)):
   optimizer = train_step.make_optimizer(train_cfg)
   tokens = jax.random.randint(jax.random.key(4), (batch, 16), 5, 64)
   train_key = jax.random.key(5)
-  single_step = train_step.make_train_step(cfg, "ar", optimizer)
   fresh = lambda: train_step.init_state(cfg, optimizer, jax.random.key(0))
-  ref_state, ref_metrics = single_step(fresh(), tokens, train_key)
+
+  loss = lambda p: train_step.objective_loss("ar")(make_logits_fn(cfg), p,
+                                                   tokens, train_key)[0]
+
+  @functools.cache
+  def reference_step():
+    """One device's (state, metrics) after one train step and its gradients
+    at `params`: computed once, by the first train or checkpoint check (none
+    for the decode checks)."""
+    single_step = train_step.make_train_step(cfg, "ar", optimizer)
+    state, metrics = single_step(fresh(), tokens, train_key)
+    return state, metrics, jax.jit(jax.grad(loss))(params)
 
   def check_train(mesh):
+    ref_state, ref_metrics, ref_grads = reference_step()
     shardings = train_step.state_shardings(cfg, optimizer, mesh)
     step = train_step.make_train_step(cfg, "ar", optimizer, mesh=mesh,
                                  batch_shape=tokens.shape)
@@ -252,9 +268,6 @@ def main(only: tuple[str, ...] = ("",)):
     new_state, metrics = step(
         state, sharding.shard_batch(tokens, mesh), train_key)
     # The gradients themselves (the step's metrics hold only their norm).
-    loss = lambda p: train_step.objective_loss("ar")(make_logits_fn(cfg), p,
-                                                tokens, train_key)[0]
-    ref_grads = jax.jit(jax.grad(loss))(params)
     param_shardings = shardings.params
     grads = jax.jit(jax.grad(loss), in_shardings=(param_shardings,),
                     out_shardings=param_shardings)(
@@ -275,6 +288,7 @@ def main(only: tuple[str, ...] = ("",)):
 
   def check_checkpoint_reshard():
     import tempfile
+    ref_state, _, _ = reference_step()
     from lm_decoding.training.checkpoints import Checkpoints
     first, second = (train_step.state_shardings(cfg, optimizer,
                                            sharding.make_mesh(*shape))
