@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import functools
+import pathlib
 
 import jax
 import jax.numpy as jnp
@@ -14,6 +15,7 @@ import pytest
 
 import stubs
 from lm_decoding.decoding import base
+from lm_decoding.config_reference import load_config
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.models import Model, TransformerConfig, make_logits_fn
 from lm_decoding.special_tokens import EOS_ID, MASK_ID, PAD_ID
@@ -22,6 +24,7 @@ from lm_decoding.training import self_distillation as sd
 from lm_decoding.training import train
 from lm_decoding.training import train_step
 from lm_decoding.training.objectives import certainty_forcing as cf
+from lm_decoding.training.objectives import registry
 from lm_decoding.training.objectives.bd3lm import bd3lm_logits
 
 PARENT = TransformerConfig(vocab_size=32, d_model=32, num_layers=1,
@@ -29,6 +32,7 @@ PARENT = TransformerConfig(vocab_size=32, d_model=32, num_layers=1,
                            mlp_dim=64, max_len=40, attention="causal")
 STUDENT = PARENT.replace(attention="bidirectional", token_shift=True)
 PARAMS = stubs.random_params(PARENT)
+DISTILL = pathlib.Path(__file__).parents[1] / "configs" / "distill.py"
 
 
 def _log_softmax(x):
@@ -121,6 +125,34 @@ def test_left_to_right_masks_are_block_suffixes_with_uniform_cuts():
                      order="left_to_right", block_length=7)
   with pytest.raises(ValueError, match="mask_order='shuffled' must be one"):
     cf.semi_ar_masks(jax.random.key(1), x0, 16, True, order="shuffled")
+
+
+def test_check_config_refuses_a_mask_order_it_cannot_train():
+  """train.mask_order is checked with the config, before any data is read
+  or step traced: an unknown order, 'left_to_right' beside the shipped
+  recipe's complementary masks, and a trajectory order for an objective
+  that would ignore it (bd3lm, a task's certainty forcing)."""
+  config = load_config(DISTILL)  # complementary_masks=True, mask_order random
+  train.check_config(config)
+  for order, complementary, match in (
+      ("shuffled", False, "train.mask_order='shuffled' must be one of"),
+      ("left_to_right", True, "train.mask_order='left_to_right' takes no "
+                              "complementary rows")):
+    config.train.update(dict(mask_order=order,
+                             complementary_masks=complementary))
+    with pytest.raises(ValueError, match=match):
+      train.check_config(config)
+  config.train.complementary_masks = False
+  train.check_config(config)  # left_to_right without complementary rows
+  config.train.objective = "bd3lm"
+  with pytest.raises(ValueError, match="applies to train.objective "
+                                       "'certainty_forcing'.*'bd3lm'"):
+    train.check_config(config)
+  config.train.objective, config.data.source = "certainty_forcing", "task"
+  with pytest.raises(ValueError, match="'task_certainty_forcing'"):
+    registry.check_options(config)
+  config.train.mask_order = "random"  # the default: every objective's
+  registry.check_options(config)
 
 
 def test_the_mask_order_reaches_the_loss():
@@ -279,6 +311,17 @@ def test_eos_filled_ends_the_eos_block_and_nothing_else(block_length):
         new[pads], np.where(block_of[pads] == eos_block, EOS_ID, PAD_ID))
   with pytest.raises(ValueError, match="block_length"):
     sd.eos_filled(tokens, 0)
+
+
+def test_check_config_refuses_an_eos_fill_not_a_bool():
+  """A truthy non-bool (the string 'False') would fill the rows."""
+  config = load_config(DISTILL)
+  for value in ("False", 1):
+    config.data = ml_collections.ConfigDict(
+        {**config.data.to_dict(), "eos_fill": value})
+    with pytest.raises(ValueError,
+                       match=f"data.eos_fill={value!r} must be True or False"):
+      train.check_config(config)
 
 
 def test_eos_fill_reaches_the_training_rows(tmp_path, monkeypatch):

@@ -211,10 +211,14 @@ def check(config: ml_collections.ConfigDict) -> None:
 
   Raises:
     ValueError: naming the key: data.vocab_size not an integer >= the
-      tokenizer's minimum (a task: >= 1); data.format unknown; data.path
-      missing; data.targets not in `parallel_text.TARGETS`; for a task,
-      train.prompt_length not in [1, data.seq_len - 1].
+      tokenizer's minimum (a task: >= 1); data.eos_fill not True or False
+      (when present); data.format unknown; data.path missing; data.targets
+      not in `parallel_text.TARGETS`; for a task, train.prompt_length not in
+      [1, data.seq_len - 1].
   """
+  eos_fill = config.data.get("eos_fill")
+  if eos_fill is not None and not isinstance(eos_fill, bool):
+    raise ValueError(f"data.eos_fill={eos_fill!r} must be True or False")
   task = config.data.get("source") == TASK
   vocab_size = config.data.vocab_size
   minimum = 1 if task else MIN_VOCAB_SIZE

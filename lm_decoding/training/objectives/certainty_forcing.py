@@ -104,24 +104,31 @@ def semi_ar_masks(key: jax.Array, x0_BxL: jax.Array, prompt_length: int,
   batch, length = x0_BxL.shape
   keep_BxL = (maskable(x0_BxL, token_shift)
               & (jnp.arange(length) >= prompt_length)[None, :])
+  check_mask_order(order, complementary)
   if order == "left_to_right":
-    if complementary:
-      raise ValueError("mask_order='left_to_right' takes no complementary "
-                       "rows (train.complementary_masks=False): they would "
-                       "mask block prefixes")
     check_block_length(block_length, length)
     cut_BxN = jax.random.randint(key, (batch, length // block_length), 0,
                                  block_length)
     offset_L = jnp.arange(length) % block_length
     return keep_BxL & (offset_L[None, :]
                        >= jnp.repeat(cut_BxN, block_length, axis=1))
-  if order != "random":
-    raise ValueError(f"mask_order={order!r} must be one of {MASK_ORDERS}")
   u_BxL = jax.random.uniform(key, x0_BxL.shape, jnp.float32)
   masked_BxL = keep_BxL & (u_BxL < mask_rate)
   if not complementary:
     return masked_BxL
   return jnp.concatenate([masked_BxL, keep_BxL & ~masked_BxL])
+
+
+def check_mask_order(order, complementary: bool) -> None:
+  """Raises ValueError for an `order` not in `MASK_ORDERS`, or order
+  'left_to_right' with `complementary` rows (`semi_ar_masks`); a caller may
+  check them before anything is traced."""
+  if order not in MASK_ORDERS:
+    raise ValueError(f"mask_order={order!r} must be one of {MASK_ORDERS}")
+  if order == "left_to_right" and complementary:
+    raise ValueError("mask_order='left_to_right' takes no complementary "
+                     "rows (train.complementary_masks=False): they would "
+                     "mask block prefixes")
 
 
 def certainty_forcing_terms(logits_BxLxV: jax.Array, x0_BxL: jax.Array,

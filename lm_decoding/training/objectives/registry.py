@@ -282,8 +282,11 @@ def check_options(config: ConfigDict) -> None:
   model.token_shift, model.self_conditioning and train.complementary_masks:
   booleans; train.anneal_steps: an integer >= 0; train.block_schedule
   (`block_schedule`); each only for the objectives whose entry lists it
-  (`Objective.optional_keys`); train.init_from: a string (what it names is
-  resolved by `loading.parent_params`).
+  (`Objective.optional_keys`); train.mask_order: one of
+  `certainty_forcing.MASK_ORDERS`, 'left_to_right' only for
+  'certainty_forcing' (not a task's) without complementary masks;
+  train.init_from: a string (what it names is resolved by
+  `loading.parent_params`).
 
   Raises:
     ValueError: naming the key, its allowed values and objectives.
@@ -295,10 +298,27 @@ def check_options(config: ConfigDict) -> None:
       raise ValueError(f"train.block_length={block!r} must be an integer in "
                        f"[1, {seq_len}] dividing data.seq_len={seq_len}")
   _check_optional_keys(config)
+  _check_mask_order(config)
   init_from = config.train.get("init_from")
   if init_from is not None and not isinstance(init_from, str):
     raise ValueError(f"train.init_from={init_from!r} must be a string: a "
                      "member of the pretrained set or a training workdir")
+
+
+def _check_mask_order(config: ConfigDict) -> None:
+  """Checks train.mask_order when present (see `check_options`)."""
+  order = config.train.get("mask_order")
+  if order is None:
+    return
+  try:
+    certainty_forcing.check_mask_order(
+        order, bool(config.train.get("complementary_masks")))
+  except ValueError as e:  # name the config section
+    raise ValueError(f"train.{e}") from e
+  if order != "random" and of_config(config).name != "certainty_forcing":
+    raise ValueError(f"train.mask_order={order!r} applies to "
+                     "train.objective 'certainty_forcing' on text or "
+                     f"distillation rows; got {of_config(config).name!r}")
 
 
 # Optional keys (the adaptation recipes', and model.self_conditioning):
