@@ -360,7 +360,7 @@ def test_init_from_a_workdir_starts_from_its_parameters(tmp_path):
   child.train.update(dict(objective="bd3lm", block_length=4,
                           init_from=parent_dir, num_steps=1))
   child.model.token_shift = True
-  child.data.eos_fill = True  # a student's rows: the parent never had them
+  child.data.eos_fill = False  # a student's key: the parent never had it
   params, record = loading.parent_params(
       child, types.SimpleNamespace(model_proto=b""))
   parent = store.load_trained_params(config, parent_dir)

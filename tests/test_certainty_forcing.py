@@ -313,8 +313,10 @@ def test_eos_filled_ends_the_eos_block_and_nothing_else(block_length):
     sd.eos_filled(tokens, 0)
 
 
-def test_check_config_refuses_an_eos_fill_not_a_bool():
-  """A truthy non-bool (the string 'False') would fill the rows."""
+def test_check_config_refuses_an_eos_fill_it_would_not_apply():
+  """A truthy non-bool (the string 'False') would fill the rows; True with
+  no distillation set, or for an objective that reads none, would fill
+  nothing."""
   config = load_config(DISTILL)
   for value in ("False", 1):
     config.data = ml_collections.ConfigDict(
@@ -322,6 +324,16 @@ def test_check_config_refuses_an_eos_fill_not_a_bool():
     with pytest.raises(ValueError,
                        match=f"data.eos_fill={value!r} must be True or False"):
       train.check_config(config)
+  config = load_config(DISTILL)
+  config.data.eos_fill = True
+  with pytest.raises(ValueError, match="data.eos_fill=True fills the rows "
+                                       ".*distillation_set=''"):
+    train.check_config(config)
+  config.data.distillation_set = "/a/set"
+  data_sources.check(config)
+  config.train.objective = "bd3lm"
+  with pytest.raises(ValueError, match="got 'bd3lm'"):
+    train.check_config(config)
 
 
 def test_eos_fill_reaches_the_training_rows(tmp_path, monkeypatch):

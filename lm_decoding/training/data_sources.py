@@ -212,13 +212,23 @@ def check(config: ml_collections.ConfigDict) -> None:
   Raises:
     ValueError: naming the key: data.vocab_size not an integer >= the
       tokenizer's minimum (a task: >= 1); data.eos_fill not True or False
-      (when present); data.format unknown; data.path missing; data.targets
+      (when present), or True without a data.distillation_set its objective
+      reads; data.format unknown; data.path missing; data.targets
       not in `parallel_text.TARGETS`; for a task, train.prompt_length not in
       [1, data.seq_len - 1].
   """
   eos_fill = config.data.get("eos_fill")
   if eos_fill is not None and not isinstance(eos_fill, bool):
     raise ValueError(f"data.eos_fill={eos_fill!r} must be True or False")
+  if eos_fill and not (registry.of_config(config).data == "distillation"
+                       and config.data.get("distillation_set")):
+    readers = tuple(name for name, o in registry.OBJECTIVES.items()
+                    if o.data == "distillation")
+    raise ValueError(
+        "data.eos_fill=True fills the rows of data.distillation_set, which "
+        f"train.objective in {readers} reads; got "
+        f"{registry.of_config(config).name!r} with data.distillation_set="
+        f"{config.data.get('distillation_set')!r}")
   task = config.data.get("source") == TASK
   vocab_size = config.data.vocab_size
   minimum = 1 if task else MIN_VOCAB_SIZE
