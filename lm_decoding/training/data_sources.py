@@ -220,15 +220,15 @@ def check(config: ml_collections.ConfigDict) -> None:
   eos_fill = config.data.get("eos_fill")
   if eos_fill is not None and not isinstance(eos_fill, bool):
     raise ValueError(f"data.eos_fill={eos_fill!r} must be True or False")
-  if eos_fill and not (registry.of_config(config).data == "distillation"
-                       and config.data.get("distillation_set")):
+  objective = registry.of_config(config) if eos_fill else None
+  if objective and not (objective.data == "distillation"
+                        and config.data.get("distillation_set")):
     readers = tuple(name for name, o in registry.OBJECTIVES.items()
                     if o.data == "distillation")
     raise ValueError(
         "data.eos_fill=True fills the rows of data.distillation_set, which "
-        f"train.objective in {readers} reads; got "
-        f"{registry.of_config(config).name!r} with data.distillation_set="
-        f"{config.data.get('distillation_set')!r}")
+        f"train.objective in {readers} reads; got {objective.name!r} with "
+        f"data.distillation_set={config.data.get('distillation_set')!r}")
   task = config.data.get("source") == TASK
   vocab_size = config.data.vocab_size
   minimum = 1 if task else MIN_VOCAB_SIZE
