@@ -7,7 +7,8 @@ training prefixes (`lm_decoding.training.self_distillation`, dParallel).
       --output_length=240 --out=/work/runs/distill/tiny/data
 
 Each of the --num_prefixes prefixes (P tokens of the training split, drawn
-by --seed) is continued for T = --output_length tokens by --decoder on the
+by --seed at --prefix_at: cuts of the stream at multiples of P, or the starts
+of its documents, as the held-out prompts are) is continued for T = --output_length tokens by --decoder on the
 --teacher member of --set_dir, once per temperature of --temperatures (0:
 greedy); rows [prefix | continuation] of P + T tokens, the greedy ones
 first. The manifest names the teacher, decoder, prefixes, counts, seconds
@@ -48,6 +49,9 @@ _NUM_PREFIXES = flags.DEFINE_integer("num_prefixes", 256, "Prefixes (R).")
 _PROMPT_LENGTH = flags.DEFINE_integer("prompt_length", 16, "P, tokens.")
 _OUTPUT_LENGTH = flags.DEFINE_integer("output_length", 240, "T, tokens.")
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 64, "Rows per decode call.")
+_PREFIX_AT = flags.DEFINE_enum(
+    "prefix_at", "cuts", self_distillation.PREFIX_PLACES,
+    "Where the prefixes start in the training stream.")
 _SEED = flags.DEFINE_integer("seed", 0, "Prefixes and sampling.")
 _OUT = flags.DEFINE_string("out", None, "Output folder.", required=True)
 
@@ -74,7 +78,7 @@ def main(argv):
                        f"{_SET_DIR.value}: {teacher.source}")
     prefixes = self_distillation.distillation_prefixes(
         corpus.tokens["train"], _PROMPT_LENGTH.value, _NUM_PREFIXES.value,
-        _SEED.value)
+        _SEED.value, at=_PREFIX_AT.value)
     decoders = {
         f"{_DECODER.value} temperature={t}": base.make_decoder(
             _DECODER.value, output_length=_OUTPUT_LENGTH.value,
@@ -91,7 +95,7 @@ def main(argv):
       "decoders": list(decoders), "prompt_length": _PROMPT_LENGTH.value,
       "output_length": _OUTPUT_LENGTH.value,
       "prefixes": {"split": "train", "count": _NUM_PREFIXES.value,
-                   "seed": _SEED.value},
+                   "seed": _SEED.value, "at": _PREFIX_AT.value},
       "decode_seconds": seconds, "wall_s": time.time() - start,
       "device": jax.devices()[0].device_kind,
       "command": records.command(), "commit": recipes.current_commit()})

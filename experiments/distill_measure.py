@@ -15,7 +15,9 @@ alone (B = 1, the latency case; every decoder here stops once its rows
 have ended) and the batch's (its longest row's tokens / NFE); gen-PPL
 under --evaluator, unigram entropy, rep-4; agreement with AR greedy's
 tokens (the fraction of the T positions that hold the same token, and the
-mean length of the common prefix). AR greedy (`ar_early_exit`, cached,
+mean length of the common prefix); and, since a row's unigram entropy grows
+with its length, both rows' entropies at equal length (each prompt's row and
+AR greedy's cut to the shorter of the two: entropy_eq, ar_entropy_eq). AR greedy (`ar_early_exit`, cached,
 stopping at EOS as the others) is the reference row. With
 --self_speculative_gammas, each member is also decoded by
 `self_speculative` (draft in diffusion mode, verify at block size 1: the
@@ -25,8 +27,9 @@ first gamma. Then the AR decode and each member at --timed_tau are timed
 in turns (`cost.interleaved`, --timed_runs rounds) at B = 1 on the first
 prompt: ms per sequence and the speed-up over cached AR.
 
-Writes rows.csv, record.json and record.md (with this command, the commit
-and the load) under --out.
+Writes rows.csv, record.json, record.md (with this command, the commit and
+the load) and tokens.npz (each row's tokens and lengths, by label) under
+--out.
 """
 
 import os
@@ -124,11 +127,14 @@ def _decode(decoder, model, prompts):
 
 
 def _row(label, result, alone, prompts, evaluator, reference):
+  """One record row; `reference` is AR greedy's DecodeResult."""
   tokens, lengths = np.asarray(result.tokens), np.asarray(result.lengths)
+  ref_tokens = np.asarray(reference.tokens)
+  equal = np.minimum(lengths, np.asarray(reference.lengths))
   ppl = quality.gen_ppl(evaluator.logits_fn, evaluator.params, tokens,
                         lengths, prompts,
                         np.full(len(prompts), prompts.shape[1], np.int32))
-  same = tokens == reference
+  same = tokens == ref_tokens
   prefix = np.where(same.all(1), same.shape[1], np.argmin(same, 1))
   return {"label": label, "tpf_b1": float(np.mean(alone)),
           "tpf_batch": _tpf(result), "tokens": float(lengths.mean()),
@@ -136,7 +142,11 @@ def _row(label, result, alone, prompts, evaluator, reference):
           "rep_4": float(np.nanmean(quality.repetition_rate(tokens, lengths,
                                                             4))),
           "agreement": float(same.mean()),
-          "common_prefix": float(prefix.mean())}
+          "common_prefix": float(prefix.mean()),
+          "entropy_eq": float(np.nanmean(quality.unigram_entropy(tokens,
+                                                                equal))),
+          "ar_entropy_eq": float(np.nanmean(quality.unigram_entropy(
+              ref_tokens, equal)))}
 
 
 def main(argv):
@@ -160,9 +170,10 @@ def main(argv):
   ar = base.make_decoder("ar_early_exit", output_length=t, sampling=GREEDY)
   evaluator = models[_EVALUATOR.value]
   ar_result, ar_alone = _decode(ar, models[_AR.value], prompts)
-  reference = np.asarray(ar_result.tokens)
+  reference = ar_result
   rows = [_row("AR greedy (cached)", ar_result, ar_alone, prompts, evaluator,
                reference)]
+  outputs = {"AR greedy (cached)": ar_result}
 
   def bd3lm(tau, name):
     return base.make_decoder(
@@ -180,12 +191,14 @@ def main(argv):
       result, alone = _decode(bd3lm(tau, name), models[name], prompts)
       rows.append({**_row(f"{name} tau={tau}", result, alone, prompts,
                           evaluator, reference), "member": name, "tau": tau})
+      outputs[rows[-1]["label"]] = result
       print(rows[-1], flush=True)
     for gamma in gammas:
       result, alone = _decode(self_speculative(gamma), models[name], prompts)
       rows.append({**_row(f"{name} self_speculative gamma={gamma}", result,
                           alone, prompts, evaluator, reference),
                    "member": name, "gamma": gamma})
+      outputs[rows[-1]["label"]] = result
       print(rows[-1], flush=True)
   one = jnp.asarray(prompts[:1])
   one_len = jnp.full((1,), prompts.shape[1], jnp.int32)
@@ -220,8 +233,14 @@ def main(argv):
   os.makedirs(_OUT.value, exist_ok=True)
   records.write_csv(rows, os.path.join(_OUT.value, "rows.csv"))
   records.write_json(record, os.path.join(_OUT.value, "record.json"))
+  np.savez_compressed(
+      os.path.join(_OUT.value, "tokens.npz"),
+      **{f"{label} {part}": np.asarray(getattr(result, part))
+         for label, result in outputs.items()
+         for part in ("tokens", "lengths")})
   columns = ("label", "tokens", "tpf_b1", "tpf_batch", "gen_ppl", "entropy",
-             "rep_4", "agreement", "common_prefix")
+             "entropy_eq", "ar_entropy_eq", "rep_4", "agreement",
+             "common_prefix")
   lines = [f"Command: `{record['command']}`", "",
            f"Commit {record['commit'][:10]}; set {record['set_dir']}; "
            f"{len(prompts)} held-out prompts of {_PROMPT_LENGTH.value} tokens, "

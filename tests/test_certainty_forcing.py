@@ -241,6 +241,8 @@ def test_data_generation_is_deterministic_for_a_seed(tmp_path):
   positions = sd.distillation_prefixes(np.arange(200), 6, 33, seed=0)
   assert len(set(positions[:, 0])) == 33  # no prefix drawn twice
   assert set(positions[:, 0] % 6) == {0}  # cut at multiples of P
+  np.testing.assert_array_equal(  # the records' draws (before `at`) stand
+      positions[:, 0], np.random.default_rng(0).choice(33, 33, False) * 6)
   teacher = Model(make_logits_fn(PARENT), PARAMS)
   decoders = {f"t={t}": base.make_decoder(
       "ar", output_length=8, sampling=SamplingConfig(temperature=t))
@@ -265,6 +267,22 @@ def test_data_generation_is_deterministic_for_a_seed(tmp_path):
     sd.read_distillation_set(tmp_path / "none")
   with pytest.raises(ValueError, match="count"):
     sd.distillation_prefixes(stream, 6, 40, seed=0)
+
+
+def test_document_start_prefixes_are_the_starts_of_long_enough_documents():
+  # Documents of 7, 3, 9 and 6 ids, each ended by EOS.
+  lengths = (7, 3, 9, 6)
+  stream = np.concatenate([np.r_[np.full(n, 10 + d), EOS_ID]
+                           for d, n in enumerate(lengths)]).astype(np.int32)
+  prefixes = sd.distillation_prefixes(stream, 6, 3, seed=0,
+                                      at="document_starts")
+  # Every document but the 3-id one, each once, never across an EOS.
+  assert sorted(prefixes[:, 0]) == [10, 12, 13]
+  np.testing.assert_array_equal(prefixes, prefixes[:, :1].repeat(6, 1))
+  with pytest.raises(ValueError, match="count=4 .* holds 3"):
+    sd.distillation_prefixes(stream, 6, 4, seed=0, at="document_starts")
+  with pytest.raises(ValueError, match="at='middles'"):
+    sd.distillation_prefixes(stream, 6, 1, seed=0, at="middles")
 
 
 def test_train_wires_the_objective():

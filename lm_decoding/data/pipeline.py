@@ -218,7 +218,7 @@ def prepare(path: str | None, vocab_size: int, workdir: str | os.PathLike,
                 cache_dir=cache_dir, reading=reading)
 
 
-def _document_spans(stream: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def document_spans(stream: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   """(starts, lengths), int64[D] each: the D documents of an EOS-ended stream.
 
   Lengths count the document's ids, not its EOS.
@@ -287,7 +287,7 @@ def check_corpus_size(corpus: Corpus,
   cmp = config.compare
   num_prompts = max(cmp.batch_sizes, default=0)
   length = cmp.prompt_len + cmp.reference_len
-  _, lengths = _document_spans(corpus.tokens["test"])
+  _, lengths = document_spans(corpus.tokens["test"])
   long_enough = int((lengths >= length).sum())
   if long_enough < num_prompts:
     raise ValueError(
@@ -472,7 +472,7 @@ def prompts(corpus: Corpus, split: str, num: int, prompt_len: int,
     if value < 1:
       raise ValueError(f"{name}={value} must be >= 1")
   stream = corpus.tokens[split]
-  starts, lengths = _document_spans(stream)
+  starts, lengths = document_spans(stream)
   long_enough = np.flatnonzero(lengths >= prompt_len + min_continuation)
   if long_enough.size < num:
     raise ValueError(

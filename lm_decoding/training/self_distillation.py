@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from lm_decoding.checks import is_count
+from lm_decoding.data import pipeline
 from lm_decoding.models import Model
 from lm_decoding.special_tokens import EOS_ID, PAD_ID
 
@@ -27,25 +28,40 @@ TOKENS_FILE = "tokens.npy"
 MANIFEST_FILE = "manifest.json"
 
 
+PREFIX_PLACES = ("cuts", "document_starts")
+
+
 def distillation_prefixes(stream: np.ndarray, prompt_length: int, count: int,
-                          seed: int) -> np.ndarray:
+                          seed: int, at: str = "cuts") -> np.ndarray:
   """int32[count, P]: `count` distinct prefixes of P tokens of the token
-  stream `stream` (a training split), cut at multiples of P and drawn
-  without replacement by `numpy.random.default_rng(seed)`.
+  stream `stream` (a training split, documents ended by EOS), drawn without
+  replacement by `numpy.random.default_rng(seed)`.
+
+  at="cuts" cuts the stream at multiples of P (a prefix may start mid-
+  document or hold an EOS); at="document_starts" takes the first P tokens of
+  documents of at least P tokens, as the held-out prompts are
+  (`pipeline.prompts`), so the teacher continues them as far as it
+  continues those.
 
   Raises:
-    ValueError: P or count below 1, or more prefixes asked than the stream
-      holds.
+    ValueError: P or count below 1, `at` not in PREFIX_PLACES, or more
+      prefixes asked than the stream holds.
   """
   if not is_count(prompt_length) or not is_count(count):
     raise ValueError(f"prompt_length={prompt_length!r} and count={count!r} "
                      "must be integers >= 1")
-  available = len(stream) // prompt_length
-  if count > available:
-    raise ValueError(f"count={count} prefixes of {prompt_length} tokens; the "
-                     f"stream holds {available}")
-  starts = np.random.default_rng(seed).choice(available, count,
-                                              replace=False) * prompt_length
+  if at == "cuts":
+    candidates = np.arange(len(stream) // prompt_length) * prompt_length
+  elif at == "document_starts":
+    starts, lengths = pipeline.document_spans(stream)
+    candidates = starts[lengths >= prompt_length]
+  else:
+    raise ValueError(f"at={at!r}; allowed: {PREFIX_PLACES}")
+  if count > len(candidates):
+    raise ValueError(f"count={count} prefixes of {prompt_length} tokens at "
+                     f"{at}; the stream holds {len(candidates)}")
+  starts = np.random.default_rng(seed).choice(candidates, count,
+                                              replace=False)
   return np.stack([stream[s:s + prompt_length] for s in starts]).astype(
       np.int32)
 
