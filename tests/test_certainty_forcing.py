@@ -113,6 +113,15 @@ def test_left_to_right_masks_are_block_suffixes_with_uniform_cuts():
   expected = cuts.size / block
   chi2 = ((counts - expected) ** 2 / expected).sum()
   assert chi2 < 24.3  # chi-square, 7 degrees of freedom, p = 0.001
+  # A prefix of 20 ends inside block 2 (16-23): its states (first masked
+  # position 20-23) are equally likely, none of them drawn 5 times as often.
+  ragged = np.asarray(cf.semi_ar_masks(
+      jax.random.key(2), x0, 20, True, complementary=False,
+      order="left_to_right", block_length=block))[:, 16:24]
+  assert not ragged[:, :4].any()
+  counts = np.bincount(ragged.argmax(1) + 16, minlength=24)[20:]
+  chi2 = ((counts - 100) ** 2 / 100).sum()
+  assert chi2 < 16.3  # chi-square, 3 degrees of freedom, p = 0.001
   with pytest.raises(ValueError, match="complementary"):
     cf.semi_ar_masks(jax.random.key(1), x0, 16, True, order="left_to_right",
                      block_length=block)
@@ -140,6 +149,9 @@ def test_check_config_refuses_a_mask_order_it_cannot_train():
       train.check_config(config)
   config.train.complementary_masks = False
   train.check_config(config)  # left_to_right without complementary rows
+  # A checkpoint trained on other masks is not resumed as this run.
+  assert registry.fingerprint(config)["mask_order"] == "left_to_right"
+  assert registry.fingerprint(load_config(DISTILL))["mask_order"] == "random"
   config.train.objective = "bd3lm"
   with pytest.raises(ValueError, match="applies to train.objective "
                                        "'certainty_forcing'.*'bd3lm'"):

@@ -78,7 +78,9 @@ def semi_ar_masks(key: jax.Array, x0_BxL: jax.Array, prompt_length: int,
   (`common.maskable`). With order 'random' (dParallel's) each such position
   is masked independently with probability `mask_rate`. With order
   'left_to_right' each block of `block_length` (from index 0) of each row
-  draws a cut k uniform in [0, W - 1] and masks its positions from k on:
+  draws a cut k uniform over its maskable offsets ([0, W - 1], or from the
+  prefix's end in the block the prefix ends inside) and masks its positions
+  from k on:
   the states a decoder committing left to right passes through (d3LLM's
   pseudo-trajectory distillation, Qian et al. 2026, arXiv:2601.07568, with
   the AR parent's order as the trajectory); `mask_rate` is unused, and
@@ -107,8 +109,12 @@ def semi_ar_masks(key: jax.Array, x0_BxL: jax.Array, prompt_length: int,
   check_mask_order(order, complementary)
   if order == "left_to_right":
     check_block_length(block_length, length)
-    cut_BxN = jax.random.randint(key, (batch, length // block_length), 0,
-                                 block_length)
+    # A block that the prefix ends inside draws its cut over its
+    # continuation offsets only, so each of its states is as likely.
+    start_N = jnp.arange(0, length, block_length)
+    lowest_N = jnp.clip(prompt_length - start_N, 0, block_length - 1)
+    cut_BxN = jax.random.randint(key, (batch, length // block_length),
+                                 lowest_N[None, :], block_length)
     offset_L = jnp.arange(length) % block_length
     return keep_BxL & (offset_L[None, :]
                        >= jnp.repeat(cut_BxN, block_length, axis=1))

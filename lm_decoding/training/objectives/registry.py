@@ -415,8 +415,8 @@ def fingerprint(config: ConfigDict) -> dict:
   scheduled = scheduled_sampling(config)
   if scheduled is not None:
     out["scheduled_sampling"] = list(scheduled)
-  for key in ("init_from", "complementary_masks", "anneal_steps",
-              "block_schedule", "prompt_length"):
+  for key in ("init_from", "complementary_masks", "mask_order",
+              "anneal_steps", "block_schedule", "prompt_length"):
     if config.train.get(key) is not None:
       out[key] = config.train[key]
   return out
