@@ -88,6 +88,24 @@ def test_ship_copies_the_parameters_with_the_chain_and_its_data(sets):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+def test_ship_replaces_a_student_whose_name_a_step_of_the_chain_bears(sets):
+  """A second student shipped as 'first' (the name of a step of its own
+  chain, which the target set holds as an earlier, other student): the chain
+  runs on to the root, and the new student replaces the old."""
+  source, target = sets
+  shipping.ship("second", source, target, "first", "python ship")
+  _write(source, "fourth", "third", "", 4)
+  shipping.ship("fourth", source, target, "first", "python ship")
+  lineage = recipes.read_manifest("first", target)["lineage"]
+  assert lineage["root"] == "root"
+  assert [s["member"] for s in lineage["steps"]] == ["first", "second",
+                                                      "third", "fourth"]
+  _, shipped = store.load_stored("first", target)
+  _, original = store.load_stored("fourth", source)
+  for a, b in zip(jax.tree.leaves(shipped), jax.tree.leaves(original)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
 def test_ship_refuses_a_chain_that_leaves_the_target_set(sets):
   source, target = sets
   (target / "root" / recipes.MANIFEST_FILE).unlink()

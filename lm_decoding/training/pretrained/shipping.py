@@ -28,7 +28,9 @@ def ship(name: str, from_dir: str | pathlib.Path, to_dir: str | pathlib.Path,
 
   Its manifest keeps the training's command, commit, recipe and metrics and
   gains `lineage`: the chain of `train.init_from` parents in `from_dir` down
-  to the first one `to_dir` holds (`root`), each step's member, commit,
+  to the first one `to_dir` holds (`root`; `to_dir`'s `as_name` counts only
+  if it is that very model: a student shipped under a name a step of the
+  chain bears replaces another model of that name), each step's member, commit,
   command, steps, tokens and training seconds, the distillation sets they
   read (each once, with the seconds their generation took), and the sums
   `train_s` and `data_s`, so the student's compute counts its data; and
@@ -51,7 +53,7 @@ def ship(name: str, from_dir: str | pathlib.Path, to_dir: str | pathlib.Path,
     raise ValueError(f"{from_dir} and {to_dir} hold different tokenizers")
   manifest = read_manifest(name, from_dir)
   try:
-    member, steps, data = _chain(name, manifest, from_dir, to_dir)
+    member, steps, data = _chain(name, manifest, from_dir, to_dir, as_name)
   except (KeyError, TypeError) as e:
     raise CheckpointError(f"a manifest on the init_from chain of {name!r} in "
                           f"{from_dir} lacks a field the lineage reads ({e})"
@@ -80,7 +82,8 @@ def ship(name: str, from_dir: str | pathlib.Path, to_dir: str | pathlib.Path,
 
 
 def _chain(name: str, manifest: dict, from_dir: pathlib.Path,
-           to_dir: pathlib.Path) -> tuple[dict, list[dict], dict[str, float]]:
+           to_dir: pathlib.Path, as_name: str
+           ) -> tuple[dict, list[dict], dict[str, float]]:
   """(the manifest of the root, the steps from it to `name`, {distillation
   set command: wall_s}) of `ship`'s lineage, `manifest` being `name`'s.
 
@@ -88,8 +91,14 @@ def _chain(name: str, manifest: dict, from_dir: pathlib.Path,
     ValueError, CheckpointError: as `ship`; KeyError, TypeError: a manifest
       without the fields it reads.
   """
+
+  def is_root(member: dict) -> bool:
+    held = to_dir / member["name"] / MANIFEST_FILE
+    return held.exists() and (member["name"] != as_name
+                              or read_manifest(as_name, to_dir) == member)
+
   steps, data, member = [], {}, manifest
-  while not (to_dir / member["name"] / MANIFEST_FILE).exists():
+  while not is_root(member):
     if any(step["member"] == member["name"] for step in steps):
       raise ValueError(f"member {name!r} of {from_dir}: train.init_from "
                        f"comes back to {member['name']!r} (a cycle: "
