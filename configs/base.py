@@ -73,8 +73,7 @@ def get_config() -> ml_collections.ConfigDict:
   # (docs/self_distillation.md), shipped in the set outside the recipes
   # above and loaded by its own manifest: greedy, judged against AR greedy.
   # Self-speculation is lossless against the student's own block-size-1 (AR)
-  # view; the threshold row is its parallel decode at the tau its record
-  # found best.
+  # view; the threshold row is its parallel decode at dParallel's tau = 0.5.
   config.compare.stored_members = (STUDENT,)
   config.compare.decoders += (
       "distilled self-speculative gamma={gamma} temp={temperature}"
@@ -82,7 +81,7 @@ def get_config() -> ml_collections.ConfigDict:
       "distilled BD3-LM {remasking} tau={threshold} block={block_length}"
       " K={steps}"
       f" temp={{temperature}} | bd3lm | model={STUDENT} | block_length=16"
-      " steps=T remasking=threshold threshold=0.7 temperature=0",
+      " steps=T remasking=threshold threshold=0.5 temperature=0",
   )
   config.compare.output_lengths = (256,)
   config.compare.timed_runs = 3
