@@ -48,6 +48,11 @@ def get_config(size: str = "tiny") -> ml_collections.ConfigDict:
       # 'random': dParallel's masks; 'left_to_right': d3LLM's trajectory
       # states (a suffix of each block; needs complementary_masks=False)
       mask_order="random",
+      # '' or a causal member of --export_dir (the AR parent, 'ar'): its
+      # whole next-token distribution is the target of each block's first
+      # masked position instead of the row's token
+      # (certainty_forcing.block_anchors)
+      teacher="",
       batch_size=8, num_steps=steps, warmup_steps=steps // 10,
       eval_every=steps // 2, eval_batches=2,
       checkpoint_every=max(1, steps // 8)))

@@ -35,6 +35,11 @@ an exported manifest record the parent and the tokens of both phases:
 
   python experiments/train.py --config=configs/tiny.py --member=mdlm_from_ar \
       --workdir=/tmp/mdlm_from_ar --pretrained_tokenizer
+
+With --config.train.teacher=NAME (certainty forcing, configs/distill.py) a
+causal member of the --export_dir set supplies its next-token
+distributions as the targets of each block's first masked position
+(`loading.teacher_log_probs`); the summary records it.
 """
 
 import json
@@ -138,18 +143,22 @@ def main(argv):
                          _PROCESS_ID.value)
     if _PRETRAINED_TOKENIZER.value:
       store.seed_data_cache(config, data_dir, _EXPORT_DIR.value)
-    parent, record = None, None
-    if config.train.get("init_from"):
-      corpus = pipeline.prepare(config.data.path, config.data.vocab_size,
-                                data_dir, config.data.format)
-      parent, record = loading.parent_params(config, corpus.tokenizer,
-                                                _EXPORT_DIR.value)
+    parent, record, teacher, teacher_record = None, None, None, None
+    if config.train.get("init_from") or config.train.get("teacher"):
+      tokenizer = pipeline.prepare(config.data.path, config.data.vocab_size,
+                                   data_dir, config.data.format).tokenizer
+      parent, record = loading.parent_params(config, tokenizer,
+                                             _EXPORT_DIR.value)
+      teacher, teacher_record = loading.teacher_log_probs(
+          config, tokenizer, _EXPORT_DIR.value)
     summary = train.train(config, workdir, data_dir=data_dir,
-                          init_params=parent)
+                          init_params=parent, teacher=teacher)
     summary["tokens"] = (summary["steps"] * config.train.batch_size
                          * config.data.seq_len)
     if record is not None:
       summary["parent"] = record
+    if teacher_record is not None:
+      summary["teacher"] = teacher_record
     if config.data.get("distillation_set"):  # its compute counts too
       summary["distillation_set"] = self_distillation.read_distillation_set(
           config.data.distillation_set)[1]

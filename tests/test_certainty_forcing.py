@@ -5,7 +5,9 @@
 from __future__ import annotations
 
 import functools
+import json
 import pathlib
+import types
 
 import jax
 import jax.numpy as jnp
@@ -25,6 +27,8 @@ from lm_decoding.training import train
 from lm_decoding.training import train_step
 from lm_decoding.training.objectives import certainty_forcing as cf
 from lm_decoding.training.objectives import registry
+from lm_decoding.training.pretrained import loading
+from lm_decoding.training.pretrained.recipes import DEFAULT_DIR as PRETRAINED
 from lm_decoding.training.objectives.bd3lm import bd3lm_logits
 
 PARENT = TransformerConfig(vocab_size=32, d_model=32, num_layers=1,
@@ -375,3 +379,175 @@ def test_eos_fill_reaches_the_training_rows(tmp_path, monkeypatch):
   np.testing.assert_array_equal(
       data_sources.distillation(config, "")[1][0],
       [9, 9, 9, 9, 8, EOS_ID, EOS_ID, EOS_ID])
+
+
+def test_block_anchors_are_each_blocks_first_masked_position_before_the_end():
+  masked = jnp.array([[0, 0, 1, 1, 1, 0, 1, 1, 0, 0, 0, 0],
+                      [0, 1, 0, 1, 0, 0, 0, 0, 1, 1, 1, 1]], bool)
+  x0 = jnp.array([[EOS_ID, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9],  # EOS in prefix
+                  [9, 9, 9, 9, 9, EOS_ID, 9, 9, 9, 9, 9, 9]])  # ends at 5
+  anchors = cf.block_anchors(masked, x0, block_length=4, prompt_length=2)
+  np.testing.assert_array_equal(np.asarray(anchors), [
+      [0, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0],
+      [0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]])
+
+
+def test_next_token_log_probs_are_the_causal_models_shifted_without_mask():
+  tokens = jax.random.randint(jax.random.key(9), (2, 12), 5, 32)
+  log_p = np.asarray(cf.next_token_log_probs(make_logits_fn(PARENT), PARAMS,
+                                             tokens))
+  logits = np.asarray(make_logits_fn(PARENT)(
+      PARAMS, tokens, jnp.broadcast_to(jnp.arange(12), (2, 12))).logits)
+  keep = [v for v in range(32) if v != MASK_ID]
+  for i in range(1, 12):  # index i: the prediction made at i - 1
+    np.testing.assert_allclose(log_p[:, i, keep],
+                               _log_softmax(logits[:, i - 1, keep]),
+                               rtol=1e-5, atol=1e-5)
+  assert np.all(np.isneginf(log_p[..., MASK_ID]))
+  np.testing.assert_allclose(log_p[:, 0, keep], -np.log(31), rtol=1e-6)
+  with pytest.raises(ValueError, match="next_token_log_probs"):
+    cf.next_token_log_probs(make_logits_fn(STUDENT), PARAMS, tokens)
+
+
+def test_a_teacher_replaces_the_target_at_the_anchors_only():
+  # Vocabulary 6, MASK = 4. Positions 0 and 1 masked, 2 not; 0 is an
+  # anchor (its argmax is right, so without the teacher it is in C).
+  logits = np.zeros((1, 3, 6), np.float32)
+  logits[0, 0] = [0.1, 2.0, 0.3, 0.0, 50.0, -1.0]
+  logits[0, 1] = [1.5, 0.2, 0.0, 3.7, 50.0, 0.4]  # argmax 3 = x0: in C
+  x0 = jnp.array([[1, 3, 0]], jnp.int32)
+  masked = jnp.array([[True, True, False]])
+  anchors = jnp.array([[True, False, False]])
+  keep = [0, 1, 2, 3, 5]
+  teacher = np.full((1, 3, 6), -np.inf, np.float32)
+  teacher[0, :, keep] = _log_softmax(np.array(
+      [[0.5, 1.0, -0.5, 0.0, 2.0]] * 3)).T
+  loss, metrics = cf.certainty_forcing_terms(
+      jnp.asarray(logits), x0, masked, teacher_log_probs_BxLxV=teacher,
+      anchors_BxL=anchors)
+  log_s0 = _log_softmax(logits[0, 0, keep])
+  soft = -(np.exp(teacher[0, 0, keep]) * log_s0).sum()
+  hard = -_log_softmax(logits[0, 1, keep])[3]
+  log_q = _log_softmax(logits[0, 1, keep] / 0.5)  # C = {1}: 0 is an anchor
+  entropy = -(np.exp(log_q) * log_q).sum()
+  np.testing.assert_allclose(float(metrics["ce"]), (soft + hard) / 2,
+                             rtol=1e-5)
+  np.testing.assert_allclose(float(metrics["teacher_ce"]), soft, rtol=1e-5)
+  np.testing.assert_allclose(float(loss), (soft + hard) / 2 + 2.0 * entropy,
+                             rtol=1e-5)
+  assert int(metrics["anchors"]) == 1 and float(metrics["correct"]) == 0.5
+  # A teacher sure of the row's token is the row's target: the CE is the
+  # same as without a teacher.
+  sure = np.where(np.arange(6) == np.asarray(x0)[..., None], 0.0, -np.inf)
+  _, with_sure = cf.certainty_forcing_terms(
+      jnp.asarray(logits), x0, masked,
+      teacher_log_probs_BxLxV=jnp.asarray(sure, jnp.float32),
+      anchors_BxL=anchors)
+  _, without = cf.certainty_forcing_terms(jnp.asarray(logits), x0, masked)
+  np.testing.assert_allclose(float(with_sure["ce"]), float(without["ce"]),
+                             rtol=1e-6)
+
+
+@pytest.mark.parametrize("mask_order, complementary",
+                         [("random", True), ("left_to_right", False)])
+def test_the_teacher_reaches_the_loss_on_the_bd3lm_layout(mask_order,
+                                                         complementary):
+  logits_fn = make_logits_fn(STUDENT)
+  tokens = jax.random.randint(jax.random.key(3), (2, 24), 5, 32).at[
+      1, 20].set(EOS_ID)
+  key = jax.random.key(4)
+  teacher = functools.partial(cf.next_token_log_probs, make_logits_fn(PARENT),
+                              stubs.random_params(PARENT, seed=1))
+  options = dict(block_length=8, prompt_length=8, complementary=complementary,
+                 mask_order=mask_order)
+  loss, metrics = cf.certainty_forcing_loss(logits_fn, PARAMS, tokens, key,
+                                            teacher=teacher, **options)
+  masked = cf.semi_ar_masks(key, tokens, 8, True, complementary=complementary,
+                            order=mask_order, block_length=8)
+  copies = masked.shape[0] // 2
+  x0 = jnp.tile(tokens, (copies, 1))
+  logits = bd3lm_logits(logits_fn, PARAMS, x0,
+                        jnp.where(masked, MASK_ID, x0), 8)
+  anchors = cf.block_anchors(masked, x0, 8, 8)
+  expected, _ = cf.certainty_forcing_terms(
+      logits, x0, masked, teacher_log_probs_BxLxV=jnp.tile(
+          teacher(tokens), (copies, 1, 1)), anchors_BxL=anchors)
+  np.testing.assert_allclose(float(loss), float(expected), rtol=1e-6)
+  assert int(metrics["anchors"]) == int(anchors.sum()) > 0
+  plain, _ = cf.certainty_forcing_loss(logits_fn, PARAMS, tokens, key,
+                                       **options)
+  assert abs(float(plain) - float(loss)) > 1e-3
+  wired = train_step.objective_loss("certainty_forcing", 8, teacher=teacher,
+                                    **{k: v for k, v in options.items()
+                                       if k != "block_length"})
+  np.testing.assert_allclose(
+      float(wired(logits_fn, PARAMS, tokens, key)[0]), float(loss),
+      rtol=1e-6)
+
+
+def test_train_teacher_is_checked_and_fingerprinted():
+  config = load_config(DISTILL)
+  assert "teacher" not in registry.fingerprint(config)  # '' is none
+  config.train.teacher = "ar"
+  train.check_config(config)
+  assert registry.fingerprint(config)["teacher"] == "ar"
+  config.train = ml_collections.ConfigDict({**config.train.to_dict(),
+                                            "teacher": 3})
+  with pytest.raises(ValueError, match="train.teacher=3 must be a string"):
+    train.check_config(config)
+  config = load_config(DISTILL)
+  config.train.update(dict(teacher="ar", objective="bd3lm"))
+  with pytest.raises(ValueError, match="train.teacher='ar' applies to "
+                                       "train.objective 'certainty_forcing'"):
+    train.check_config(config)
+
+
+def test_teacher_log_probs_loads_a_causal_member_of_the_set():
+  config = load_config(DISTILL)
+  tokenizer = types.SimpleNamespace(model_proto=(
+      PRETRAINED / "tokenizer.model").read_bytes())
+  assert loading.teacher_log_probs(config, tokenizer, PRETRAINED) == (
+      None, None)
+  config.train.teacher = "ar"
+  teacher, record = loading.teacher_log_probs(config, tokenizer, PRETRAINED)
+  assert record["teacher"] == "ar"
+  tokens = jnp.full((1, 8), 9, jnp.int32)
+  log_p = np.asarray(teacher(tokens))
+  assert log_p.shape == (1, 8, config.data.vocab_size)
+  np.testing.assert_allclose(np.exp(log_p).sum(-1), 1.0, rtol=1e-5)
+  for name, match in (("mdlm", "is not causal"), ("none", "not a member")):
+    config.train.teacher = name
+    with pytest.raises(ValueError, match=f"train.teacher='{name}'.*{match}"):
+      loading.teacher_log_probs(config, tokenizer, PRETRAINED)
+  config.train.teacher = "ar"
+  with pytest.raises(ValueError, match="another tokenizer"):
+    loading.teacher_log_probs(config, types.SimpleNamespace(
+        model_proto=b"another"), PRETRAINED)
+
+
+def test_train_takes_a_teacher_exactly_when_the_config_names_one(tmp_path):
+  config = load_config(DISTILL)
+  config.model.update(dict(d_model=32, num_layers=1, num_heads=2,
+                           num_kv_heads=2, head_dim=16, mlp_dim=64,
+                           max_len=16))
+  config.data.update(dict(vocab_size=512, seq_len=16))
+  config.train.update(dict(num_steps=1, batch_size=2, eval_every=1,
+                           checkpoint_every=1, warmup_steps=0,
+                           eval_batches=1, init_from="", prompt_length=4,
+                           block_length=4))
+  rows = np.asarray(jax.random.randint(jax.random.key(2), (4, 16), 5, 512))
+  data = (types.SimpleNamespace(describe=lambda: "rows"), rows, rows)
+  causal = PARENT.replace(vocab_size=512)
+  teacher = functools.partial(cf.next_token_log_probs, make_logits_fn(causal),
+                              stubs.random_params(causal))
+  with pytest.raises(ValueError, match="train.teacher='' needs"):
+    train.train(config, str(tmp_path / "a"), progress=False, data=data,
+                teacher=teacher)
+  config.train.teacher = "ar"
+  with pytest.raises(ValueError, match="train.teacher='ar' needs"):
+    train.train(config, str(tmp_path / "b"), progress=False, data=data)
+  summary = train.train(config, str(tmp_path / "c"), progress=False,
+                        data=data, teacher=teacher)
+  assert summary["steps"] == 1
+  with open(tmp_path / "c" / "metrics.jsonl") as f:
+    assert "teacher_ce" in [json.loads(line) for line in f][1]

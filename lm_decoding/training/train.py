@@ -212,7 +212,8 @@ class _Run:
 
 
 def _plan(config: ml_collections.ConfigDict, workdir: str, data, data_dir,
-          stop_at: int | None, progress: bool) -> tuple[_Run, Any]:
+          stop_at: int | None, progress: bool,
+          teacher: Any = None) -> tuple[_Run, Any]:
   """(the `_Run` of `config`, (its backbone config, its optimizer)): every
   option checked (before the workdir is created), then the workdir, the
   data (`data`, else `data_sources.training_data`), the train and eval
@@ -230,6 +231,10 @@ def _plan(config: ml_collections.ConfigDict, workdir: str, data, data_dir,
     step_lib.state_shardings(model_cfg, optimizer, mesh, rules)
   if stop_at is not None and not is_count(stop_at, 1):
     raise ValueError(f"stop_at={stop_at!r} must be an integer >= 1")
+  if (teacher is None) != (not train_cfg.get("teacher")):
+    raise ValueError(f"train.teacher={train_cfg.get('teacher')!r} needs its "
+                     "loaded next-token log-probabilities (teacher=, "
+                     "`loading.teacher_log_probs`), and they need it")
   budget_s = train_cfg.get("budget_s") or math.inf
   if budget_s < math.inf and jax.process_count() > 1:
     raise ValueError("train.budget_s is a single-process budget; unset it "
@@ -242,13 +247,15 @@ def _plan(config: ml_collections.ConfigDict, workdir: str, data, data_dir,
       train_cfg.batch_size, train_cfg.get("eval_batch_size"),
       train_cfg.eval_batches, progress and primary)
   shape, options = train_rows.shape, entry.options(config)
+  distillation = {} if teacher is None else {"teacher": teacher}
   schedule = registry.block_schedule(config)
   train_steps = {  # one step per block length of the schedule
       width: step_lib.make_train_step(
           model_cfg, entry, optimizer, width,
           registry.scheduled_sampling(config), mesh=mesh, rules=rules,
           batch_shape=(train_cfg.batch_size, shape[1]),
-          anneal_steps=train_cfg.get("anneal_steps", 0), **options)
+          anneal_steps=train_cfg.get("anneal_steps", 0), **options,
+          **distillation)
       for width in dict(schedule).values()}
   eval_fn = step_lib.make_eval_fn(model_cfg, entry,
                                   train_cfg.mdlm_eval_timesteps,
@@ -274,18 +281,21 @@ def _plan(config: ml_collections.ConfigDict, workdir: str, data, data_dir,
 def train(config: ml_collections.ConfigDict, workdir: str,
           progress: bool = True, data_dir: str | None = None,
           stop_at: int | None = None, init_params: Any = None,
-          data: tuple | None = None) -> dict:
+          data: tuple | None = None, teacher: Any = None) -> dict:
   """Trains (or resumes) the model described by `config` under `workdir`
   (module docstring: what it writes, resumes and returns).
 
   `data` is the (data, train rows, valid rows) of a data source the caller
   read (`data_sources.task_rows`); None reads `config`'s
   (`data_sources.training_data`, cached in `data_dir`, default `workdir`).
+  `teacher` is train.teacher's next-token log-probabilities
+  (`loading.teacher_log_probs`), given exactly when that key is set.
 
   Raises:
     ValueError: any error of `check_config` or of the mesh (a bad
       `config.mesh`, a batch size or parameter it cannot split; raised
-      before the workdir is created), bad data (`data_sources.given_rows`),
+      before the workdir is created), a `teacher` without train.teacher or
+      the reverse, bad data (`data_sources.given_rows`),
       a workdir that is a file or not writable (all before compiling).
     CheckpointError: an existing checkpoint that does not fit `config`.
     CheckpointWriteError: a checkpoint could not be written (full disk,
@@ -294,7 +304,8 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   """
   start_time = time.time()
   run, (model_cfg, optimizer) = _plan(config, workdir, data,
-                                      data_dir or workdir, stop_at, progress)
+                                      data_dir or workdir, stop_at, progress,
+                                      teacher)
   with contextlib.ExitStack() as stack:
     checkpoints = stack.enter_context(Checkpoints(
         os.path.join(workdir, "checkpoints"), config.train.keep_checkpoints))

@@ -34,6 +34,15 @@ right; the entropy is pushed down only there), weight 2.0 and temperature
 0.5 (`CERTAINTY_WEIGHT`, `CERTAINTY_TEMPERATURE`). The student is then
 decoded by `bd3lm` with remasking='threshold' at tau = 0.5.
 
+With a `teacher` (a causal LM's `next_token_log_probs`, e.g. the AR parent's),
+each block's first masked position before the row's end (`block_anchors`)
+is scored against the teacher's whole next-token distribution instead of
+the row's token: -sum_v p_teacher(v) log p(v). There the student sees
+exactly the teacher's context (every earlier token, nothing after), so the
+teacher's conditional is the exact target, not one draw of it (the logit
+distillation of Hinton et al. 2015 at the positions where it is exact);
+those positions are left out of C, whose entropy the term would push down.
+
 `answer_certainty_forcing_loss` is the same loss for a model decoded in
 one block (an exact-answer task's MDLM, `training.task_distillation`): the
 answer masked at a rate drawn per row, no later blocks.
@@ -50,12 +59,12 @@ from lm_decoding.checks import is_count, is_number
 from lm_decoding.models import masks
 from lm_decoding.models.config import check_attention
 from lm_decoding.models.diffusion import subs_log_probs
-from lm_decoding.special_tokens import MASK_ID, PAD_ID
+from lm_decoding.special_tokens import EOS_ID, MASK_ID, PAD_ID
 from lm_decoding.models.config import token_shift as shifted
 from lm_decoding.training.objectives.bd3lm import (
     bd3lm_logits, check_block_length)
 from lm_decoding.training.objectives.common import (
-    check_tokens, denoiser_logits, maskable)
+    check_tokens, denoiser_logits, maskable, token_positions)
 
 CERTAINTY_WEIGHT = 2.0  # beta of the entropy term (the issue's recipe)
 CERTAINTY_TEMPERATURE = 0.5  # the entropy is of softmax(logits / 0.5)
@@ -137,11 +146,59 @@ def check_mask_order(order, complementary: bool) -> None:
                      "mask block prefixes")
 
 
+def block_anchors(masked_BxL: jax.Array, x0_BxL: jax.Array,
+                  block_length: int, prompt_length: int,
+                  eos_id: int = EOS_ID) -> jax.Array:
+  """bool[B, L]: each block's first masked position, where the student's
+  context is every earlier token of the row and nothing after (the
+  positions a `teacher` scores, module docstring), unless the row has
+  ended before it (an `eos_id` at an index in [prompt_length, i)): what
+  follows an EOS is fill, of which a teacher's next-token distribution says
+  nothing.
+
+  Args:
+    masked_BxL: bool[B, L] masks (`semi_ar_masks`).
+    x0_BxL: int32[B, L] the clean rows.
+    block_length: W, dividing L.
+    prompt_length: P; an EOS before P does not end the row.
+    eos_id: the EOS id.
+  """
+  batch, length = masked_BxL.shape
+  by_block = masked_BxL.reshape(batch, length // block_length, block_length)
+  first = (by_block & (jnp.cumsum(by_block, -1) == 1)).reshape(batch, length)
+  eos_BxL = (x0_BxL == eos_id) & (jnp.arange(length) >= prompt_length)[None]
+  ended_BxL = (jnp.cumsum(eos_BxL, 1) - eos_BxL) > 0
+  return first & ~ended_BxL
+
+
+def next_token_log_probs(logits_fn, params, tokens_BxL: jax.Array,
+                         mask_id: int = MASK_ID) -> jax.Array:
+  """float32[B, L, V]: a causal LM's log p(token i | tokens < i) at index i,
+  MASK given probability 0 (as SUBS gives it); index 0, which has no
+  context, is uniform. One causal pass over the rows; the `teacher` of
+  `certainty_forcing_loss` is this with the teacher's logits_fn and params
+  bound (`functools.partial`).
+
+  Raises:
+    ValueError: a non-causal model.
+  """
+  check_attention(logits_fn, causal=True, user="next_token_log_probs")
+  logits = logits_fn(params, tokens_BxL,
+                     token_positions(tokens_BxL)).logits.astype(jnp.float32)
+  log_probs = jax.nn.log_softmax(
+      logits.at[..., mask_id].set(-jnp.inf), axis=-1)
+  first = jax.nn.log_softmax(jnp.zeros_like(log_probs[:, :1]).at[
+      ..., mask_id].set(-jnp.inf), axis=-1)
+  return jnp.concatenate([first, log_probs[:, :-1]], axis=1)
+
+
 def certainty_forcing_terms(logits_BxLxV: jax.Array, x0_BxL: jax.Array,
                             masked_BxL: jax.Array, *,
                             weight: float = CERTAINTY_WEIGHT,
                             temperature: float = CERTAINTY_TEMPERATURE,
-                            mask_id: int = MASK_ID):
+                            mask_id: int = MASK_ID,
+                            teacher_log_probs_BxLxV: jax.Array | None = None,
+                            anchors_BxL: jax.Array | None = None):
   """The certainty-forcing loss on given logits (module docstring).
 
   Args:
@@ -151,26 +208,43 @@ def certainty_forcing_terms(logits_BxLxV: jax.Array, x0_BxL: jax.Array,
     weight: beta >= 0 of the entropy term.
     temperature: > 0, of the softmax whose entropy is taken.
     mask_id: the MASK id, given probability 0 (SUBS).
+    teacher_log_probs_BxLxV: float32[B, L, V] a teacher's log-probabilities
+      of token i at index i (`next_token_log_probs`), or None.
+    anchors_BxL: bool[B, L] the masked positions scored against the
+      teacher instead of x0 (`block_anchors`); with the teacher only.
   Returns:
     (loss float32[], metrics {'ce', 'entropy', 'correct' (the fraction of M
-    in C), 'nll' (summed CE), 'tokens' (|M|)}). With no masked position
-    the CE is 0; with no correct one the entropy term is 0.
+    in C), 'nll' (summed CE), 'tokens' (|M|)}, with a teacher also
+    'teacher_ce' (the mean CE against it at the anchors) and 'anchors'
+    (their count)). With no masked position the CE is 0; with no correct
+    one the entropy term is 0.
   """
   x_t_BxL = jnp.where(masked_BxL, mask_id, x0_BxL)
   log_p = subs_log_probs(logits_BxLxV, x_t_BxL, mask_id)
   nll_BxL = -jnp.take_along_axis(log_p, x0_BxL[..., None], -1)[..., 0]
   count = masked_BxL.sum()
+  correct_BxL = masked_BxL & (jnp.argmax(log_p, -1) == x0_BxL)
+  metrics = {}
+  if teacher_log_probs_BxLxV is not None:
+    anchors_BxL = anchors_BxL & masked_BxL
+    p_teacher = jnp.exp(teacher_log_probs_BxLxV)
+    soft_BxL = -jnp.where(p_teacher > 0, p_teacher * log_p, 0.0).sum(-1)
+    nll_BxL = jnp.where(anchors_BxL, soft_BxL, nll_BxL)
+    correct_BxL = correct_BxL & ~anchors_BxL
+    num_anchors = anchors_BxL.sum()
+    metrics = {"teacher_ce": jnp.where(anchors_BxL, soft_BxL, 0.0).sum()
+                             / jnp.maximum(num_anchors, 1),
+               "anchors": num_anchors}
   nll = jnp.where(masked_BxL, nll_BxL, 0.0).sum()
   ce = nll / jnp.maximum(count, 1)
-  correct_BxL = masked_BxL & (jnp.argmax(log_p, -1) == x0_BxL)
   log_q = subs_log_probs(logits_BxLxV / temperature, x_t_BxL, mask_id)
   entropy_BxL = -(jnp.exp(log_q) * log_q).sum(-1)
   num_correct = correct_BxL.sum()
   entropy = (jnp.where(correct_BxL, entropy_BxL, 0.0).sum()
              / jnp.maximum(num_correct, 1))
-  metrics = {"ce": ce, "entropy": entropy,
-             "correct": num_correct / jnp.maximum(count, 1),
-             "nll": nll, "tokens": count}
+  metrics.update(ce=ce, entropy=entropy,
+                 correct=num_correct / jnp.maximum(count, 1), nll=nll,
+                 tokens=count)
   return ce + weight * entropy, metrics
 
 
@@ -206,7 +280,7 @@ def certainty_forcing_loss(logits_fn, params, tokens_BxL: jax.Array,
                            temperature: float = CERTAINTY_TEMPERATURE,
                            mask_rate: float = MASK_RATE,
                            mask_order: str = "random",
-                           mask_id: int = MASK_ID):
+                           mask_id: int = MASK_ID, teacher=None):
   """dParallel's certainty-forcing loss on the BD3-LM layout.
 
   `semi_ar_masks` draws the masks (both rows of a complementary pair), one
@@ -224,6 +298,10 @@ def certainty_forcing_loss(logits_fn, params, tokens_BxL: jax.Array,
     complementary, weight, temperature, mask_rate, mask_id: as
       `semi_ar_masks` and `certainty_forcing_terms`.
     mask_order: `semi_ar_masks`'s order.
+    teacher: None, or tokens int32[B, L] -> float32[B, L, V] a causal
+      LM's log-probabilities of token i at index i (`next_token_log_probs`
+      with its model bound): the target at `block_anchors` (module
+      docstring). Its output is a constant of the gradient.
   Returns:
     (loss float32[], metrics) of `certainty_forcing_terms`.
   Raises:
@@ -243,8 +321,17 @@ def certainty_forcing_loss(logits_fn, params, tokens_BxL: jax.Array,
                                  1))
   x_t_CxL = jnp.where(masked_CxL, mask_id, x0_CxL)
   logits = bd3lm_logits(logits_fn, params, x0_CxL, x_t_CxL, block_length)
+  distillation = {}
+  if teacher is not None:
+    log_probs = jax.lax.stop_gradient(teacher(tokens_BxL))
+    distillation = dict(
+        teacher_log_probs_BxLxV=jnp.tile(
+            log_probs, (masked_CxL.shape[0] // tokens_BxL.shape[0], 1, 1)),
+        anchors_BxL=block_anchors(masked_CxL, x0_CxL, block_length,
+                                  prompt_length))
   return certainty_forcing_terms(logits, x0_CxL, masked_CxL, weight=weight,
-                                 temperature=temperature, mask_id=mask_id)
+                                 temperature=temperature, mask_id=mask_id,
+                                 **distillation)
 
 
 def answer_certainty_forcing_loss(logits_fn, params, tokens_BxL: jax.Array,

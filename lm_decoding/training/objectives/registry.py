@@ -286,7 +286,8 @@ def check_options(config: ConfigDict) -> None:
   `certainty_forcing.MASK_ORDERS`, 'left_to_right' only for
   'certainty_forcing' (not a task's) without complementary masks;
   train.init_from: a string (what it names is resolved by
-  `loading.parent_params`).
+  `loading.parent_params`); train.teacher: a string, non-empty only for
+  'certainty_forcing' (resolved by `loading.teacher_log_probs`).
 
   Raises:
     ValueError: naming the key, its allowed values and objectives.
@@ -303,6 +304,13 @@ def check_options(config: ConfigDict) -> None:
   if init_from is not None and not isinstance(init_from, str):
     raise ValueError(f"train.init_from={init_from!r} must be a string: a "
                      "member of the pretrained set or a training workdir")
+  teacher = config.train.get("teacher")
+  if teacher is not None and not isinstance(teacher, str):
+    raise ValueError(f"train.teacher={teacher!r} must be a string: a causal "
+                     "member of the pretrained set, or '' for none")
+  if teacher and of_config(config).name != "certainty_forcing":
+    raise ValueError(f"train.teacher={teacher!r} applies to train.objective "
+                     f"'certainty_forcing'; got {of_config(config).name!r}")
 
 
 def _check_mask_order(config: ConfigDict) -> None:
@@ -409,7 +417,8 @@ def scheduled_sampling(config: ConfigDict) -> tuple[float, int] | None:
 def fingerprint(config: ConfigDict) -> dict:
   """What a checkpoint must share with `config` to be resumed or reused: the
   data and model sections, the objective and the optional keys present
-  (absent ones are left out, so older checkpoints fit)."""
+  (absent ones are left out, so older checkpoints fit; so is an empty
+  train.teacher)."""
   out = {"data": config.data.to_dict(), "model": config.model.to_dict(),
          "objective": config.train.objective}
   scheduled = scheduled_sampling(config)
@@ -419,4 +428,6 @@ def fingerprint(config: ConfigDict) -> dict:
               "anneal_steps", "block_schedule", "prompt_length"):
     if config.train.get(key) is not None:
       out[key] = config.train[key]
+  if config.train.get("teacher"):  # absent or '': no teacher
+    out["teacher"] = config.train.teacher
   return out

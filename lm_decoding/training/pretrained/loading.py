@@ -10,6 +10,7 @@ member adapted from a parent (`train.init_from`) starts from
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import pathlib
@@ -22,6 +23,7 @@ from lm_decoding.data.tokenizer import Tokenizer
 from lm_decoding.models import Model, make_logits_fn
 from lm_decoding.training import train as train_lib
 from lm_decoding.training.checkpoints import Checkpoints
+from lm_decoding.training.objectives import certainty_forcing
 from lm_decoding.training.pretrained import store
 from lm_decoding.training.pretrained.recipes import (
     DEFAULT_DIR, MANIFEST_FILE, read_manifest, recipe_differences,
@@ -145,6 +147,52 @@ def parent_params(config: ml_collections.ConfigDict,
   return parent.load(), {
       "init_from": init_from, "commit": parent.commit, "steps": steps,
       "tokens": steps * train.batch_size * parent.config.data.seq_len}
+
+
+def teacher_log_probs(config: ml_collections.ConfigDict,
+                      tokenizer: Tokenizer | None,
+                      out_dir: str | pathlib.Path = DEFAULT_DIR
+                      ) -> tuple[Callable, dict] | tuple[None, None]:
+  """The teacher `config.train.teacher` names, as certainty forcing takes it.
+
+  `train.teacher` is a causal (AR) member of the set `out_dir` with this
+  config's tokenizer and vocabulary (its width and depth may differ: a
+  larger teacher is allowed). Checked before any parameter is read.
+
+  Returns:
+    (teacher, record): teacher tokens int32[B, L] -> float32[B, L, V],
+    `certainty_forcing.next_token_log_probs` with the member's model bound;
+    record {'teacher', 'commit'}. (None, None) when `teacher` is absent or
+    ''.
+  Raises:
+    ValueError: naming train.teacher: not a member of `out_dir`, not
+      causal, or another tokenizer or vocabulary.
+    CheckpointError: unreadable parameters.
+  """
+  name = config.train.get("teacher") or ""
+  if not name:
+    return None, None
+  member = pathlib.Path(out_dir) / name
+  if not (member / MANIFEST_FILE).is_file():
+    raise ValueError(f"train.teacher={name!r} is not a member of {out_dir}")
+  manifest = read_manifest(name, out_dir)
+  model_cfg = train_lib.model_config(
+      ml_collections.ConfigDict(manifest["recipe"]))
+  here = str(tokenizer and tokenizer_sha256(tokenizer))
+  differences = [what for what, differs in (
+      ("is not causal (an AR model)", model_cfg.attention != "causal"),
+      (f"has vocabulary {model_cfg.vocab_size}, here "
+       f"{config.data.vocab_size}",
+       model_cfg.vocab_size != config.data.vocab_size),
+      ("has another tokenizer", str(manifest.get("tokenizer_sha256"))
+       not in ("None", here))) if differs]
+  if differences:
+    raise ValueError(f"train.teacher={name!r} ({member}) "
+                     + "; ".join(differences))
+  params = store.load_member(member, manifest, model_cfg)
+  return (functools.partial(certainty_forcing.next_token_log_probs,
+                            make_logits_fn(model_cfg), params),
+          {"teacher": name, "commit": manifest.get("commit", "unknown")})
 
 
 def get_or_train(config: ml_collections.ConfigDict, name: str, workdir: str,
