@@ -185,21 +185,21 @@ def main(argv):
     return base.make_decoder("self_speculative", output_length=t,
                              gamma=gamma, sampling=GREEDY)
 
+  def measure(label, decoder, name, **settings):
+    """Decodes the prompts with member `name`; its row and rows' tokens."""
+    result, alone = _decode(decoder, models[name], prompts)
+    rows.append({**_row(label, result, alone, prompts, evaluator, reference),
+                 "member": name, **settings})
+    outputs[label] = result
+    print(rows[-1], flush=True)
+
   gammas = [int(g) for g in _GAMMAS.value]
   for name in widths:
     for tau in map(float, _THRESHOLDS.value):
-      result, alone = _decode(bd3lm(tau, name), models[name], prompts)
-      rows.append({**_row(f"{name} tau={tau}", result, alone, prompts,
-                          evaluator, reference), "member": name, "tau": tau})
-      outputs[rows[-1]["label"]] = result
-      print(rows[-1], flush=True)
+      measure(f"{name} tau={tau}", bd3lm(tau, name), name, tau=tau)
     for gamma in gammas:
-      result, alone = _decode(self_speculative(gamma), models[name], prompts)
-      rows.append({**_row(f"{name} self_speculative gamma={gamma}", result,
-                          alone, prompts, evaluator, reference),
-                   "member": name, "gamma": gamma})
-      outputs[rows[-1]["label"]] = result
-      print(rows[-1], flush=True)
+      measure(f"{name} self_speculative gamma={gamma}",
+              self_speculative(gamma), name, gamma=gamma)
   one = jnp.asarray(prompts[:1])
   one_len = jnp.full((1,), prompts.shape[1], jnp.int32)
   key = jax.random.key(0)
