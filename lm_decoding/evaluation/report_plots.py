@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import adjustText
 import matplotlib
+import matplotlib.ticker
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
@@ -45,6 +47,16 @@ def _panels(keys, width=6.0, height=4.8):
   axes = fig.subplots(len(lengths), len(batches), squeeze=False)
   return fig, {(t, b): axes[i][j] for i, t in enumerate(lengths)
                for j, b in enumerate(batches)}
+
+
+def _plain_log_ticks(axis) -> None:
+  """Labels a log axis at 1, 2 and 5 times each power of ten, written
+  plainly (200, not 2 x 10^2), and no minor tick: the minor labels of a
+  range under a decade overlap."""
+  axis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+  axis.set_major_formatter(matplotlib.ticker.FuncFormatter(
+      lambda value, _: f"{value:g}"))
+  axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
 
 
 def _by_panel(found: Sequence[frontier.Verdict], baseline: str) -> dict:
@@ -89,8 +101,6 @@ def plot_frontier(found: Sequence[frontier.Verdict],
                  marker="*" if p is ref else "o",
                  facecolors=cmap(norm(p.entropy)) if kept else "none",
                  edgecolors=cmap(norm(p.entropy)), linewidths=1.5)
-      ax.annotate(f"{p.label}\nTPF {p.tpf:.2f}", (p.ms, p.gen_ppl),
-                  fontsize=6, xytext=(4, 3), textcoords="offset points")
     if v.front:
       xs = [p.ms for p in v.front]
       ys = [p.gen_ppl for p in v.front]
@@ -102,8 +112,16 @@ def plot_frontier(found: Sequence[frontier.Verdict],
            xlabel="ms per sequence (min of runs; log)",
            ylabel="gen-PPL under the evaluator (log)",
            title=_title(key, baseline))
+    for axis in (ax.xaxis, ax.yaxis):
+      _plain_log_ticks(axis)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="best")
+    # Labels moved apart once the axes are final (adjustText), each joined
+    # to its point by a line.
+    adjustText.adjust_text(
+        [ax.text(p.ms, p.gen_ppl, f"{p.label}\nTPF {p.tpf:.2f}", fontsize=6)
+         for p in v.group], ax=ax,
+        arrowprops=dict(arrowstyle="-", color="grey", lw=0.5))
   fig.colorbar(matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap),
                ax=list(axes.values()), label="entropy, nats (hollow: more "
                f"than {tolerance.entropy:.2f} below the panel's reference)")
