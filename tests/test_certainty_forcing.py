@@ -381,15 +381,99 @@ def test_eos_fill_reaches_the_training_rows(tmp_path, monkeypatch):
       [9, 9, 9, 9, 8, EOS_ID, EOS_ID, EOS_ID])
 
 
-def test_block_anchors_are_each_blocks_first_masked_position_before_the_end():
+@pytest.mark.parametrize("token_shift", [False, True])
+def test_block_anchors_are_each_blocks_first_masked_position_before_the_end(
+    token_shift):
   masked = jnp.array([[0, 0, 1, 1, 1, 0, 1, 1, 0, 0, 0, 0],
-                      [0, 1, 0, 1, 0, 0, 0, 0, 1, 1, 1, 1]], bool)
+                      [0, 1, 0, 1, 0, 0, 0, 0, 1, 1, 1, 1],
+                      [0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0],
+                      [1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0]], bool)
   x0 = jnp.array([[EOS_ID, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9],  # EOS in prefix
-                  [9, 9, 9, 9, 9, EOS_ID, 9, 9, 9, 9, 9, 9]])  # ends at 5
-  anchors = cf.block_anchors(masked, x0, block_length=4, prompt_length=2)
-  np.testing.assert_array_equal(np.asarray(anchors), [
-      [0, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0],
-      [0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]])
+                  [9, 9, 9, 9, 9, EOS_ID, 9, 9, 9, 9, 9, 9],  # ends at 5
+                  [9, 9, 9, 9, 9, 9, PAD_ID, PAD_ID] + [PAD_ID] * 4,
+                  [9] * 12])
+  anchors = cf.block_anchors(masked, x0, block_length=4, prompt_length=2,
+                             token_shift=token_shift)
+  # Row 0: 2 (3 after it masked); 4 shows 5 after it: only a shifted
+  # model's block start, predicted from the clean pass, sees none of it.
+  # Row 1: 1 shows 2; 8 is after the row's end. Row 2: 5 (the PAD after
+  # it is hidden). Row 3: index 0 has no context for a teacher.
+  expected = np.zeros((4, 12), bool)
+  expected[0, 2] = expected[2, 5] = True
+  expected[0, 4] = token_shift
+  np.testing.assert_array_equal(np.asarray(anchors), expected)
+
+
+@pytest.mark.parametrize("token_shift", [False, True])
+@pytest.mark.parametrize("mask_order, complementary",
+                         [("random", True), ("left_to_right", False)])
+def test_a_students_prediction_at_an_anchor_sees_no_later_token(
+    token_shift, mask_order, complementary):
+  # The teacher's target is exact only where the student's context is the
+  # teacher's: changing every token after an anchor leaves the student's
+  # logits there unchanged.
+  student = STUDENT.replace(token_shift=token_shift)
+  logits_fn, params = make_logits_fn(student), stubs.random_params(student)
+  tokens = jax.random.randint(jax.random.key(7), (4, 16), 5, 32).at[
+      3, 13:].set(PAD_ID)
+  masked = cf.semi_ar_masks(jax.random.key(8), tokens, 2, token_shift,
+                            complementary=complementary, order=mask_order,
+                            block_length=4)
+  x0 = jnp.tile(tokens, (masked.shape[0] // 4, 1))
+  anchors = np.asarray(cf.block_anchors(masked, x0, 4, 2,
+                                        token_shift=token_shift))
+  run = jax.jit(lambda x0: bd3lm_logits(
+      logits_fn, params, x0, jnp.where(masked, MASK_ID, x0), 4))
+  before = np.asarray(run(x0))
+  assert anchors.sum() >= 2
+  for b, i in zip(*np.nonzero(anchors)):
+    later = np.asarray(x0).copy()
+    real = later[b, i + 1:] != PAD_ID
+    later[b, i + 1:] = np.where(real, 5 + (later[b, i + 1:] - 5 + 11) % 27,
+                                PAD_ID)
+    np.testing.assert_allclose(np.asarray(run(jnp.asarray(later)))[b, i],
+                               before[b, i], atol=1e-5,
+                               err_msg=f"anchor ({b}, {i})")
+
+
+def test_teacher_inputs_are_checked_before_tracing():
+  logits = jnp.zeros((1, 3, 6))
+  x0, masked = jnp.array([[1, 3, 0]]), jnp.array([[True, True, False]])
+  teacher = jnp.zeros((1, 3, 6))
+  with pytest.raises(ValueError, match="together or not at all"):
+    cf.certainty_forcing_terms(logits, x0, masked,
+                               teacher_log_probs_BxLxV=teacher)
+  with pytest.raises(ValueError, match="together or not at all"):
+    cf.certainty_forcing_terms(logits, x0, masked, anchors_BxL=masked)
+  for bad in (jnp.zeros((1, 3, 1)), jnp.zeros((1, 3, 7))):
+    with pytest.raises(ValueError, match="teacher_log_probs_BxLxV"):
+      cf.certainty_forcing_terms(logits, x0, masked,
+                                 teacher_log_probs_BxLxV=bad,
+                                 anchors_BxL=masked)
+  tokens = jax.random.randint(jax.random.key(3), (2, 8), 5, 32)
+  one_row = lambda t: jnp.zeros((1, 8, 32))  # broadcast over the batch
+  with pytest.raises(ValueError, match="teacher_log_probs_BxLxV"):
+    cf.certainty_forcing_loss(make_logits_fn(STUDENT), PARAMS, tokens,
+                              jax.random.key(0), block_length=4,
+                              prompt_length=4, teacher=one_row)
+
+
+def test_a_teacher_shorter_than_the_rows_is_refused():
+  # A learned position table has no row past max_len: NaN under jit.
+  short = PARENT.replace(max_len=8, positional="learned")
+  teacher = jax.jit(functools.partial(
+      cf.next_token_log_probs, make_logits_fn(short),
+      stubs.random_params(short)))
+  with pytest.raises(ValueError, match="exceed the teacher's max_len=8"):
+    teacher(jnp.full((1, 16), 9, jnp.int32))
+  config = load_config(DISTILL)
+  config.train.teacher = "ar"
+  config.data.seq_len = 400
+  tokenizer = types.SimpleNamespace(model_proto=(
+      PRETRAINED / "tokenizer.model").read_bytes())
+  with pytest.raises(ValueError, match="train.teacher='ar'.*max_len 320, "
+                                       "under data.seq_len=400"):
+    loading.teacher_log_probs(config, tokenizer, PRETRAINED)
 
 
 def test_next_token_log_probs_are_the_causal_models_shifted_without_mask():
@@ -468,7 +552,7 @@ def test_the_teacher_reaches_the_loss_on_the_bd3lm_layout(mask_order,
   x0 = jnp.tile(tokens, (copies, 1))
   logits = bd3lm_logits(logits_fn, PARAMS, x0,
                         jnp.where(masked, MASK_ID, x0), 8)
-  anchors = cf.block_anchors(masked, x0, 8, 8)
+  anchors = cf.block_anchors(masked, x0, 8, 8, token_shift=True)
   expected, _ = cf.certainty_forcing_terms(
       logits, x0, masked, teacher_log_probs_BxLxV=jnp.tile(
           teacher(tokens), (copies, 1, 1)), anchors_BxL=anchors)

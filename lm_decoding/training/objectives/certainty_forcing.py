@@ -35,13 +35,16 @@ right; the entropy is pushed down only there), weight 2.0 and temperature
 decoded by `bd3lm` with remasking='threshold' at tau = 0.5.
 
 With a `teacher` (a causal LM's `next_token_log_probs`, e.g. the AR parent's),
-each block's first masked position before the row's end (`block_anchors`)
-is scored against the teacher's whole next-token distribution instead of
-the row's token: -sum_v p_teacher(v) log p(v). There the student sees
-exactly the teacher's context (every earlier token, nothing after), so the
-teacher's conditional is the exact target, not one draw of it (the logit
-distillation of Hinton et al. 2015 at the positions where it is exact);
-those positions are left out of C, whose entropy the term would push down.
+each block's first masked position before the row's end where the student
+sees exactly the teacher's context, every earlier token and nothing after
+(no later token of the block shown; `block_anchors`), is scored against
+the teacher's whole next-token distribution instead of the row's token:
+-sum_v p_teacher(v) log p(v). There the teacher's conditional is the
+exact target, not one draw of it (the logit distillation of Hinton et al.
+2015 at the positions where it is exact); those positions are left out of
+C, whose entropy the term would push down. With mask_order 'left_to_right'
+every block has one; with 'random' mostly a token-shifted model's masked
+block starts (predicted from the clean pass) are.
 
 `answer_certainty_forcing_loss` is the same loss for a model decoded in
 one block (an exact-answer task's MDLM, `training.task_distillation`): the
@@ -147,28 +150,49 @@ def check_mask_order(order, complementary: bool) -> None:
 
 
 def block_anchors(masked_BxL: jax.Array, x0_BxL: jax.Array,
-                  block_length: int, prompt_length: int,
+                  block_length: int, prompt_length: int, *,
+                  token_shift: bool = False,
                   eos_id: int = EOS_ID) -> jax.Array:
-  """bool[B, L]: each block's first masked position, where the student's
-  context is every earlier token of the row and nothing after (the
-  positions a `teacher` scores, module docstring), unless the row has
-  ended before it (an `eos_id` at an index in [prompt_length, i)): what
-  follows an EOS is fill, of which a teacher's next-token distribution says
-  nothing.
+  """bool[B, L]: the positions where the student's context on the BD3-LM
+  layout (`bd3lm.bd3lm_logits`) is exactly a causal teacher's, every earlier
+  token of the row and nothing after (the positions a `teacher` scores,
+  module docstring).
+
+  Position i is one when it is its block's first masked position, no later
+  position of the block shows a token (each is masked or PAD, whose key is
+  hidden), i >= 1 (index 0 has no context for a teacher to condition on),
+  and the row has not ended before it (an `eos_id` at an index in
+  [prompt_length, i)): what follows an EOS is fill, of which a teacher's
+  next-token distribution says nothing. The noisy block is seen whole by
+  each of its positions, so a later unmasked token of the block would be
+  context the teacher lacks; with `token_shift` a block's first position is
+  predicted from the clean pass at the position before it, which sees the
+  earlier blocks only, so a masked block start qualifies whatever the rest
+  of its block shows. With mask_order 'left_to_right' (a masked suffix per
+  block) every block's first masked position qualifies; with 'random' few
+  but the masked block starts of a token-shifted model do.
 
   Args:
     masked_BxL: bool[B, L] masks (`semi_ar_masks`).
-    x0_BxL: int32[B, L] the clean rows.
+    x0_BxL: int32[B, L] the clean rows (PAD after their end).
     block_length: W, dividing L.
     prompt_length: P; an EOS before P does not end the row.
+    token_shift: whether the student predicts token i at position i - 1.
     eos_id: the EOS id.
   """
   batch, length = masked_BxL.shape
-  by_block = masked_BxL.reshape(batch, length // block_length, block_length)
-  first = (by_block & (jnp.cumsum(by_block, -1) == 1)).reshape(batch, length)
+  blocks = (batch, length // block_length, block_length)
+  by_block = masked_BxL.reshape(blocks)
+  first = by_block & (jnp.cumsum(by_block, -1) == 1)
+  shown = (~masked_BxL & (x0_BxL != PAD_ID)).reshape(blocks)
+  shown_after = jnp.cumsum(shown[..., ::-1], -1)[..., ::-1] - shown > 0
+  unseen_after = ~shown_after
+  if token_shift:
+    unseen_after |= (jnp.arange(block_length) == 0)
   eos_BxL = (x0_BxL == eos_id) & (jnp.arange(length) >= prompt_length)[None]
   ended_BxL = (jnp.cumsum(eos_BxL, 1) - eos_BxL) > 0
-  return first & ~ended_BxL
+  return ((first & unseen_after).reshape(batch, length) & ~ended_BxL
+          & (jnp.arange(length) >= 1)[None])
 
 
 def next_token_log_probs(logits_fn, params, tokens_BxL: jax.Array,
@@ -180,9 +204,15 @@ def next_token_log_probs(logits_fn, params, tokens_BxL: jax.Array,
   bound (`functools.partial`).
 
   Raises:
-    ValueError: a non-causal model.
+    ValueError: a non-causal model, or rows longer than its max_len (a
+      learned position table has no row past it: NaN under jit).
   """
   check_attention(logits_fn, causal=True, user="next_token_log_probs")
+  max_len = getattr(logits_fn, "max_len", None)
+  if max_len is not None and tokens_BxL.shape[1] > max_len:
+    raise ValueError(f"next_token_log_probs: rows of length "
+                     f"{tokens_BxL.shape[1]} exceed the teacher's "
+                     f"max_len={max_len}")
   logits = logits_fn(params, tokens_BxL,
                      token_positions(tokens_BxL)).logits.astype(jnp.float32)
   log_probs = jax.nn.log_softmax(
@@ -218,7 +248,22 @@ def certainty_forcing_terms(logits_BxLxV: jax.Array, x0_BxL: jax.Array,
     'teacher_ce' (the mean CE against it at the anchors) and 'anchors'
     (their count)). With no masked position the CE is 0; with no correct
     one the entropy term is 0.
+  Raises:
+    ValueError: only one of teacher_log_probs_BxLxV and anchors_BxL, or
+      either of another shape than logits_BxLxV's (masked_BxL's).
   """
+  if (teacher_log_probs_BxLxV is None) != (anchors_BxL is None):
+    raise ValueError("teacher_log_probs_BxLxV and anchors_BxL are given "
+                     "together or not at all")
+  if teacher_log_probs_BxLxV is not None and (
+      teacher_log_probs_BxLxV.shape != logits_BxLxV.shape
+      or anchors_BxL.shape != masked_BxL.shape):
+    raise ValueError(
+        f"teacher_log_probs_BxLxV {list(teacher_log_probs_BxLxV.shape)} "
+        f"and anchors_BxL {list(anchors_BxL.shape)} must have the shapes "
+        f"of the logits {list(logits_BxLxV.shape)} and masks "
+        f"{list(masked_BxL.shape)} (a teacher of another vocabulary or "
+        "rows?)")
   x_t_BxL = jnp.where(masked_BxL, mask_id, x0_BxL)
   log_p = subs_log_probs(logits_BxLxV, x_t_BxL, mask_id)
   nll_BxL = -jnp.take_along_axis(log_p, x0_BxL[..., None], -1)[..., 0]
@@ -307,7 +352,8 @@ def certainty_forcing_loss(logits_fn, params, tokens_BxL: jax.Array,
   Raises:
     ValueError: tokens not int[B, L]; block_length not dividing L;
       prompt_length, weight, temperature or mask_rate outside its range; a
-      causal model; as `semi_ar_masks`.
+      causal model; as `semi_ar_masks`; a teacher whose output is not
+      float[B, L, V] of the student's V.
   """
   _check(logits_fn, tokens_BxL, prompt_length, weight, temperature,
          "certainty_forcing_loss")
@@ -328,7 +374,8 @@ def certainty_forcing_loss(logits_fn, params, tokens_BxL: jax.Array,
         teacher_log_probs_BxLxV=jnp.tile(
             log_probs, (masked_CxL.shape[0] // tokens_BxL.shape[0], 1, 1)),
         anchors_BxL=block_anchors(masked_CxL, x0_CxL, block_length,
-                                  prompt_length))
+                                  prompt_length,
+                                  token_shift=shifted(logits_fn)))
   return certainty_forcing_terms(logits, x0_CxL, masked_CxL, weight=weight,
                                  temperature=temperature, mask_id=mask_id,
                                  **distillation)

@@ -156,8 +156,9 @@ def teacher_log_probs(config: ml_collections.ConfigDict,
   """The teacher `config.train.teacher` names, as certainty forcing takes it.
 
   `train.teacher` is a causal (AR) member of the set `out_dir` with this
-  config's tokenizer and vocabulary (its width and depth may differ: a
-  larger teacher is allowed). Checked before any parameter is read.
+  config's tokenizer and vocabulary and a max_len of at least data.seq_len
+  (its width and depth may differ: a larger teacher is allowed). Checked
+  before any parameter is read.
 
   Returns:
     (teacher, record): teacher tokens int32[B, L] -> float32[B, L, V],
@@ -166,7 +167,7 @@ def teacher_log_probs(config: ml_collections.ConfigDict,
     ''.
   Raises:
     ValueError: naming train.teacher: not a member of `out_dir`, not
-      causal, or another tokenizer or vocabulary.
+      causal, another tokenizer or vocabulary, or too short a max_len.
     CheckpointError: unreadable parameters.
   """
   name = config.train.get("teacher") or ""
@@ -184,6 +185,8 @@ def teacher_log_probs(config: ml_collections.ConfigDict,
       (f"has vocabulary {model_cfg.vocab_size}, here "
        f"{config.data.vocab_size}",
        model_cfg.vocab_size != config.data.vocab_size),
+      (f"has max_len {model_cfg.max_len}, under data.seq_len="
+       f"{config.data.seq_len}", model_cfg.max_len < config.data.seq_len),
       ("has another tokenizer", str(manifest.get("tokenizer_sha256"))
        not in ("None", here))) if differs]
   if differences:
