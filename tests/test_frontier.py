@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
+import math
 
-from lm_decoding.evaluation import frontier
+import pytest
+from matplotlib.figure import Figure
+
+from lm_decoding.evaluation import frontier, report_plots
 from lm_decoding.evaluation.frontier import Point, Tolerance
 
 TOL = Tolerance(gen_ppl=0.10, entropy=0.10)
@@ -179,3 +182,24 @@ def test_points_read_the_reference_column():
           dict(decoder="g", batch_size=1, output_length=8, ms_min=1.0,
                nfe=4, gen_ppl=10.0, entropy=2.0, judged_against="AR greedy")]
   assert [p.reference for p in frontier.points(rows)] == ["", "AR greedy"]
+
+
+@pytest.mark.parametrize("bad", [math.inf, math.nan, 0.0])
+def test_frontier_plot_labels_every_drawn_point_beside_one_it_cannot_draw(
+    bad, tmp_path, monkeypatch):
+  # A point at a value log axes cannot show must not carry the panel's
+  # other labels (adjustText) off to NaN; one point, identical points and
+  # a panel of the grid with no verdict still plot.
+  drawn = []
+  monkeypatch.setattr(Figure, "savefig",
+                      lambda fig, *args, **kwargs: drawn.append(fig))
+  points = [pt("AR", 100.0, 400.0), pt("twin", 100.0, 400.0),
+            pt("bad ppl", 50.0, bad), pt("bad ms", bad, 300.0),
+            pt("AR", 80.0, 350.0, b=4, t=128)]
+  found = frontier.verdicts(points, "AR", TOL)
+  report_plots.plot_frontier(found, points, "AR", TOL,
+                             str(tmp_path / "frontier.png"))
+  texts = {t.get_text().split("\n")[0]: t.get_position()
+           for ax in drawn[0].axes for t in ax.texts}
+  assert set(texts) == {"AR", "twin"}
+  assert all(math.isfinite(x) for xy in texts.values() for x in xy)

@@ -7,6 +7,7 @@ nothing global (no pyplot state, no backend switch) changes when one is drawn.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import adjustText
@@ -117,10 +118,13 @@ def plot_frontier(found: Sequence[frontier.Verdict],
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="best")
     # Labels moved apart once the axes are final (adjustText), each joined
-    # to its point by a line.
+    # to its point by a line; only drawn points are labelled (one at a
+    # non-finite or non-positive value, which log axes cannot show, would
+    # move every label of the panel to NaN).
     adjustText.adjust_text(
         [ax.text(p.ms, p.gen_ppl, f"{p.label}\nTPF {p.tpf:.2f}", fontsize=6)
-         for p in v.group], ax=ax,
+         for p in v.group
+         if all(0 < x < math.inf for x in (p.ms, p.gen_ppl))], ax=ax,
         arrowprops=dict(arrowstyle="-", color="grey", lw=0.5))
   fig.colorbar(matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap),
                ax=list(axes.values()), label="entropy, nats (hollow: more "
