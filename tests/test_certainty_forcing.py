@@ -25,6 +25,7 @@ from lm_decoding.training import data_sources
 from lm_decoding.training import self_distillation as sd
 from lm_decoding.training import train
 from lm_decoding.training import train_step
+from lm_decoding.training.checkpoints import CheckpointError
 from lm_decoding.training.objectives import certainty_forcing as cf
 from lm_decoding.training.objectives import registry
 from lm_decoding.training.pretrained import loading
@@ -635,3 +636,30 @@ def test_train_takes_a_teacher_exactly_when_the_config_names_one(tmp_path):
   assert summary["steps"] == 1
   with open(tmp_path / "c" / "metrics.jsonl") as f:
     assert "teacher_ce" in [json.loads(line) for line in f][1]
+  # A checkpoint is resumed only with the teacher it was trained with.
+  config.train.update(dict(teacher="", num_steps=2))
+  with pytest.raises(CheckpointError, match="use another workdir"):
+    train.train(config, str(tmp_path / "c"), progress=False, data=data)
+
+
+def test_no_gradient_reaches_the_teacher_and_bfloat16_stays_finite():
+  student = STUDENT.replace(dtype="bfloat16")
+  teacher_cfg = PARENT.replace(dtype="bfloat16")
+  tokens = jax.random.randint(jax.random.key(3), (3, 16), 5, 32).at[
+      1, 6].set(EOS_ID).at[1, 7:].set(PAD_ID).at[2, 4:].set(PAD_ID)
+
+  def loss(params, teacher_params):
+    teacher = functools.partial(cf.next_token_log_probs,
+                                make_logits_fn(teacher_cfg), teacher_params)
+    return cf.certainty_forcing_loss(
+        make_logits_fn(student), params, tokens, jax.random.key(1),
+        block_length=4, prompt_length=4, teacher=teacher)
+
+  (value, metrics), (grads, teacher_grads) = jax.jit(jax.value_and_grad(
+      loss, argnums=(0, 1), has_aux=True))(stubs.random_params(student),
+                                          stubs.random_params(teacher_cfg))
+  assert np.isfinite(float(value)) and int(metrics["anchors"]) > 0
+  assert all(np.isfinite(np.asarray(g, np.float32)).all()
+             for g in jax.tree.leaves(grads))
+  assert all(not np.asarray(g, np.float32).any()
+             for g in jax.tree.leaves(teacher_grads))
