@@ -50,8 +50,9 @@ def get_config(size: str = "tiny") -> ml_collections.ConfigDict:
       mask_order="random",
       # '' or a causal member of --export_dir (the AR parent, 'ar'): its
       # whole next-token distribution is the target of each block's first
-      # masked position instead of the row's token
-      # (certainty_forcing.block_anchors)
+      # masked position instead of the row's token, where no later token
+      # of the block is shown (certainty_forcing.block_anchors: every block
+      # with 'left_to_right', mostly the masked block starts with 'random')
       teacher="",
       batch_size=8, num_steps=steps, warmup_steps=steps // 10,
       eval_every=steps // 2, eval_batches=2,

@@ -585,6 +585,11 @@ def test_train_teacher_is_checked_and_fingerprinted():
   with pytest.raises(ValueError, match="train.teacher='ar' applies to "
                                        "train.objective 'certainty_forcing'"):
     train.check_config(config)
+  config = load_config(DISTILL)
+  config.train.teacher = "ar"
+  config.data.source = "task"  # a task's certainty forcing: no anchors
+  with pytest.raises(ValueError, match="got 'task_certainty_forcing'"):
+    registry.check_options(config)
 
 
 def test_teacher_log_probs_loads_a_causal_member_of_the_set():
