@@ -20,6 +20,7 @@ from lm_decoding.decoding import base
 from lm_decoding.config_reference import load_config
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.models import Model, TransformerConfig, make_logits_fn
+from lm_decoding.models.diffusion import subs_log_probs
 from lm_decoding.special_tokens import EOS_ID, MASK_ID, PAD_ID
 from lm_decoding.training import data_sources
 from lm_decoding.training import self_distillation as sd
@@ -435,6 +436,31 @@ def test_a_students_prediction_at_an_anchor_sees_no_later_token(
     np.testing.assert_allclose(np.asarray(run(jnp.asarray(later)))[b, i],
                                before[b, i], atol=1e-5,
                                err_msg=f"anchor ({b}, {i})")
+
+
+@pytest.mark.parametrize("block_length", [1, 4])
+def test_a_teacher_index_is_the_token_a_shifted_student_index_predicts(
+    block_length):
+  # A token-shifted student with its causal parent's weights predicts a
+  # block's first token from the clean pass at the position before it,
+  # which sees exactly the earlier tokens: there its SUBS log-probabilities
+  # are the parent's `next_token_log_probs` at the same index (an
+  # off-by-one in either would differ).
+  tokens = jax.random.randint(jax.random.key(5), (2, 16), 5, 32).at[
+      1, 11:].set(PAD_ID)
+  masked = cf.semi_ar_masks(jax.random.key(6), tokens, 2, True,
+                            block_length=block_length)
+  x0 = jnp.tile(tokens, (2, 1))
+  x_t = jnp.where(masked, MASK_ID, x0)
+  student = np.asarray(subs_log_probs(bd3lm_logits(
+      make_logits_fn(STUDENT), PARAMS, x0, x_t, block_length), x_t))
+  teacher = np.tile(np.asarray(cf.next_token_log_probs(
+      make_logits_fn(PARENT), PARAMS, tokens)), (2, 1, 1))
+  starts = np.asarray(masked) & (np.arange(16) % block_length == 0)
+  keep = [v for v in range(32) if v != MASK_ID]
+  assert starts.sum() >= 4
+  np.testing.assert_allclose(student[starts][:, keep],
+                             teacher[starts][:, keep], atol=2e-5)
 
 
 def test_teacher_inputs_are_checked_before_tracing():
