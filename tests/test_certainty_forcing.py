@@ -483,6 +483,10 @@ def test_teacher_inputs_are_checked_before_tracing():
     cf.certainty_forcing_loss(make_logits_fn(STUDENT), PARAMS, tokens,
                               jax.random.key(0), block_length=4,
                               prompt_length=4, teacher=one_row)
+  with pytest.raises(ValueError, match="teacher must be None or a function"):
+    cf.certainty_forcing_loss(make_logits_fn(STUDENT), PARAMS, tokens,
+                              jax.random.key(0), block_length=4,
+                              prompt_length=4, teacher=PARAMS)
 
 
 def test_a_teacher_shorter_than_the_rows_is_refused():
@@ -662,6 +666,10 @@ def test_train_takes_a_teacher_exactly_when_the_config_names_one(tmp_path):
   config.train.teacher = "ar"
   with pytest.raises(ValueError, match="train.teacher='ar' needs"):
     train.train(config, str(tmp_path / "b"), progress=False, data=data)
+  with pytest.raises(ValueError, match="teacher= must be a function"):
+    train.train(config, str(tmp_path / "b"), progress=False, data=data,
+                teacher=PARAMS)
+  assert not (tmp_path / "b").exists()
   summary = train.train(config, str(tmp_path / "c"), progress=False,
                         data=data, teacher=teacher)
   assert summary["steps"] == 1

@@ -235,6 +235,10 @@ def _plan(config: ml_collections.ConfigDict, workdir: str, data, data_dir,
     raise ValueError(f"train.teacher={train_cfg.get('teacher')!r} needs its "
                      "loaded next-token log-probabilities (teacher=, "
                      "`loading.teacher_log_probs`), and they need it")
+  if teacher is not None and not callable(teacher):
+    raise ValueError(f"teacher= must be a function of the tokens "
+                     f"(`loading.teacher_log_probs`); got a "
+                     f"{type(teacher).__name__}")
   budget_s = train_cfg.get("budget_s") or math.inf
   if budget_s < math.inf and jax.process_count() > 1:
     raise ValueError("train.budget_s is a single-process budget; unset it "
@@ -295,7 +299,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
     ValueError: any error of `check_config` or of the mesh (a bad
       `config.mesh`, a batch size or parameter it cannot split; raised
       before the workdir is created), a `teacher` without train.teacher or
-      the reverse, bad data (`data_sources.given_rows`),
+      the reverse, or not callable, bad data (`data_sources.given_rows`),
       a workdir that is a file or not writable (all before compiling).
     CheckpointError: an existing checkpoint that does not fit `config`.
     CheckpointWriteError: a checkpoint could not be written (full disk,

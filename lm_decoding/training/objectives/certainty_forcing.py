@@ -352,14 +352,18 @@ def certainty_forcing_loss(logits_fn, params, tokens_BxL: jax.Array,
   Raises:
     ValueError: tokens not int[B, L]; block_length not dividing L;
       prompt_length, weight, temperature or mask_rate outside its range; a
-      causal model; as `semi_ar_masks`; a teacher whose output is not
-      float[B, L, V] of the student's V.
+      causal model; as `semi_ar_masks`; a teacher that is not callable or
+      whose output is not float[B, L, V] of the student's V.
   """
   _check(logits_fn, tokens_BxL, prompt_length, weight, temperature,
          "certainty_forcing_loss")
   check_block_length(block_length, tokens_BxL.shape[1])
   if not (is_number(mask_rate) and 0 < mask_rate < 1):
     raise ValueError(f"mask_rate={mask_rate!r} must be a number in (0, 1)")
+  if teacher is not None and not callable(teacher):
+    raise ValueError(f"teacher must be None or a function of the tokens "
+                     f"(`next_token_log_probs` bound); got a "
+                     f"{type(teacher).__name__}")
   masked_CxL = semi_ar_masks(key, tokens_BxL, prompt_length,
                              shifted(logits_fn), mask_rate, complementary,
                              mask_order, block_length)
