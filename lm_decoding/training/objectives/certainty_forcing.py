@@ -43,8 +43,9 @@ the teacher's whole next-token distribution instead of the row's token:
 exact target, not one draw of it (the logit distillation of Hinton et al.
 2015 at the positions where it is exact); those positions are left out of
 C, whose entropy the term would push down. With mask_order 'left_to_right'
-every block has one; with 'random' mostly a token-shifted model's masked
-block starts (predicted from the clean pass) are.
+each block with a masked position before the row's end has one; with
+'random' they are mostly a token-shifted model's masked block starts
+(predicted from the clean pass).
 
 `answer_certainty_forcing_loss` is the same loss for a model decoded in
 one block (an exact-answer task's MDLM, `training.task_distillation`): the
@@ -170,7 +171,8 @@ def block_anchors(masked_BxL: jax.Array, x0_BxL: jax.Array,
   earlier blocks only, so a masked block start qualifies whatever the rest
   of its block shows. With mask_order 'left_to_right' (a masked suffix per
   block) every block's first masked position qualifies; with 'random' few
-  but the masked block starts of a token-shifted model do.
+  but the masked block starts of a token-shifted model do (a block of W
+  has W 2^-W others on average at mask rate 0.5).
 
   Args:
     masked_BxL: bool[B, L] masks (`semi_ar_masks`).
