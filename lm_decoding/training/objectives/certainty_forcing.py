@@ -172,7 +172,7 @@ def block_anchors(masked_BxL: jax.Array, x0_BxL: jax.Array,
   of its block shows. With mask_order 'left_to_right' (a masked suffix per
   block) every block's first masked position qualifies; with 'random' few
   but the masked block starts of a token-shifted model do (a block of W
-  has W 2^-W others on average at mask rate 0.5).
+  has (W - 1) 2^-W others on average at mask rate 0.5).
 
   Args:
     masked_BxL: bool[B, L] masks (`semi_ar_masks`).
