@@ -404,6 +404,10 @@ def test_block_anchors_are_each_blocks_first_masked_position_before_the_end(
   expected[0, 2] = expected[2, 5] = True
   expected[0, 4] = token_shift
   np.testing.assert_array_equal(np.asarray(anchors), expected)
+  with pytest.raises(ValueError, match="block_length=5 must be"):
+    cf.block_anchors(masked, x0, block_length=5, prompt_length=2)
+  with pytest.raises(ValueError, match="must be one"):
+    cf.block_anchors(masked[:2], x0, block_length=4, prompt_length=2)
 
 
 @pytest.mark.parametrize("token_shift", [False, True])

@@ -181,8 +181,15 @@ def block_anchors(masked_BxL: jax.Array, x0_BxL: jax.Array,
     prompt_length: P; an EOS before P does not end the row.
     token_shift: whether the student predicts token i at position i - 1.
     eos_id: the EOS id.
+  Raises:
+    ValueError: masks and rows of different shapes, or block_length not
+      dividing L.
   """
+  if masked_BxL.shape != x0_BxL.shape or masked_BxL.ndim != 2:
+    raise ValueError(f"block_anchors: masked_BxL {list(masked_BxL.shape)} "
+                     f"and x0_BxL {list(x0_BxL.shape)} must be one [B, L]")
   batch, length = masked_BxL.shape
+  check_block_length(block_length, length)
   blocks = (batch, length // block_length, block_length)
   by_block = masked_BxL.reshape(blocks)
   first = by_block & (jnp.cumsum(by_block, -1) == 1)
