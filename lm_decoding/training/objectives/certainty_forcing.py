@@ -207,7 +207,7 @@ def block_anchors(masked_BxL: jax.Array, x0_BxL: jax.Array,
 def next_token_log_probs(logits_fn, params, tokens_BxL: jax.Array,
                          mask_id: int = MASK_ID) -> jax.Array:
   """float32[B, L, V]: a causal LM's log p(token i | tokens < i) at index i,
-  MASK given probability 0 (as SUBS gives it); index 0, which has no
+  MASK given probability 0 (`subs_log_probs`'s finite log 0); index 0, which has no
   context, is uniform. One causal pass over the rows; the `teacher` of
   `certainty_forcing_loss` is this with the teacher's logits_fn and params
   bound (`functools.partial`).
@@ -222,12 +222,13 @@ def next_token_log_probs(logits_fn, params, tokens_BxL: jax.Array,
     raise ValueError(f"next_token_log_probs: rows of length "
                      f"{tokens_BxL.shape[1]} exceed the teacher's "
                      f"max_len={max_len}")
-  logits = logits_fn(params, tokens_BxL,
-                     token_positions(tokens_BxL)).logits.astype(jnp.float32)
-  log_probs = jax.nn.log_softmax(
-      logits.at[..., mask_id].set(-jnp.inf), axis=-1)
-  first = jax.nn.log_softmax(jnp.zeros_like(log_probs[:, :1]).at[
-      ..., mask_id].set(-jnp.inf), axis=-1)
+  logits = logits_fn(params, tokens_BxL, token_positions(tokens_BxL)).logits
+  # SUBS of an all-MASK input: the softmax over V less MASK, whose
+  # log-probability is a finite "minus infinity" (0 once exponentiated).
+  masks_BxL = jnp.full(tokens_BxL.shape, mask_id)
+  log_probs = subs_log_probs(logits, masks_BxL, mask_id)
+  first = subs_log_probs(jnp.zeros_like(log_probs[:, :1]), masks_BxL[:, :1],
+                         mask_id)
   return jnp.concatenate([first, log_probs[:, :-1]], axis=1)
 
 
