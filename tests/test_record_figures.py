@@ -80,7 +80,7 @@ def test_the_main_tables_are_rendered():
                         for line in p.read_text().splitlines())
             for p in record_figures.pages()}
   assert counts["README.md"] == 1 and counts["results.md"] == 3
-  assert counts["adaptation.md"] == 1
+  assert counts["adaptation.md"] == 2  # the adapted grid, and with the student
 
 
 # --- the renderer -------------------------------------------------------------
