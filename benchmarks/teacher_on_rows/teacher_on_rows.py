@@ -4,7 +4,7 @@ For the first 64 greedy and the first 64 temperature-0.5 rows of attempt 13's di
 tokens before PAD: the teacher's mean NLL of the row's token, the mean entropy of its distribution and how often its
 argmax is the row's token (1.0 on greedy rows when the teacher's index i predicts token i). Prints JSON.
 
-  PYTHONPATH=. python experiments/results/distill_base/attempt19_teacher_distribution/teacher_on_rows.py \
+  PYTHONPATH=. python benchmarks/teacher_on_rows/teacher_on_rows.py \
       /work/runs/distill/set /work/runs/distill/base13/data/tokens.npy
 """
 
