@@ -211,6 +211,33 @@ class _Run:
     return done >= self.last or train_s >= self.budget_s
 
 
+def _check_teacher(teacher, train_cfg) -> None:
+  """Raises ValueError unless `teacher` is given exactly when train.teacher
+  names one, and is a function of the tokens."""
+  if (teacher is None) != (not train_cfg.get("teacher")):
+    raise ValueError(f"train.teacher={train_cfg.get('teacher')!r} needs its "
+                     "loaded next-token log-probabilities (teacher=, "
+                     "`loading.teacher_log_probs`), and they need it")
+  if teacher is not None and not callable(teacher):
+    raise ValueError(f"teacher= must be a function of the tokens "
+                     f"(`loading.teacher_log_probs`); got a "
+                     f"{type(teacher).__name__}")
+
+
+def _train_steps(config, model_cfg, optimizer, schedule, batch_shape, mesh,
+                 rules, options: dict, teacher) -> dict:
+  """{block length: the jitted train step} for each block length of the
+  schedule, with the objective's `options` and the teacher, if any."""
+  distillation = {} if teacher is None else {"teacher": teacher}
+  return {width: step_lib.make_train_step(
+              model_cfg, registry.of_config(config), optimizer, width,
+              registry.scheduled_sampling(config), mesh=mesh, rules=rules,
+              batch_shape=batch_shape,
+              anneal_steps=config.train.get("anneal_steps", 0), **options,
+              **distillation)
+          for width in dict(schedule).values()}
+
+
 def _plan(config: ml_collections.ConfigDict, workdir: str, data, data_dir,
           stop_at: int | None, progress: bool,
           teacher: Any = None) -> tuple[_Run, Any]:
@@ -231,14 +258,7 @@ def _plan(config: ml_collections.ConfigDict, workdir: str, data, data_dir,
     step_lib.state_shardings(model_cfg, optimizer, mesh, rules)
   if stop_at is not None and not is_count(stop_at, 1):
     raise ValueError(f"stop_at={stop_at!r} must be an integer >= 1")
-  if (teacher is None) != (not train_cfg.get("teacher")):
-    raise ValueError(f"train.teacher={train_cfg.get('teacher')!r} needs its "
-                     "loaded next-token log-probabilities (teacher=, "
-                     "`loading.teacher_log_probs`), and they need it")
-  if teacher is not None and not callable(teacher):
-    raise ValueError(f"teacher= must be a function of the tokens "
-                     f"(`loading.teacher_log_probs`); got a "
-                     f"{type(teacher).__name__}")
+  _check_teacher(teacher, train_cfg)
   budget_s = train_cfg.get("budget_s") or math.inf
   if budget_s < math.inf and jax.process_count() > 1:
     raise ValueError("train.budget_s is a single-process budget; unset it "
@@ -251,16 +271,10 @@ def _plan(config: ml_collections.ConfigDict, workdir: str, data, data_dir,
       train_cfg.batch_size, train_cfg.get("eval_batch_size"),
       train_cfg.eval_batches, progress and primary)
   shape, options = train_rows.shape, entry.options(config)
-  distillation = {} if teacher is None else {"teacher": teacher}
   schedule = registry.block_schedule(config)
-  train_steps = {  # one step per block length of the schedule
-      width: step_lib.make_train_step(
-          model_cfg, entry, optimizer, width,
-          registry.scheduled_sampling(config), mesh=mesh, rules=rules,
-          batch_shape=(train_cfg.batch_size, shape[1]),
-          anneal_steps=train_cfg.get("anneal_steps", 0), **options,
-          **distillation)
-      for width in dict(schedule).values()}
+  train_steps = _train_steps(config, model_cfg, optimizer, schedule,
+                             (train_cfg.batch_size, shape[1]), mesh, rules,
+                             options, teacher)
   eval_fn = step_lib.make_eval_fn(model_cfg, entry,
                                   train_cfg.mdlm_eval_timesteps,
                                   train_cfg.get("block_length"), **options)

@@ -232,6 +232,32 @@ def next_token_log_probs(logits_fn, params, tokens_BxL: jax.Array,
   return jnp.concatenate([first, log_probs[:, :-1]], axis=1)
 
 
+def _check_teacher_inputs(logits_BxLxV, masked_BxL, teacher_log_probs_BxLxV,
+                          anchors_BxL) -> None:
+  """Raises ValueError unless the teacher's log-probabilities and anchors
+  come together, shaped as the logits and the masks
+  (`certainty_forcing_terms`)."""
+  if (teacher_log_probs_BxLxV is None) != (anchors_BxL is None):
+    raise ValueError("teacher_log_probs_BxLxV and anchors_BxL are given "
+                     "together or not at all")
+  if teacher_log_probs_BxLxV is not None and (
+      teacher_log_probs_BxLxV.shape != logits_BxLxV.shape
+      or anchors_BxL.shape != masked_BxL.shape):
+    raise ValueError(
+        f"teacher_log_probs_BxLxV {list(teacher_log_probs_BxLxV.shape)} "
+        f"and anchors_BxL {list(anchors_BxL.shape)} must have the shapes "
+        f"of the logits {list(logits_BxLxV.shape)} and masks "
+        f"{list(masked_BxL.shape)} (a teacher of another vocabulary or "
+        "rows?)")
+
+
+def _soft_cross_entropy(teacher_log_probs_BxLxV, log_p_BxLxV) -> jax.Array:
+  """float32[B, L]: -sum_v p_teacher(v) log p(v), a token the teacher gives
+  probability 0 adding nothing (SUBS's log 0 is finite, not -inf)."""
+  p_teacher = jnp.exp(teacher_log_probs_BxLxV)
+  return -jnp.where(p_teacher > 0, p_teacher * log_p_BxLxV, 0.0).sum(-1)
+
+
 def certainty_forcing_terms(logits_BxLxV: jax.Array, x0_BxL: jax.Array,
                             masked_BxL: jax.Array, *,
                             weight: float = CERTAINTY_WEIGHT,
@@ -262,18 +288,8 @@ def certainty_forcing_terms(logits_BxLxV: jax.Array, x0_BxL: jax.Array,
     ValueError: only one of teacher_log_probs_BxLxV and anchors_BxL, or
       either of another shape than logits_BxLxV's (masked_BxL's).
   """
-  if (teacher_log_probs_BxLxV is None) != (anchors_BxL is None):
-    raise ValueError("teacher_log_probs_BxLxV and anchors_BxL are given "
-                     "together or not at all")
-  if teacher_log_probs_BxLxV is not None and (
-      teacher_log_probs_BxLxV.shape != logits_BxLxV.shape
-      or anchors_BxL.shape != masked_BxL.shape):
-    raise ValueError(
-        f"teacher_log_probs_BxLxV {list(teacher_log_probs_BxLxV.shape)} "
-        f"and anchors_BxL {list(anchors_BxL.shape)} must have the shapes "
-        f"of the logits {list(logits_BxLxV.shape)} and masks "
-        f"{list(masked_BxL.shape)} (a teacher of another vocabulary or "
-        "rows?)")
+  _check_teacher_inputs(logits_BxLxV, masked_BxL, teacher_log_probs_BxLxV,
+                        anchors_BxL)
   x_t_BxL = jnp.where(masked_BxL, mask_id, x0_BxL)
   log_p = subs_log_probs(logits_BxLxV, x_t_BxL, mask_id)
   nll_BxL = -jnp.take_along_axis(log_p, x0_BxL[..., None], -1)[..., 0]
@@ -282,8 +298,7 @@ def certainty_forcing_terms(logits_BxLxV: jax.Array, x0_BxL: jax.Array,
   metrics = {}
   if teacher_log_probs_BxLxV is not None:
     anchors_BxL = anchors_BxL & masked_BxL
-    p_teacher = jnp.exp(teacher_log_probs_BxLxV)
-    soft_BxL = -jnp.where(p_teacher > 0, p_teacher * log_p, 0.0).sum(-1)
+    soft_BxL = _soft_cross_entropy(teacher_log_probs_BxLxV, log_p)
     nll_BxL = jnp.where(anchors_BxL, soft_BxL, nll_BxL)
     correct_BxL = correct_BxL & ~anchors_BxL
     num_anchors = anchors_BxL.sum()
@@ -370,29 +385,40 @@ def certainty_forcing_loss(logits_fn, params, tokens_BxL: jax.Array,
   check_block_length(block_length, tokens_BxL.shape[1])
   if not (is_number(mask_rate) and 0 < mask_rate < 1):
     raise ValueError(f"mask_rate={mask_rate!r} must be a number in (0, 1)")
-  if teacher is not None and not callable(teacher):
-    raise ValueError(f"teacher must be None or a function of the tokens "
-                     f"(`next_token_log_probs` bound); got a "
-                     f"{type(teacher).__name__}")
   masked_CxL = semi_ar_masks(key, tokens_BxL, prompt_length,
                              shifted(logits_fn), mask_rate, complementary,
                              mask_order, block_length)
-  x0_CxL = jnp.tile(tokens_BxL, (masked_CxL.shape[0] // tokens_BxL.shape[0],
-                                 1))
+  copies = masked_CxL.shape[0] // tokens_BxL.shape[0]
+  x0_CxL = jnp.tile(tokens_BxL, (copies, 1))
   x_t_CxL = jnp.where(masked_CxL, mask_id, x0_CxL)
   logits = bd3lm_logits(logits_fn, params, x0_CxL, x_t_CxL, block_length)
-  distillation = {}
-  if teacher is not None:
-    log_probs = jax.lax.stop_gradient(teacher(tokens_BxL))
-    distillation = dict(
-        teacher_log_probs_BxLxV=jnp.tile(
-            log_probs, (masked_CxL.shape[0] // tokens_BxL.shape[0], 1, 1)),
-        anchors_BxL=block_anchors(masked_CxL, x0_CxL, block_length,
-                                  prompt_length,
-                                  token_shift=shifted(logits_fn)))
+  distillation = {} if teacher is None else _teacher_targets(
+      teacher, tokens_BxL, masked_CxL, block_length, prompt_length,
+      shifted(logits_fn))
   return certainty_forcing_terms(logits, x0_CxL, masked_CxL, weight=weight,
                                  temperature=temperature, mask_id=mask_id,
                                  **distillation)
+
+
+def _teacher_targets(teacher, tokens_BxL, masked_CxL, block_length: int,
+                     prompt_length: int, token_shift: bool) -> dict:
+  """`certainty_forcing_terms`'s teacher arguments for the C = masked_CxL
+  rows (copies of tokens_BxL): the teacher's log-probabilities (a constant
+  of the gradient) tiled to them, and their `block_anchors`.
+
+  Raises:
+    ValueError: a teacher that is not callable.
+  """
+  if not callable(teacher):
+    raise ValueError(f"teacher must be None or a function of the tokens "
+                     f"(`next_token_log_probs` bound); got a "
+                     f"{type(teacher).__name__}")
+  copies = masked_CxL.shape[0] // tokens_BxL.shape[0]
+  log_probs = jax.lax.stop_gradient(teacher(tokens_BxL))
+  return {"teacher_log_probs_BxLxV": jnp.tile(log_probs, (copies, 1, 1)),
+          "anchors_BxL": block_anchors(
+              masked_CxL, jnp.tile(tokens_BxL, (copies, 1)), block_length,
+              prompt_length, token_shift=token_shift)}
 
 
 def answer_certainty_forcing_loss(logits_fn, params, tokens_BxL: jax.Array,
