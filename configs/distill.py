@@ -54,6 +54,11 @@ def get_config(size: str = "tiny") -> ml_collections.ConfigDict:
       # of the block is shown (certainty_forcing.block_anchors: every block
       # with 'left_to_right', mostly the masked block starts with 'random')
       teacher="",
+      # where the teacher is the target: 'anchors' (above) or
+      # 'causal_view': the student's block-size-1 view at every
+      # continuation token, a term added to the loss (the anchors keep
+      # the row's token)
+      teacher_target="anchors",
       batch_size=8, num_steps=steps, warmup_steps=steps // 10,
       eval_every=steps // 2, eval_batches=2,
       checkpoint_every=max(1, steps // 8)))

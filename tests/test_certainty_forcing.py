@@ -677,6 +677,13 @@ def test_train_takes_a_teacher_exactly_when_the_config_names_one(tmp_path):
   assert summary["steps"] == 1
   with open(tmp_path / "c" / "metrics.jsonl") as f:
     assert "teacher_ce" in [json.loads(line) for line in f][1]
+  config.train.teacher_target = "causal_view"
+  train.train(config, str(tmp_path / "d"), progress=False, data=data,
+              teacher=teacher)
+  with open(tmp_path / "d" / "metrics.jsonl") as f:
+    record = [json.loads(line) for line in f][1]
+  assert "view_ce" in record and "teacher_ce" not in record
+  config.train.teacher_target = "anchors"
   # A checkpoint is resumed only with the teacher it was trained with.
   config.train.update(dict(teacher="", num_steps=2))
   with pytest.raises(CheckpointError, match="use another workdir"):
@@ -704,3 +711,86 @@ def test_no_gradient_reaches_the_teacher_and_bfloat16_stays_finite():
              for g in jax.tree.leaves(grads))
   assert all(not np.asarray(g, np.float32).any()
              for g in jax.tree.leaves(teacher_grads))
+
+
+def test_the_causal_view_term_is_the_teachers_cross_entropy_to_the_view():
+  # A token-shifted student with its causal parent's weights has the
+  # parent as its causal view, so against the parent as teacher the term is
+  # the parent's own entropy, averaged over the scored tokens only: index >=
+  # max(P, 1), not PAD, up to the row's first EOS at or after P (included).
+  tokens = np.array(jax.random.randint(jax.random.key(7), (3, 12), 5, 32))
+  tokens[1, 8], tokens[1, 9:] = EOS_ID, PAD_ID  # ends at 8
+  tokens[2, 2], tokens[2, 7] = EOS_ID, EOS_ID  # the prefix's EOS: not an end
+  tokens[2, 9:] = 6
+  teacher = cf.next_token_log_probs(make_logits_fn(PARENT), PARAMS,
+                                    jnp.asarray(tokens))
+  log_p = np.asarray(teacher, np.float64)
+  entropy = -np.where(log_p > -1e30, np.exp(log_p) * log_p, 0.0).sum(-1)
+  scored = np.zeros((3, 12), bool)
+  scored[0, 4:], scored[1, 4:9], scored[2, 4:8] = True, True, True
+  for prompt_length, rows in ((4, scored), (0, None)):
+    if rows is None:  # P = 0: index 0 has no context; row 2 ends at 2
+      rows = np.zeros((3, 12), bool)
+      rows[0, 1:], rows[1, 1:9], rows[2, 1:3] = True, True, True
+    term = cf.causal_view_cross_entropy(
+        make_logits_fn(STUDENT), PARAMS, jnp.asarray(tokens), teacher,
+        prompt_length)
+    np.testing.assert_allclose(float(term), entropy[rows].mean(), rtol=1e-5)
+  other = cf.next_token_log_probs(make_logits_fn(PARENT),
+                                  stubs.random_params(PARENT, seed=1),
+                                  jnp.asarray(tokens))
+  assert float(cf.causal_view_cross_entropy(
+      make_logits_fn(STUDENT), PARAMS, jnp.asarray(tokens), other, 4)) > (
+          entropy[scored].mean() + 1e-3)  # Gibbs: CE > H for another teacher
+
+
+def test_the_causal_view_target_adds_its_term_and_leaves_the_anchors():
+  logits_fn = make_logits_fn(STUDENT)
+  tokens = jax.random.randint(jax.random.key(3), (2, 24), 5, 32)
+  key = jax.random.key(4)
+  teacher = functools.partial(cf.next_token_log_probs, make_logits_fn(PARENT),
+                              stubs.random_params(PARENT, seed=1))
+  options = dict(block_length=8, prompt_length=8)
+  plain, _ = cf.certainty_forcing_loss(logits_fn, PARAMS, tokens, key,
+                                       **options)
+  loss, metrics = cf.certainty_forcing_loss(
+      logits_fn, PARAMS, tokens, key, teacher=teacher,
+      teacher_target="causal_view", **options)
+  view = cf.causal_view_cross_entropy(logits_fn, PARAMS, tokens,
+                                      teacher(tokens), 8)
+  np.testing.assert_allclose(float(metrics["view_ce"]), float(view),
+                             rtol=1e-6)
+  np.testing.assert_allclose(float(loss), float(plain) + float(view),
+                             rtol=1e-6)
+  assert "anchors" not in metrics
+  wired = train_step.objective_loss("certainty_forcing", 8, teacher=teacher,
+                                    teacher_target="causal_view",
+                                    prompt_length=8)
+  np.testing.assert_allclose(
+      float(wired(logits_fn, PARAMS, tokens, key)[0]), float(loss),
+      rtol=1e-6)
+  grads = jax.grad(lambda p: cf.causal_view_cross_entropy(
+      logits_fn, p, tokens, teacher(tokens), 8))(PARAMS)
+  assert any(np.asarray(g).any() for g in jax.tree.leaves(grads))
+  for target, extra, match in (
+      ("logits", {"teacher": teacher}, "teacher_target='logits' must be one"),
+      ("causal_view", {}, "teacher_target='causal_view' needs a teacher")):
+    with pytest.raises(ValueError, match=match):
+      cf.certainty_forcing_loss(logits_fn, PARAMS, tokens, key,
+                                teacher_target=target, **extra, **options)
+
+
+def test_train_teacher_target_is_checked_and_fingerprinted():
+  config = load_config(DISTILL)
+  assert "teacher_target" not in registry.fingerprint(config)
+  config.train.teacher_target = "causal_view"
+  with pytest.raises(ValueError, match="needs train.teacher"):
+    train.check_config(config)
+  config.train.teacher = "ar"
+  train.check_config(config)
+  assert registry.fingerprint(config)["teacher_target"] == "causal_view"
+  assert registry.of_config(config).options(config)["teacher_target"] == "causal_view"
+  config.train.teacher_target = "all"
+  with pytest.raises(ValueError, match="train.teacher_target='all' must be "
+                                       "one of"):
+    train.check_config(config)

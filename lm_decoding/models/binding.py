@@ -169,19 +169,25 @@ def causal_view(model: Model) -> Model:
   A block-causal (block-diffusion) model at block size 1 is a causal model:
   each position sees itself and the positions before it, and with a token
   shift its logits at i predict token i + 1, as its AR parent's (S2D2,
-  arXiv:2603.25702). A logits_fn exposing `config` (a `TransformerConfig`,
-  or a stub carrying one) is copied (`dataclasses.replace`) with
-  `config.attention='causal'` and `block_length=0`, so every call given no
-  `attention_mask` is causal, cached or not; one without a config (a stub
-  choosing its own attention) is returned as it is. The parameters are
-  shared, not copied.
+  arXiv:2603.25702). The logits_fn is `causal_logits_fn`'s; the parameters
+  are shared, not copied.
   """
-  config = getattr(model.logits_fn, "config", None)
+  return Model(causal_logits_fn(model.logits_fn), model.params, model.ids)
+
+
+def causal_logits_fn(logits_fn):
+  """`logits_fn` whose every call given no `attention_mask` is causal,
+  cached or not (`causal_view`'s). One exposing `config` (a
+  `TransformerConfig`, or a stub carrying one) is copied
+  (`dataclasses.replace`) with `config.attention='causal'` and
+  `block_length=0`; one without a config (a stub choosing its own
+  attention) is returned as it is.
+  """
+  config = getattr(logits_fn, "config", None)
   if config is None:
-    return model
-  causal = config.replace(attention="causal", block_length=0)
-  return Model(_with_config(model.logits_fn, causal), model.params,
-               model.ids)
+    return logits_fn
+  return _with_config(logits_fn,
+                      config.replace(attention="causal", block_length=0))
 
 
 def _with_config(logits_fn, config):

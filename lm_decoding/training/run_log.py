@@ -113,7 +113,8 @@ def check_resume(checkpoints: Checkpoints, fingerprint: dict) -> bool:
 # returns them: scheduled sampling's replaced fraction; certainty forcing's
 # cross-entropy, entropy and the fraction of masked tokens already right,
 # and with a teacher the cross-entropy against it at the block anchors.
-LOSS_TERMS = ("replaced", "ce", "entropy", "correct", "teacher_ce")
+LOSS_TERMS = ("replaced", "ce", "entropy", "correct", "teacher_ce",
+              "view_ce")
 
 
 def step_record(done: int, loss: float, metrics: dict, seconds: float,

@@ -47,6 +47,19 @@ each block with a masked position before the row's end has one; with
 'random' they are mostly a token-shifted model's masked block starts
 (predicted from the clean pass).
 
+With `teacher_target='causal_view'` the teacher is the target of the
+student's causal view instead (block size 1, the same weights with causal
+attention: `binding.causal_logits_fn`), at every token of the continuation
+up to the row's EOS: the loss above gains
+
+  mean_{i in continuation} -sum_v p_teacher(v | x_<i) log p_view(v | x_<i),
+
+the logit distillation that holds the block-size-1 view, which
+self-speculation verifies with (`decoding.self_speculative`) and which
+decides each block's first committed token, at the teacher while the
+masked positions learn to commit several tokens. The anchors then keep
+the row's token.
+
 `answer_certainty_forcing_loss` is the same loss for a model decoded in
 one block (an exact-answer task's MDLM, `training.task_distillation`): the
 answer masked at a rate drawn per row, no later blocks.
@@ -61,6 +74,7 @@ import jax.numpy as jnp
 
 from lm_decoding.checks import is_count, is_number
 from lm_decoding.models import masks
+from lm_decoding.models.binding import causal_logits_fn
 from lm_decoding.models.config import check_attention
 from lm_decoding.models.diffusion import subs_log_probs
 from lm_decoding.special_tokens import EOS_ID, MASK_ID, PAD_ID
@@ -76,6 +90,8 @@ MASK_RATE = 0.5  # dParallel's fixed masking ratio of the current block
 
 
 MASK_ORDERS = ("random", "left_to_right")
+# Where a `teacher`'s distribution is the target (module docstring).
+TEACHER_TARGETS = ("anchors", "causal_view")
 
 
 def semi_ar_masks(key: jax.Array, x0_BxL: jax.Array, prompt_length: int,
@@ -198,10 +214,17 @@ def block_anchors(masked_BxL: jax.Array, x0_BxL: jax.Array,
   unseen_after = ~shown_after
   if token_shift:
     unseen_after |= (jnp.arange(block_length) == 0)
-  eos_BxL = (x0_BxL == eos_id) & (jnp.arange(length) >= prompt_length)[None]
-  ended_BxL = (jnp.cumsum(eos_BxL, 1) - eos_BxL) > 0
-  return ((first & unseen_after).reshape(batch, length) & ~ended_BxL
+  return ((first & unseen_after).reshape(batch, length)
+          & ~_ended(x0_BxL, prompt_length, eos_id)
           & (jnp.arange(length) >= 1)[None])
+
+
+def _ended(x0_BxL: jax.Array, prompt_length: int, eos_id: int) -> jax.Array:
+  """bool[B, L]: the positions after a row's first EOS at an index >=
+  prompt_length (fill, of which a teacher says nothing)."""
+  eos_BxL = ((x0_BxL == eos_id)
+             & (jnp.arange(x0_BxL.shape[1]) >= prompt_length)[None])
+  return (jnp.cumsum(eos_BxL, 1) - eos_BxL) > 0
 
 
 def next_token_log_probs(logits_fn, params, tokens_BxL: jax.Array,
@@ -230,6 +253,35 @@ def next_token_log_probs(logits_fn, params, tokens_BxL: jax.Array,
   first = subs_log_probs(jnp.zeros_like(log_probs[:, :1]), masks_BxL[:, :1],
                          mask_id)
   return jnp.concatenate([first, log_probs[:, :-1]], axis=1)
+
+
+def causal_view_cross_entropy(logits_fn, params, tokens_BxL: jax.Array,
+                              teacher_log_probs_BxLxV: jax.Array,
+                              prompt_length: int, mask_id: int = MASK_ID,
+                              eos_id: int = EOS_ID) -> jax.Array:
+  """float32[]: the mean over the continuation's tokens (index >=
+  max(prompt_length, 1), not PAD, up to the row's first EOS there) of
+  -sum_v p_teacher(v) log p_view(v), p_view the student's causal view
+  (`binding.causal_logits_fn`: block size 1, the same parameters) of
+  `next_token_log_probs`; 0 with no such token.
+
+  Args:
+    logits_fn, params: the student (a block-diffusion model; with a token
+      shift its causal view is an AR model).
+    tokens_BxL: int32[B, L] the rows.
+    teacher_log_probs_BxLxV: float32[B, L, V] the teacher's
+      `next_token_log_probs` of the same rows.
+    prompt_length: P, the prefix left out.
+    mask_id, eos_id: the MASK (probability 0) and EOS ids.
+  """
+  log_p = next_token_log_probs(causal_logits_fn(logits_fn), params,
+                               tokens_BxL, mask_id)
+  scored_BxL = ((jnp.arange(tokens_BxL.shape[1]) >= max(prompt_length, 1))
+                & (tokens_BxL != PAD_ID)
+                & ~_ended(tokens_BxL, prompt_length, eos_id))
+  soft_BxL = _soft_cross_entropy(teacher_log_probs_BxLxV, log_p)
+  return (jnp.where(scored_BxL, soft_BxL, 0.0).sum()
+          / jnp.maximum(scored_BxL.sum(), 1))
 
 
 def _check_teacher_inputs(logits_BxLxV, masked_BxL, teacher_log_probs_BxLxV,
@@ -350,7 +402,8 @@ def certainty_forcing_loss(logits_fn, params, tokens_BxL: jax.Array,
                            temperature: float = CERTAINTY_TEMPERATURE,
                            mask_rate: float = MASK_RATE,
                            mask_order: str = "random",
-                           mask_id: int = MASK_ID, teacher=None):
+                           mask_id: int = MASK_ID, teacher=None,
+                           teacher_target: str = "anchors"):
   """dParallel's certainty-forcing loss on the BD3-LM layout.
 
   `semi_ar_masks` draws the masks (both rows of a complementary pair), one
@@ -372,19 +425,30 @@ def certainty_forcing_loss(logits_fn, params, tokens_BxL: jax.Array,
       LM's log-probabilities of token i at index i (`next_token_log_probs`
       with its model bound): the target at `block_anchors` (module
       docstring). Its output is a constant of the gradient.
+    teacher_target: one of `TEACHER_TARGETS`: the teacher scores the
+      anchors, or the student's causal view at every continuation token
+      (`causal_view_cross_entropy`, added to the loss).
   Returns:
-    (loss float32[], metrics) of `certainty_forcing_terms`.
+    (loss float32[], metrics) of `certainty_forcing_terms`, with
+    'view_ce' (the causal view's term) under 'causal_view'.
   Raises:
     ValueError: tokens not int[B, L]; block_length not dividing L;
       prompt_length, weight, temperature or mask_rate outside its range; a
       causal model; as `semi_ar_masks`; a teacher that is not callable or
-      whose output is not float[B, L, V] of the student's V.
+      whose output is not float[B, L, V] of the student's V; a
+      teacher_target not in TEACHER_TARGETS, or 'causal_view' without a
+      teacher.
   """
   _check(logits_fn, tokens_BxL, prompt_length, weight, temperature,
          "certainty_forcing_loss")
   check_block_length(block_length, tokens_BxL.shape[1])
   if not (is_number(mask_rate) and 0 < mask_rate < 1):
     raise ValueError(f"mask_rate={mask_rate!r} must be a number in (0, 1)")
+  if teacher_target not in TEACHER_TARGETS:
+    raise ValueError(f"teacher_target={teacher_target!r} must be one of "
+                     f"{TEACHER_TARGETS}")
+  if teacher is None and teacher_target != "anchors":
+    raise ValueError(f"teacher_target={teacher_target!r} needs a teacher")
   masked_CxL = semi_ar_masks(key, tokens_BxL, prompt_length,
                              shifted(logits_fn), mask_rate, complementary,
                              mask_order, block_length)
@@ -392,19 +456,26 @@ def certainty_forcing_loss(logits_fn, params, tokens_BxL: jax.Array,
   x0_CxL = jnp.tile(tokens_BxL, (copies, 1))
   x_t_CxL = jnp.where(masked_CxL, mask_id, x0_CxL)
   logits = bd3lm_logits(logits_fn, params, x0_CxL, x_t_CxL, block_length)
-  distillation = {} if teacher is None else _teacher_targets(
-      teacher, tokens_BxL, masked_CxL, block_length, prompt_length,
-      shifted(logits_fn))
-  return certainty_forcing_terms(logits, x0_CxL, masked_CxL, weight=weight,
-                                 temperature=temperature, mask_id=mask_id,
-                                 **distillation)
+  log_probs = None if teacher is None else _teacher_log_probs(
+      teacher, tokens_BxL)
+  distillation = {} if log_probs is None or teacher_target != "anchors" else {
+      "teacher_log_probs_BxLxV": jnp.tile(log_probs, (copies, 1, 1)),
+      "anchors_BxL": block_anchors(masked_CxL, x0_CxL, block_length,
+                                   prompt_length,
+                                   token_shift=shifted(logits_fn))}
+  loss, metrics = certainty_forcing_terms(
+      logits, x0_CxL, masked_CxL, weight=weight, temperature=temperature,
+      mask_id=mask_id, **distillation)
+  if log_probs is not None and teacher_target == "causal_view":
+    metrics["view_ce"] = causal_view_cross_entropy(
+        logits_fn, params, tokens_BxL, log_probs, prompt_length, mask_id)
+    loss = loss + metrics["view_ce"]
+  return loss, metrics
 
 
-def _teacher_targets(teacher, tokens_BxL, masked_CxL, block_length: int,
-                     prompt_length: int, token_shift: bool) -> dict:
-  """`certainty_forcing_terms`'s teacher arguments for the C = masked_CxL
-  rows (copies of tokens_BxL): the teacher's log-probabilities (a constant
-  of the gradient) tiled to them, and their `block_anchors`.
+def _teacher_log_probs(teacher, tokens_BxL) -> jax.Array:
+  """float32[B, L, V]: the teacher's log-probabilities of the rows, a
+  constant of the gradient.
 
   Raises:
     ValueError: a teacher that is not callable.
@@ -413,12 +484,7 @@ def _teacher_targets(teacher, tokens_BxL, masked_CxL, block_length: int,
     raise ValueError(f"teacher must be None or a function of the tokens "
                      f"(`next_token_log_probs` bound); got a "
                      f"{type(teacher).__name__}")
-  copies = masked_CxL.shape[0] // tokens_BxL.shape[0]
-  log_probs = jax.lax.stop_gradient(teacher(tokens_BxL))
-  return {"teacher_log_probs_BxLxV": jnp.tile(log_probs, (copies, 1, 1)),
-          "anchors_BxL": block_anchors(
-              masked_CxL, jnp.tile(tokens_BxL, (copies, 1)), block_length,
-              prompt_length, token_shift=token_shift)}
+  return jax.lax.stop_gradient(teacher(tokens_BxL))
 
 
 def answer_certainty_forcing_loss(logits_fn, params, tokens_BxL: jax.Array,

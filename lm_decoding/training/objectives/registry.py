@@ -146,7 +146,8 @@ def _block_certainty_forcing(config: ConfigDict) -> dict:
   """`_certainty_forcing`'s and mask_order (train.mask_order, default
   dParallel's 'random'; `certainty_forcing.semi_ar_masks`)."""
   return {**_certainty_forcing(config),
-          "mask_order": config.train.get("mask_order", "random")}
+          "mask_order": config.train.get("mask_order", "random"),
+          "teacher_target": config.train.get("teacher_target", "anchors")}
 
 
 def _pair_length(config: ConfigDict) -> int:
@@ -287,7 +288,9 @@ def check_options(config: ConfigDict) -> None:
   'certainty_forcing' (not a task's) without complementary masks;
   train.init_from: a string (what it names is resolved by
   `loading.parent_params`); train.teacher: a string, non-empty only for
-  'certainty_forcing' (resolved by `loading.teacher_log_probs`).
+  'certainty_forcing' (resolved by `loading.teacher_log_probs`);
+  train.teacher_target: one of `certainty_forcing.TEACHER_TARGETS`, other
+  than 'anchors' only with a teacher.
 
   Raises:
     ValueError: naming the key, its allowed values and objectives.
@@ -311,6 +314,13 @@ def check_options(config: ConfigDict) -> None:
   if teacher and of_config(config).name != "certainty_forcing":
     raise ValueError(f"train.teacher={teacher!r} applies to train.objective "
                      f"'certainty_forcing'; got {of_config(config).name!r}")
+  target = config.train.get("teacher_target")
+  if target is not None and target not in certainty_forcing.TEACHER_TARGETS:
+    raise ValueError(f"train.teacher_target={target!r} must be one of "
+                     f"{certainty_forcing.TEACHER_TARGETS}")
+  if target not in (None, "anchors") and not teacher:
+    raise ValueError(f"train.teacher_target={target!r} needs train.teacher "
+                     "(a causal member of the pretrained set)")
 
 
 def _check_mask_order(config: ConfigDict) -> None:
@@ -430,4 +440,6 @@ def fingerprint(config: ConfigDict) -> dict:
       out[key] = config.train[key]
   if config.train.get("teacher"):  # absent or '': no teacher
     out["teacher"] = config.train.teacher
+    if config.train.get("teacher_target", "anchors") != "anchors":
+      out["teacher_target"] = config.train.teacher_target
   return out
