@@ -10,8 +10,8 @@ Each of the --num_prefixes prefixes (P tokens of the training split, drawn
 by --seed at --prefix_at: cuts of the stream at multiples of P, or the starts
 of its documents, as the held-out prompts are) is continued for T = --output_length tokens by --decoder on the
 --teacher member of --set_dir, once per temperature of --temperatures (0:
-greedy); rows [prefix | continuation] of P + T tokens, the greedy ones
-first. The manifest names the teacher, decoder, prefixes, counts, seconds
+greedy), never drawing PAD or MASK (`self_distillation.UNTARGETED_IDS`);
+rows [prefix | continuation] of P + T tokens, the greedy ones first. The manifest names the teacher, decoder, prefixes, counts, seconds
 and this command; `experiments/train.py --config.data.distillation_set=OUT
 --config.train.objective=certainty_forcing` trains on it.
 """
@@ -82,7 +82,9 @@ def main(argv):
     decoders = {
         f"{_DECODER.value} temperature={t}": base.make_decoder(
             _DECODER.value, output_length=_OUTPUT_LENGTH.value,
-            sampling=SamplingConfig(temperature=float(t)))
+            sampling=SamplingConfig(
+                temperature=float(t),
+                suppress_ids=self_distillation.UNTARGETED_IDS))
         for t in _TEMPERATURES.value}
     tokens, seconds = self_distillation.timed_continuations(
         decoders, teacher.model, prefixes, jax.random.key(_SEED.value),
@@ -93,6 +95,7 @@ def main(argv):
       "teacher": _TEACHER.value, "teacher_commit": manifest.get("commit"),
       "set_dir": os.path.abspath(_SET_DIR.value),
       "decoders": list(decoders), "prompt_length": _PROMPT_LENGTH.value,
+      "suppress_ids": list(self_distillation.UNTARGETED_IDS),
       "output_length": _OUTPUT_LENGTH.value,
       "prefixes": {"split": "train", "count": _NUM_PREFIXES.value,
                    "seed": _SEED.value, "at": _PREFIX_AT.value},

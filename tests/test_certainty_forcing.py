@@ -249,7 +249,7 @@ def test_bad_options_raise():
 
 
 def test_data_generation_is_deterministic_for_a_seed(tmp_path):
-  stream = np.arange(5, 5 + 200, dtype=np.int32) % 32
+  stream = (5 + np.arange(200) % 27).astype(np.int32)  # no reserved id
   prefixes = sd.distillation_prefixes(stream, 6, 5, seed=0)
   np.testing.assert_array_equal(prefixes,
                                 sd.distillation_prefixes(stream, 6, 5, seed=0))
@@ -263,7 +263,8 @@ def test_data_generation_is_deterministic_for_a_seed(tmp_path):
       positions[:, 0], np.random.default_rng(0).choice(33, 33, False) * 6)
   teacher = Model(make_logits_fn(PARENT), PARAMS)
   decoders = {f"t={t}": base.make_decoder(
-      "ar", output_length=8, sampling=SamplingConfig(temperature=t))
+      "ar", output_length=8, sampling=SamplingConfig(
+          temperature=t, suppress_ids=sd.UNTARGETED_IDS))
               for t in (0.0, 1.0)}
   runs = [sd.timed_continuations(decoders, teacher, prefixes,
                                  jax.random.key(seed), batch_size=2)[0]
@@ -285,6 +286,34 @@ def test_data_generation_is_deterministic_for_a_seed(tmp_path):
     sd.read_distillation_set(tmp_path / "none")
   with pytest.raises(ValueError, match="count"):
     sd.distillation_prefixes(stream, 6, 40, seed=0)
+
+
+def test_no_distillation_row_holds_mask(tmp_path):
+  # An AR model gives MASK a small but nonzero probability (3 draws in
+  # 196,637 tokens of the base parent at temperature 1); as a target MASK
+  # scores SUBS's finite log 0, a loss near 1e35. Here a stub makes it the
+  # likeliest token: the teacher's decoder must never draw it (nor PAD),
+  # and a set holding it is neither written nor read.
+  stub = stubs.TableLogitsFn.random(0, 32, 16)
+  stub.table[..., MASK_ID] = 5.0
+  teacher = Model(stub, None)
+  prefixes = np.full((4, 4), 9, np.int32)
+  rows = {ids: sd.teacher_continuations(base.make_decoder(
+      "ar", output_length=12, sampling=SamplingConfig(
+          temperature=1.0, suppress_ids=ids)), teacher, prefixes,
+      jax.random.key(0), batch_size=4) for ids in ((), sd.UNTARGETED_IDS)}
+  assert (rows[()] == MASK_ID).any()
+  drawn = rows[sd.UNTARGETED_IDS][:, 4:]
+  assert not (drawn == MASK_ID).any()  # and PAD only after a row's EOS:
+  assert not ((drawn == PAD_ID) & (np.cumsum(drawn == EOS_ID, 1) == 0)).any()
+  with pytest.raises(ValueError, match=r"row\(s\) hold the MASK id 4"):
+    sd.write_distillation_set(tmp_path / "bad", rows[()], {})
+  assert not (tmp_path / "bad").exists()
+  out = sd.write_distillation_set(tmp_path / "set",
+                                  rows[sd.UNTARGETED_IDS], {})
+  np.save(out / sd.TOKENS_FILE, rows[()])  # a set written before the check
+  with pytest.raises(ValueError, match="data.distillation_set=.*rows \\["):
+    sd.read_distillation_set(out)
 
 
 def test_document_start_prefixes_are_the_starts_of_long_enough_documents():

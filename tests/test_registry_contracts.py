@@ -265,6 +265,55 @@ def test_decode_result_is_consistent(name):
                    KEY)
 
 
+# --- Suppressed ids (SamplingConfig.suppress_ids) are never decoded. --------
+
+SAMPLED = tuple(n for n in ALL if "sampling" in {
+    f.name for f in dataclasses.fields(base.decoder_class(n))})
+SUPPRESSED = 6
+
+
+def _favouring(token: int) -> stubs.TableLogitsFn:
+  """Random trigram logits (PAD never drawn) under which `token` is all but
+  certain at every position, whatever came before."""
+  stub = stubs.TableLogitsFn.random(3, V, 8, masked_ids=(PAD_ID,))
+  stub.table[..., token] = 30.0
+  return stub
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("name", SAMPLED)
+def test_every_sampling_decoder_never_decodes_a_suppressed_id(name,
+                                                              temperature):
+  """Under logits that all but force token 6, a decoder given
+  suppress_ids=(6,) never writes it (every decoder that samples draws
+  through `sampling.sample` or `sampling.probabilities`), and otherwise
+  does."""
+  stub = _favouring(SUPPRESSED)
+  prompts, lengths = PROMPTS[1:2], PROMPT_LENGTHS[1:2]  # [7]: no 6 given
+  outs = {}
+  for ids in ((), (SUPPRESSED,)):
+    decoder = build(name, 5, eos_ids=(), sampling=sampling.SamplingConfig(
+        temperature=temperature, suppress_ids=ids))
+    outs[ids] = np.asarray(decoder.decode(stubs.bind_roles(decoder, stub),
+                                          prompts, lengths, KEY).tokens)
+  assert (outs[()] == SUPPRESSED).any()
+  assert not (outs[(SUPPRESSED,)] == SUPPRESSED).any(), outs
+
+
+def test_suppress_ids_are_checked():
+  for bad in ((4, 4), (-1,), [4], (1.5,)):
+    with pytest.raises(ValueError, match="suppress_ids=.*distinct integers"):
+      sampling.SamplingConfig(suppress_ids=bad)
+  logits = jnp.zeros((2, V))
+  for ids in ((V,), tuple(range(V))):
+    with pytest.raises(ValueError, match=f"in \\[0, {V}\\)"):
+      sampling.sample(KEY, logits, sampling.SamplingConfig(suppress_ids=ids))
+  probs = sampling.probabilities(
+      logits, sampling.SamplingConfig(suppress_ids=(0, 4)))
+  np.testing.assert_allclose(np.asarray(probs)[:, [0, 4]], 0.0)
+  np.testing.assert_allclose(np.asarray(probs).sum(-1), 1.0, rtol=1e-6)
+
+
 # The same invariants where MDLM and LLaDA take more steps than tokens.
 @pytest.mark.parametrize("name, options", [
     ("mdlm", dict(output_length=4, steps=9)),

@@ -32,7 +32,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from lm_decoding.decoding.sampling import sample
+from lm_decoding.decoding.sampling import sample, suppress
 from lm_decoding.models import diffusion
 from lm_decoding.models.selection import top_n
 
@@ -217,10 +217,13 @@ def temperature(t_min: float, t_max: float, k: jax.Array,
 
 
 def _processed(decoder, logits_BxWxV, k, steps) -> jax.Array:
-  """float32[B, W, V]: the logits at step k's temperature, MASK at -inf."""
+  """float32[B, W, V]: the logits at step k's temperature, MASK and the
+  sampling's suppressed ids at -inf (so the argmax canvas and the entropies
+  leave them out too)."""
   tau = temperature(decoder.t_min, decoder.t_max, k, steps)
-  return logits_BxWxV.astype(jnp.float32).at[
-      ..., decoder.mask_id].set(-jnp.inf) / tau
+  return suppress(logits_BxWxV.astype(jnp.float32).at[
+      ..., decoder.mask_id].set(-jnp.inf),
+      decoder.sampling.suppress_ids) / tau
 
 
 def _position_keys(key, global_step, start, width):

@@ -20,6 +20,9 @@ mass(group) = p(v), with G + g ~ 2 sqrt(V) noise draws instead of V.
 `sample` applies the processors of a `SamplingConfig` in this fixed order, each
 to the previous one's output:
 
+  0. suppressed ids (HF's `suppress_tokens`): their logits set to -inf, so they
+     are never drawn, greedy included; e.g. the reserved ids no target holds
+     (PAD, MASK) when an AR model's rows become training data;
   1. repetition penalty (Keskar et al. 2019, CTRL): for a token already present
      in the row (prompt + generated), a positive logit is divided by the
      penalty and a negative one multiplied by it, so a penalty > 1 never
@@ -76,6 +79,9 @@ class SamplingConfig:
       the default) or "float32" (jax's default float32 noise over the whole
       vocabulary, capped near 16: the truncated sampler of Zheng et al. 2024,
       kept to measure it, `experiments/reproduce/gumbel_precision.py`).
+    suppress_ids: distinct token ids >= 0 never drawn (step 0); () is off.
+      An id outside the model's vocabulary, or every id of it, is refused
+      when the logits are first seen (while tracing).
 
   Raises:
     ValueError: an attribute outside its range (the message names it).
@@ -87,6 +93,7 @@ class SamplingConfig:
   min_p: float = 0.0
   repetition_penalty: float = 1.0
   gumbel_noise: str = GUMBEL_NOISES[0]  # "high"
+  suppress_ids: tuple[int, ...] = ()
 
   def __post_init__(self):
     number = lambda name: is_number(getattr(self, name))
@@ -105,6 +112,10 @@ class SamplingConfig:
          "in (0, inf) (a number; 1 = off)"),
         ("gumbel_noise", lambda: self.gumbel_noise in GUMBEL_NOISES,
          f"one of {GUMBEL_NOISES}"),
+        ("suppress_ids", lambda: isinstance(self.suppress_ids, tuple)
+         and all(is_count(i, minimum=0) for i in self.suppress_ids)
+         and len(set(self.suppress_ids)) == len(self.suppress_ids),
+         "a tuple of distinct integers >= 0 (token ids; () = off)"),
     )
     for name, ok, allowed in checks:
       if not ok():
@@ -289,9 +300,25 @@ def filter_logits(logits_BxV: jax.Array, config: SamplingConfig) -> jax.Array:
   return min_p_filter(logits, config.min_p)
 
 
+def suppress(logits_BxV: jax.Array, ids: tuple[int, ...]) -> jax.Array:
+  """Step 0: `logits_BxV` (float[..., V]) with the logits of `ids` -inf.
+
+  Raises:
+    ValueError: an id outside [0, V), or every id of the vocabulary.
+  """
+  vocab = logits_BxV.shape[-1]
+  if not ids:
+    return logits_BxV
+  if max(ids) >= vocab or len(set(ids)) >= vocab:
+    raise ValueError(f"sampling.suppress_ids={ids!r} must be fewer than "
+                     f"{vocab} ids in [0, {vocab}) (the model's vocabulary)")
+  return logits_BxV.at[..., jnp.asarray(ids)].set(-jnp.inf)
+
+
 def _penalised(logits_BxV, config, seen_BxV):
-  """Step 1: float32 logits after the repetition penalty (if any)."""
-  logits = logits_BxV.astype(jnp.float32)
+  """Steps 0 and 1: float32 logits less the suppressed ids, after the
+  repetition penalty (if any)."""
+  logits = suppress(logits_BxV.astype(jnp.float32), config.suppress_ids)
   if config.repetition_penalty == 1:
     return logits
   if seen_BxV is None:
@@ -306,7 +333,7 @@ def probabilities(logits_BxV: jax.Array, config: SamplingConfig,
 
   Speculative sampling compares the draft's and the target's distributions
   token by token (Leviathan et al. 2023), so both must be exactly the ones
-  the tokens are drawn from: steps 1-5 of the module docstring, then the
+  the tokens are drawn from: steps 0-5 of the module docstring, then the
   softmax; greedy decoding is the one-hot distribution of the argmax.
 
   Args:

@@ -22,10 +22,16 @@ import numpy as np
 from lm_decoding.checks import is_count
 from lm_decoding.data import pipeline
 from lm_decoding.models import Model
-from lm_decoding.special_tokens import EOS_ID, PAD_ID
+from lm_decoding.special_tokens import EOS_ID, MASK_ID, PAD_ID
 
 TOKENS_FILE = "tokens.npy"
 MANIFEST_FILE = "manifest.json"
+# The reserved ids no training target may hold: a teacher's decoder is given
+# them as `SamplingConfig.suppress_ids` (an AR model gives MASK a small but
+# nonzero probability: 3 draws in 196,637 tokens at temperature 1), and a set
+# holding MASK is refused (its target scores SUBS's finite log 0: a loss
+# near 1e35).
+UNTARGETED_IDS = (PAD_ID, MASK_ID)
 
 
 PREFIX_PLACES = ("cuts", "document_starts")
@@ -111,10 +117,13 @@ def write_distillation_set(out_dir: str | pathlib.Path, tokens_RxL: np.ndarray,
 
   Returns:
     `out_dir` as a path.
+  Raises:
+    ValueError: a row holding MASK_ID (nothing is written).
   """
+  tokens_RxL = np.asarray(tokens_RxL, np.int32)
+  _check_no_mask(tokens_RxL, f"the rows for {str(out_dir)!r}")
   out = pathlib.Path(out_dir)
   out.mkdir(parents=True, exist_ok=True)
-  tokens_RxL = np.asarray(tokens_RxL, np.int32)
   np.save(out / TOKENS_FILE, tokens_RxL)
   manifest = {**manifest, "rows": int(tokens_RxL.shape[0]),
               "tokens": int((tokens_RxL != PAD_ID).sum())}
@@ -127,15 +136,27 @@ def read_distillation_set(path: str | pathlib.Path
   """(tokens int32[R, L], manifest) of a set `write_distillation_set` wrote.
 
   Raises:
-    ValueError: `path` holds no such set.
+    ValueError: `path` holds no such set, or a row holding MASK_ID.
   """
   path = pathlib.Path(path)
   if not (path / TOKENS_FILE).is_file() or not (path / MANIFEST_FILE).is_file():
     raise ValueError(f"data.distillation_set={str(path)!r} holds no "
                      f"{TOKENS_FILE} and {MANIFEST_FILE} (write it with "
                      "experiments/distill_data.py)")
-  return (np.load(path / TOKENS_FILE).astype(np.int32),
-          json.loads((path / MANIFEST_FILE).read_text()))
+  tokens_RxL = np.load(path / TOKENS_FILE).astype(np.int32)
+  _check_no_mask(tokens_RxL, f"data.distillation_set={str(path)!r}")
+  return tokens_RxL, json.loads((path / MANIFEST_FILE).read_text())
+
+
+def _check_no_mask(tokens_RxL: np.ndarray, what: str) -> None:
+  """Raises ValueError naming the rows of `tokens_RxL` that hold MASK_ID."""
+  rows = np.flatnonzero((tokens_RxL == MASK_ID).any(-1))
+  if rows.size:
+    raise ValueError(f"{what}: {rows.size} row(s) hold the MASK id "
+                     f"{MASK_ID} (rows {rows[:5].tolist()}), which no "
+                     "target may be; decode them with "
+                     "SamplingConfig(suppress_ids=UNTARGETED_IDS), as "
+                     "experiments/distill_data.py does")
 
 
 def eos_filled(tokens_RxL: np.ndarray, block_length: int,
