@@ -102,7 +102,7 @@ def plot_frontier(found: Sequence[frontier.Verdict],
                  marker="*" if p is ref else "o",
                  facecolors=cmap(norm(p.entropy)) if kept else "none",
                  edgecolors=cmap(norm(p.entropy)), linewidths=1.5)
-    if v.front:
+    if len(v.front) > 1:  # one point draws no line (the star marks AR)
       xs = [p.ms for p in v.front]
       ys = [p.gen_ppl for p in v.front]
       ax.step(xs, ys, where="post", color="black", alpha=0.6,
@@ -121,15 +121,17 @@ def plot_frontier(found: Sequence[frontier.Verdict],
     # to its point by a line; only drawn points are labelled (one at a
     # non-finite or non-positive value, which log axes cannot show, would
     # move every label of the panel to NaN).
+    drawn = [p for p in v.group
+             if all(0 < x < math.inf for x in (p.ms, p.gen_ppl))]
     adjustText.adjust_text(
         [ax.text(p.ms, p.gen_ppl, f"{p.label}\nTPF {p.tpf:.2f}", fontsize=6)
-         for p in v.group
-         if all(0 < x < math.inf for x in (p.ms, p.gen_ppl))], ax=ax,
+         for p in drawn], x=[p.ms for p in drawn],
+        y=[p.gen_ppl for p in drawn], expand=(1.3, 1.6), ax=ax,
         arrowprops=dict(arrowstyle="-", color="grey", lw=0.5))
   fig.colorbar(matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap),
                ax=list(axes.values()), label="entropy, nats (hollow: more "
                f"than {tolerance.entropy:.2f} below the panel's reference)")
-  fig.savefig(path, dpi=110)
+  fig.savefig(path, dpi=110, bbox_inches="tight")
 
 
 def plot_speedup(found: Sequence[frontier.Verdict],
@@ -173,7 +175,7 @@ def plot_speedup(found: Sequence[frontier.Verdict],
                f"quality tolerance of it (gen-PPL at most {tolerance.gen_ppl:.0%} "
                f"above, entropy at most {tolerance.entropy:.2f} nats below), "
                "hatched: outside it", fontsize=9)
-  fig.savefig(path, dpi=110)
+  fig.savefig(path, dpi=110, bbox_inches="tight")
 
 
 def plot_quality(rows: Sequence[dict], human: dict, path: str) -> None:
@@ -202,4 +204,4 @@ def plot_quality(rows: Sequence[dict], human: dict, path: str) -> None:
   # Beside the axes, where it hides no point.
   ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
   fig.tight_layout()
-  fig.savefig(path, dpi=110)
+  fig.savefig(path, dpi=110, bbox_inches="tight")
