@@ -449,17 +449,29 @@ def certainty_forcing_loss(logits_fn, params, tokens_BxL: jax.Array,
   """
   _check(logits_fn, tokens_BxL, prompt_length, weight, temperature,
          "certainty_forcing_loss")
-  check_block_length(block_length, tokens_BxL.shape[1])
-  if not (is_number(mask_rate) and 0 < mask_rate < 1):
-    raise ValueError(f"mask_rate={mask_rate!r} must be a number in (0, 1)")
-  _check_teacher_target(logits_fn, teacher, teacher_target)
+  _check_options(logits_fn, tokens_BxL, block_length, mask_rate, teacher,
+                 teacher_target)
   masked_CxL = semi_ar_masks(key, tokens_BxL, prompt_length,
                              shifted(logits_fn), mask_rate, complementary,
                              mask_order, block_length)
-  copies = masked_CxL.shape[0] // tokens_BxL.shape[0]
-  x0_CxL = jnp.tile(tokens_BxL, (copies, 1))
+  x0_CxL = jnp.tile(tokens_BxL,
+                    (masked_CxL.shape[0] // tokens_BxL.shape[0], 1))
   x_t_CxL = jnp.where(masked_CxL, mask_id, x0_CxL)
   logits = bd3lm_logits(logits_fn, params, x0_CxL, x_t_CxL, block_length)
+  return _scored(logits_fn, params, tokens_BxL, logits, masked_CxL, x0_CxL,
+                 teacher, teacher_target, block_length, prompt_length,
+                 weight=weight, temperature=temperature, mask_id=mask_id)
+
+
+def _scored(logits_fn, params, tokens_BxL, logits, masked_CxL, x0_CxL,
+            teacher, teacher_target, block_length, prompt_length, *, weight,
+            temperature, mask_id):
+  """`certainty_forcing_loss`'s (loss, metrics): `certainty_forcing_terms`
+  of the C = masked_CxL rows (copies of tokens_BxL), with the teacher's
+  log-probabilities (a constant of the gradient) at their `block_anchors`
+  under teacher_target 'anchors', or the causal view's term added under
+  'causal_view'."""
+  copies = masked_CxL.shape[0] // tokens_BxL.shape[0]
   log_probs = None if teacher is None else _teacher_log_probs(
       teacher, tokens_BxL)
   distillation = {} if log_probs is None or teacher_target != "anchors" else {
@@ -477,11 +489,16 @@ def certainty_forcing_loss(logits_fn, params, tokens_BxL: jax.Array,
   return loss, metrics
 
 
-def _check_teacher_target(logits_fn, teacher, teacher_target) -> None:
-  """Raises ValueError for a teacher_target not in TEACHER_TARGETS, or
-  'causal_view' without a teacher or for a student without a token shift
-  (its logits at i predict token i: its block-size-1 view is no next-token
-  model, as `decoding.self_speculative` also requires)."""
+def _check_options(logits_fn, tokens_BxL, block_length, mask_rate, teacher,
+                   teacher_target) -> None:
+  """Raises ValueError for `certainty_forcing_loss`'s block_length not
+  dividing L, mask_rate outside (0, 1), a teacher_target not in
+  TEACHER_TARGETS, or 'causal_view' without a teacher or for a student
+  without a token shift (its logits at i predict token i: its block-size-1
+  view is no next-token model, as `decoding.self_speculative` requires)."""
+  check_block_length(block_length, tokens_BxL.shape[1])
+  if not (is_number(mask_rate) and 0 < mask_rate < 1):
+    raise ValueError(f"mask_rate={mask_rate!r} must be a number in (0, 1)")
   if teacher_target not in TEACHER_TARGETS:
     raise ValueError(f"teacher_target={teacher_target!r} must be one of "
                      f"{TEACHER_TARGETS}")
