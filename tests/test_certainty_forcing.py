@@ -823,3 +823,30 @@ def test_train_teacher_target_is_checked_and_fingerprinted():
   with pytest.raises(ValueError, match="train.teacher_target='all' must be "
                                        "one of"):
     train.check_config(config)
+
+
+def test_the_causal_view_target_refuses_an_unshifted_student_and_a_bad_teacher():
+  # Without a token shift the student's logits at i predict token i, so its
+  # block-size-1 view is no next-token model (self_speculative refuses it):
+  # the term would train logits nothing decodes with. A teacher of another
+  # vocabulary (narrower: broadcast against the student's, MASK's finite
+  # log 0 gives a term near 1e36) is refused as under 'anchors'.
+  tokens = jax.random.randint(jax.random.key(3), (2, 24), 5, 32)
+  key = jax.random.key(4)
+  teacher = functools.partial(cf.next_token_log_probs, make_logits_fn(PARENT),
+                              stubs.random_params(PARENT, seed=1))
+  options = dict(block_length=8, prompt_length=8, teacher_target="causal_view")
+  with pytest.raises(ValueError, match="needs a student with a token shift"):
+    cf.certainty_forcing_loss(
+        make_logits_fn(STUDENT.replace(token_shift=False)), PARAMS, tokens,
+        key, teacher=teacher, **options)
+  for bad in (lambda t: teacher(t)[..., :1],
+              lambda t: jnp.pad(teacher(t), ((0, 0), (0, 0), (0, 1)))):
+    with pytest.raises(ValueError, match="must have the shape of the"):
+      cf.certainty_forcing_loss(make_logits_fn(STUDENT), PARAMS, tokens, key,
+                                teacher=bad, **options)
+  config = load_config(DISTILL)
+  config.train.update(teacher="ar", teacher_target="causal_view")
+  config.model.token_shift = False
+  with pytest.raises(ValueError, match="needs model.token_shift=True"):
+    train.check_config(config)

@@ -300,6 +300,23 @@ def test_every_sampling_decoder_never_decodes_a_suppressed_id(name,
   assert not (outs[(SUPPRESSED,)] == SUPPRESSED).any(), outs
 
 
+@pytest.mark.parametrize("name", SAMPLED)
+def test_suppressing_every_id_a_decoder_may_draw_is_refused(name):
+  """Every id but MASK suppressed: an AR decoder may still draw MASK, a
+  denoiser (which never draws MASK) has nothing left and must refuse
+  rather than write a suppressed id (the argmax of all -inf logits is 0)."""
+  ids = tuple(i for i in range(V) if i != MASK_ID)
+  decoder = build(name, 4, eos_ids=(), sampling=sampling.SamplingConfig(
+      temperature=1.0, suppress_ids=ids))
+  try:
+    out = decoder.decode(stubs.bind_roles(decoder, _favouring(0)),
+                         PROMPTS[1:2], PROMPT_LENGTHS[1:2], KEY)
+  except ValueError as e:
+    assert "suppress_ids" in str(e) and "MASK" in str(e), e
+  else:
+    assert (np.asarray(out.tokens) == MASK_ID).all(), out.tokens
+
+
 def test_suppress_ids_are_checked():
   for bad in ((4, 4), (-1,), [4], (1.5,)):
     with pytest.raises(ValueError, match="suppress_ids=.*distinct integers"):

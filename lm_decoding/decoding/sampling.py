@@ -300,18 +300,25 @@ def filter_logits(logits_BxV: jax.Array, config: SamplingConfig) -> jax.Array:
   return min_p_filter(logits, config.min_p)
 
 
-def suppress(logits_BxV: jax.Array, ids: tuple[int, ...]) -> jax.Array:
+def suppress(logits_BxV: jax.Array, ids: tuple[int, ...],
+             also: tuple[int, ...] = ()) -> jax.Array:
   """Step 0: `logits_BxV` (float[..., V]) with the logits of `ids` -inf.
 
+  `also` names ids the caller never draws either (a denoiser's MASK),
+  counted with `ids` when checking that an id is left to draw.
+
   Raises:
-    ValueError: an id outside [0, V), or every id of the vocabulary.
+    ValueError: an id outside [0, V), or `ids` and `also` covering the
+      whole vocabulary.
   """
   vocab = logits_BxV.shape[-1]
   if not ids:
     return logits_BxV
-  if max(ids) >= vocab or len(set(ids)) >= vocab:
-    raise ValueError(f"sampling.suppress_ids={ids!r} must be fewer than "
-                     f"{vocab} ids in [0, {vocab}) (the model's vocabulary)")
+  if max(ids) >= vocab or len(set(ids) | set(also)) >= vocab:
+    left = f" with the MASK id(s) {also!r}" if also else ""
+    raise ValueError(f"sampling.suppress_ids={ids!r}{left} must be fewer "
+                     f"than {vocab} ids in [0, {vocab}) (the model's "
+                     "vocabulary): an id must be left to draw")
   return logits_BxV.at[..., jnp.asarray(ids)].set(-jnp.inf)
 
 

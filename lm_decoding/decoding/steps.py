@@ -19,7 +19,7 @@ import jax.numpy as jnp
 
 from lm_decoding.decoding.engine import Frame, Loop, put_windows, windows
 from lm_decoding.decoding.rules import Canvas, Step
-from lm_decoding.decoding.sampling import sample
+from lm_decoding.decoding.sampling import sample, suppress
 from lm_decoding.models.config import self_conditioned
 
 
@@ -82,7 +82,9 @@ class MaskedSteps:
           jax.random.fold_in(step_key, p)))(start + jnp.arange(width))
       logits = window_logits_WxV.astype(jnp.float32)
       probs = jax.nn.softmax(logits, -1)
-      no_mask = logits.at[:, decoder.mask_id].set(-jnp.inf)
+      no_mask = suppress(logits.at[:, decoder.mask_id].set(-jnp.inf),
+                         decoder.sampling.suppress_ids,
+                         also=(decoder.mask_id,))
       drawn = jax.vmap(lambda key, x: sample(key, x[None],
                                              decoder.sampling)[0])(
                                                  keys_Wx2[:, 0], no_mask)

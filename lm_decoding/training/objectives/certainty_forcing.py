@@ -273,9 +273,17 @@ def causal_view_cross_entropy(logits_fn, params, tokens_BxL: jax.Array,
       `next_token_log_probs` of the same rows.
     prompt_length: P, the prefix left out.
     mask_id, eos_id: the MASK (probability 0) and EOS ids.
+  Raises:
+    ValueError: as `next_token_log_probs`, or teacher_log_probs_BxLxV not
+      of the view's shape [B, L, V] (a teacher of another vocabulary).
   """
   log_p = next_token_log_probs(causal_logits_fn(logits_fn), params,
                                tokens_BxL, mask_id)
+  if teacher_log_probs_BxLxV.shape != log_p.shape:
+    raise ValueError(
+        f"teacher_log_probs_BxLxV {list(teacher_log_probs_BxLxV.shape)} "
+        f"must have the shape of the causal view's log-probabilities "
+        f"{list(log_p.shape)} (a teacher of another vocabulary or rows?)")
   scored_BxL = ((jnp.arange(tokens_BxL.shape[1]) >= max(prompt_length, 1))
                 & (tokens_BxL != PAD_ID)
                 & ~_ended(tokens_BxL, prompt_length, eos_id))
@@ -437,25 +445,33 @@ def certainty_forcing_loss(logits_fn, params, tokens_BxL: jax.Array,
       causal model; as `semi_ar_masks`; a teacher that is not callable or
       whose output is not float[B, L, V] of the student's V; a
       teacher_target not in TEACHER_TARGETS, or 'causal_view' without a
-      teacher.
+      teacher or for a student without a token shift.
   """
   _check(logits_fn, tokens_BxL, prompt_length, weight, temperature,
          "certainty_forcing_loss")
-  check_block_length(block_length, tokens_BxL.shape[1])
-  if not (is_number(mask_rate) and 0 < mask_rate < 1):
-    raise ValueError(f"mask_rate={mask_rate!r} must be a number in (0, 1)")
-  if teacher_target not in TEACHER_TARGETS:
-    raise ValueError(f"teacher_target={teacher_target!r} must be one of "
-                     f"{TEACHER_TARGETS}")
-  if teacher is None and teacher_target != "anchors":
-    raise ValueError(f"teacher_target={teacher_target!r} needs a teacher")
+  _check_options(logits_fn, tokens_BxL, block_length, mask_rate, teacher,
+                 teacher_target)
   masked_CxL = semi_ar_masks(key, tokens_BxL, prompt_length,
                              shifted(logits_fn), mask_rate, complementary,
                              mask_order, block_length)
-  copies = masked_CxL.shape[0] // tokens_BxL.shape[0]
-  x0_CxL = jnp.tile(tokens_BxL, (copies, 1))
+  x0_CxL = jnp.tile(tokens_BxL,
+                    (masked_CxL.shape[0] // tokens_BxL.shape[0], 1))
   x_t_CxL = jnp.where(masked_CxL, mask_id, x0_CxL)
   logits = bd3lm_logits(logits_fn, params, x0_CxL, x_t_CxL, block_length)
+  return _scored(logits_fn, params, tokens_BxL, logits, masked_CxL, x0_CxL,
+                 teacher, teacher_target, block_length, prompt_length,
+                 weight=weight, temperature=temperature, mask_id=mask_id)
+
+
+def _scored(logits_fn, params, tokens_BxL, logits, masked_CxL, x0_CxL,
+            teacher, teacher_target, block_length, prompt_length, *, weight,
+            temperature, mask_id):
+  """`certainty_forcing_loss`'s (loss, metrics): `certainty_forcing_terms`
+  of the C = masked_CxL rows (copies of tokens_BxL), with the teacher's
+  log-probabilities (a constant of the gradient) at their `block_anchors`
+  under teacher_target 'anchors', or the causal view's term added under
+  'causal_view'."""
+  copies = masked_CxL.shape[0] // tokens_BxL.shape[0]
   log_probs = None if teacher is None else _teacher_log_probs(
       teacher, tokens_BxL)
   distillation = {} if log_probs is None or teacher_target != "anchors" else {
@@ -471,6 +487,27 @@ def certainty_forcing_loss(logits_fn, params, tokens_BxL: jax.Array,
         logits_fn, params, tokens_BxL, log_probs, prompt_length, mask_id)
     loss = loss + metrics["view_ce"]
   return loss, metrics
+
+
+def _check_options(logits_fn, tokens_BxL, block_length, mask_rate, teacher,
+                   teacher_target) -> None:
+  """Raises ValueError for `certainty_forcing_loss`'s block_length not
+  dividing L, mask_rate outside (0, 1), a teacher_target not in
+  TEACHER_TARGETS, or 'causal_view' without a teacher or for a student
+  without a token shift (its logits at i predict token i: its block-size-1
+  view is no next-token model, as `decoding.self_speculative` requires)."""
+  check_block_length(block_length, tokens_BxL.shape[1])
+  if not (is_number(mask_rate) and 0 < mask_rate < 1):
+    raise ValueError(f"mask_rate={mask_rate!r} must be a number in (0, 1)")
+  if teacher_target not in TEACHER_TARGETS:
+    raise ValueError(f"teacher_target={teacher_target!r} must be one of "
+                     f"{TEACHER_TARGETS}")
+  if teacher is None and teacher_target != "anchors":
+    raise ValueError(f"teacher_target={teacher_target!r} needs a teacher")
+  if teacher_target == "causal_view" and not shifted(logits_fn):
+    raise ValueError("teacher_target='causal_view' needs a student with a "
+                     "token shift (logits at i predicting token i + 1: "
+                     "logits_fn.config.token_shift)")
 
 
 def _teacher_log_probs(teacher, tokens_BxL) -> jax.Array:

@@ -290,7 +290,7 @@ def check_options(config: ConfigDict) -> None:
   `loading.parent_params`); train.teacher: a string, non-empty only for
   'certainty_forcing' (resolved by `loading.teacher_log_probs`);
   train.teacher_target: one of `certainty_forcing.TEACHER_TARGETS`, other
-  than 'anchors' only with a teacher.
+  than 'anchors' only with a teacher ('causal_view' with model.token_shift).
 
   Raises:
     ValueError: naming the key, its allowed values and objectives.
@@ -321,6 +321,10 @@ def check_options(config: ConfigDict) -> None:
   if target not in (None, "anchors") and not teacher:
     raise ValueError(f"train.teacher_target={target!r} needs train.teacher "
                      "(a causal member of the pretrained set)")
+  if target == "causal_view" and not config.model.get("token_shift"):
+    raise ValueError("train.teacher_target='causal_view' needs "
+                     "model.token_shift=True (without it the student's "
+                     "block-size-1 view predicts no next token)")
 
 
 def _check_mask_order(config: ConfigDict) -> None:
