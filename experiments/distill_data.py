@@ -89,19 +89,19 @@ def main(argv):
     tokens, seconds = self_distillation.timed_continuations(
         decoders, teacher.model, prefixes, jax.random.key(_SEED.value),
         _BATCH_SIZE.value)
+    out = self_distillation.write_distillation_set(_OUT.value, tokens, {
+        "teacher": _TEACHER.value, "teacher_commit": manifest.get("commit"),
+        "set_dir": os.path.abspath(_SET_DIR.value),
+        "decoders": list(decoders), "prompt_length": _PROMPT_LENGTH.value,
+        "suppress_ids": list(self_distillation.UNTARGETED_IDS),
+        "output_length": _OUTPUT_LENGTH.value,
+        "prefixes": {"split": "train", "count": _NUM_PREFIXES.value,
+                     "seed": _SEED.value, "at": _PREFIX_AT.value},
+        "decode_seconds": seconds, "wall_s": time.time() - start,
+        "device": jax.devices()[0].device_kind,
+        "command": records.command(), "commit": recipes.current_commit()})
   except (ValueError, OSError) as e:
     sys.exit(f"distill_data: error: {e}")
-  out = self_distillation.write_distillation_set(_OUT.value, tokens, {
-      "teacher": _TEACHER.value, "teacher_commit": manifest.get("commit"),
-      "set_dir": os.path.abspath(_SET_DIR.value),
-      "decoders": list(decoders), "prompt_length": _PROMPT_LENGTH.value,
-      "suppress_ids": list(self_distillation.UNTARGETED_IDS),
-      "output_length": _OUTPUT_LENGTH.value,
-      "prefixes": {"split": "train", "count": _NUM_PREFIXES.value,
-                   "seed": _SEED.value, "at": _PREFIX_AT.value},
-      "decode_seconds": seconds, "wall_s": time.time() - start,
-      "device": jax.devices()[0].device_kind,
-      "command": records.command(), "commit": recipes.current_commit()})
   print(f"wrote {tokens.shape[0]} rows of {tokens.shape[1]} tokens to {out} "
         f"({time.time() - start:.0f} s)")
 
