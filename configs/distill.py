@@ -59,6 +59,7 @@ def get_config(size: str = "tiny") -> ml_collections.ConfigDict:
       # continuation token, a term added to the loss (the anchors keep
       # the row's token)
       teacher_target="anchors",
+      view_weight=1.0,  # the 'causal_view' term's weight
       batch_size=8, num_steps=steps, warmup_steps=steps // 10,
       eval_every=steps // 2, eval_batches=2,
       checkpoint_every=max(1, steps // 8)))

@@ -791,6 +791,15 @@ def test_the_causal_view_target_adds_its_term_and_leaves_the_anchors():
                              rtol=1e-6)
   np.testing.assert_allclose(float(loss), float(plain) + float(view),
                              rtol=1e-6)
+  heavier, _ = cf.certainty_forcing_loss(
+      logits_fn, PARAMS, tokens, key, teacher=teacher,
+      teacher_target="causal_view", view_weight=3.0, **options)
+  np.testing.assert_allclose(float(heavier), float(plain) + 3 * float(view),
+                             rtol=1e-6)
+  with pytest.raises(ValueError, match="view_weight=-1.0 must be a number"):
+    cf.certainty_forcing_loss(logits_fn, PARAMS, tokens, key, teacher=teacher,
+                              teacher_target="causal_view", view_weight=-1.0,
+                              **options)
   assert "anchors" not in metrics
   wired = train_step.objective_loss("certainty_forcing", 8, teacher=teacher,
                                     teacher_target="causal_view",
@@ -819,6 +828,13 @@ def test_train_teacher_target_is_checked_and_fingerprinted():
   train.check_config(config)
   assert registry.fingerprint(config)["teacher_target"] == "causal_view"
   assert registry.of_config(config).options(config)["teacher_target"] == "causal_view"
+  config.train.view_weight = 4.0
+  assert registry.fingerprint(config)["view_weight"] == 4.0
+  assert registry.of_config(config).options(config)["view_weight"] == 4.0
+  config.train.view_weight = -1.0
+  with pytest.raises(ValueError, match="train.view_weight=-1.0 must be"):
+    train.check_config(config)
+  config.train.view_weight = 1.0
   config.train.teacher_target = "all"
   with pytest.raises(ValueError, match="train.teacher_target='all' must be "
                                        "one of"):

@@ -411,7 +411,8 @@ def certainty_forcing_loss(logits_fn, params, tokens_BxL: jax.Array,
                            mask_rate: float = MASK_RATE,
                            mask_order: str = "random",
                            mask_id: int = MASK_ID, teacher=None,
-                           teacher_target: str = "anchors"):
+                           teacher_target: str = "anchors",
+                           view_weight: float = 1.0):
   """dParallel's certainty-forcing loss on the BD3-LM layout.
 
   `semi_ar_masks` draws the masks (both rows of a complementary pair), one
@@ -436,6 +437,7 @@ def certainty_forcing_loss(logits_fn, params, tokens_BxL: jax.Array,
     teacher_target: one of `TEACHER_TARGETS`: the teacher scores the
       anchors, or the student's causal view at every continuation token
       (`causal_view_cross_entropy`, added to the loss).
+    view_weight: the causal view's term's weight, a number in [0, inf).
   Returns:
     (loss float32[], metrics) of `certainty_forcing_terms`, with
     'view_ce' (the causal view's term) under 'causal_view'.
@@ -445,12 +447,13 @@ def certainty_forcing_loss(logits_fn, params, tokens_BxL: jax.Array,
       causal model; as `semi_ar_masks`; a teacher that is not callable or
       whose output is not float[B, L, V] of the student's V; a
       teacher_target not in TEACHER_TARGETS, or 'causal_view' without a
-      teacher or for a student without a token shift.
+      teacher or for a student without a token shift; view_weight outside
+      its range.
   """
   _check(logits_fn, tokens_BxL, prompt_length, weight, temperature,
          "certainty_forcing_loss")
   _check_options(logits_fn, tokens_BxL, block_length, mask_rate, teacher,
-                 teacher_target)
+                 teacher_target, view_weight)
   masked_CxL = semi_ar_masks(key, tokens_BxL, prompt_length,
                              shifted(logits_fn), mask_rate, complementary,
                              mask_order, block_length)
@@ -460,17 +463,18 @@ def certainty_forcing_loss(logits_fn, params, tokens_BxL: jax.Array,
   logits = bd3lm_logits(logits_fn, params, x0_CxL, x_t_CxL, block_length)
   return _scored(logits_fn, params, tokens_BxL, logits, masked_CxL, x0_CxL,
                  teacher, teacher_target, block_length, prompt_length,
-                 weight=weight, temperature=temperature, mask_id=mask_id)
+                 weight=weight, temperature=temperature, mask_id=mask_id,
+                 view_weight=view_weight)
 
 
 def _scored(logits_fn, params, tokens_BxL, logits, masked_CxL, x0_CxL,
             teacher, teacher_target, block_length, prompt_length, *, weight,
-            temperature, mask_id):
+            temperature, mask_id, view_weight):
   """`certainty_forcing_loss`'s (loss, metrics): `certainty_forcing_terms`
   of the C = masked_CxL rows (copies of tokens_BxL), with the teacher's
   log-probabilities (a constant of the gradient) at their `block_anchors`
-  under teacher_target 'anchors', or the causal view's term added under
-  'causal_view'."""
+  under teacher_target 'anchors', or the causal view's term times
+  view_weight added under 'causal_view'."""
   copies = masked_CxL.shape[0] // tokens_BxL.shape[0]
   log_probs = None if teacher is None else _teacher_log_probs(
       teacher, tokens_BxL)
@@ -485,23 +489,27 @@ def _scored(logits_fn, params, tokens_BxL, logits, masked_CxL, x0_CxL,
   if log_probs is not None and teacher_target == "causal_view":
     metrics["view_ce"] = causal_view_cross_entropy(
         logits_fn, params, tokens_BxL, log_probs, prompt_length, mask_id)
-    loss = loss + metrics["view_ce"]
+    loss = loss + view_weight * metrics["view_ce"]
   return loss, metrics
 
 
 def _check_options(logits_fn, tokens_BxL, block_length, mask_rate, teacher,
-                   teacher_target) -> None:
+                   teacher_target, view_weight) -> None:
   """Raises ValueError for `certainty_forcing_loss`'s block_length not
   dividing L, mask_rate outside (0, 1), a teacher_target not in
   TEACHER_TARGETS, or 'causal_view' without a teacher or for a student
   without a token shift (its logits at i predict token i: its block-size-1
-  view is no next-token model, as `decoding.self_speculative` requires)."""
+  view is no next-token model, as `decoding.self_speculative` requires), or
+  view_weight outside [0, inf)."""
   check_block_length(block_length, tokens_BxL.shape[1])
   if not (is_number(mask_rate) and 0 < mask_rate < 1):
     raise ValueError(f"mask_rate={mask_rate!r} must be a number in (0, 1)")
   if teacher_target not in TEACHER_TARGETS:
     raise ValueError(f"teacher_target={teacher_target!r} must be one of "
                      f"{TEACHER_TARGETS}")
+  if not (is_number(view_weight) and 0 <= view_weight < math.inf):
+    raise ValueError(f"view_weight={view_weight!r} must be a number in "
+                     "[0, inf)")
   if teacher is None and teacher_target != "anchors":
     raise ValueError(f"teacher_target={teacher_target!r} needs a teacher")
   if teacher_target == "causal_view" and not shifted(logits_fn):

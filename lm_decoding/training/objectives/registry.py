@@ -22,6 +22,7 @@ scored); `of_config` is the entry a config trains, either way.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 
 import jax
@@ -147,7 +148,8 @@ def _block_certainty_forcing(config: ConfigDict) -> dict:
   dParallel's 'random'; `certainty_forcing.semi_ar_masks`)."""
   return {**_certainty_forcing(config),
           "mask_order": config.train.get("mask_order", "random"),
-          "teacher_target": config.train.get("teacher_target", "anchors")}
+          "teacher_target": config.train.get("teacher_target", "anchors"),
+          "view_weight": config.train.get("view_weight", 1.0)}
 
 
 def _pair_length(config: ConfigDict) -> int:
@@ -290,7 +292,8 @@ def check_options(config: ConfigDict) -> None:
   `loading.parent_params`); train.teacher: a string, non-empty only for
   'certainty_forcing' (resolved by `loading.teacher_log_probs`);
   train.teacher_target: one of `certainty_forcing.TEACHER_TARGETS`, other
-  than 'anchors' only with a teacher ('causal_view' with model.token_shift).
+  than 'anchors' only with a teacher ('causal_view' with model.token_shift);
+  train.view_weight: a number in [0, inf).
 
   Raises:
     ValueError: naming the key, its allowed values and objectives.
@@ -321,6 +324,11 @@ def check_options(config: ConfigDict) -> None:
   if target not in (None, "anchors") and not teacher:
     raise ValueError(f"train.teacher_target={target!r} needs train.teacher "
                      "(a causal member of the pretrained set)")
+  view_weight = config.train.get("view_weight")
+  if view_weight is not None and not (
+      is_number(view_weight) and 0 <= view_weight < math.inf):
+    raise ValueError(f"train.view_weight={view_weight!r} must be a number in "
+                     "[0, inf)")
   if target == "causal_view" and not config.model.get("token_shift"):
     raise ValueError("train.teacher_target='causal_view' needs "
                      "model.token_shift=True (without it the student's "
@@ -446,4 +454,5 @@ def fingerprint(config: ConfigDict) -> dict:
     out["teacher"] = config.train.teacher
     if config.train.get("teacher_target", "anchors") != "anchors":
       out["teacher_target"] = config.train.teacher_target
+      out["view_weight"] = config.train.get("view_weight", 1.0)
   return out
