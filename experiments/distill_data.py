@@ -11,8 +11,9 @@ by --seed at --prefix_at: cuts of the stream at multiples of P, or the starts
 of its documents, as the held-out prompts are) is continued for T = --output_length tokens by --decoder on the
 --teacher member of --set_dir, once per temperature of --temperatures (0:
 greedy), never drawing PAD or MASK (`self_distillation.UNTARGETED_IDS`);
-rows [prefix | continuation] of P + T tokens, the greedy ones first. The manifest names the teacher, decoder, prefixes, counts, seconds
-and this command; `experiments/train.py --config.data.distillation_set=OUT
+rows [prefix | continuation] of P + T tokens, the greedy ones first. The
+manifest names the teacher, decoder, prefixes, counts, seconds and this
+command; `experiments/train.py --config.data.distillation_set=OUT
 --config.train.objective=certainty_forcing` trains on it.
 """
 

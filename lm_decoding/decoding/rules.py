@@ -221,9 +221,9 @@ def _processed(decoder, logits_BxWxV, k, steps) -> jax.Array:
   sampling's suppressed ids at -inf (so the argmax canvas and the entropies
   leave them out too)."""
   tau = temperature(decoder.t_min, decoder.t_max, k, steps)
-  return suppress(logits_BxWxV.astype(jnp.float32).at[
-      ..., decoder.mask_id].set(-jnp.inf),
-      decoder.sampling.suppress_ids, also=(decoder.mask_id,)) / tau
+  return suppress(logits_BxWxV.astype(jnp.float32),
+                  decoder.sampling.suppress_ids,
+                  also=(decoder.mask_id,)) / tau
 
 
 def _position_keys(key, global_step, start, width):

@@ -302,24 +302,22 @@ def filter_logits(logits_BxV: jax.Array, config: SamplingConfig) -> jax.Array:
 
 def suppress(logits_BxV: jax.Array, ids: tuple[int, ...],
              also: tuple[int, ...] = ()) -> jax.Array:
-  """Step 0: `logits_BxV` (float[..., V]) with the logits of `ids` -inf.
-
-  `also` names ids the caller never draws either (a denoiser's MASK),
-  counted with `ids` when checking that an id is left to draw.
+  """Step 0: `logits_BxV` (float[..., V]) with the logits of `ids` -inf,
+  and of `also`, ids the caller never draws either (a denoiser's MASK).
 
   Raises:
     ValueError: an id outside [0, V), or `ids` and `also` covering the
       whole vocabulary.
   """
   vocab = logits_BxV.shape[-1]
-  if not ids:
+  if not ids and not also:
     return logits_BxV
-  if max(ids) >= vocab or len(set(ids) | set(also)) >= vocab:
+  if ids and max(ids) >= vocab or len(set(ids) | set(also)) >= vocab:
     left = f" with the MASK id(s) {also!r}" if also else ""
     raise ValueError(f"sampling.suppress_ids={ids!r}{left} must be fewer "
                      f"than {vocab} ids in [0, {vocab}) (the model's "
                      "vocabulary): an id must be left to draw")
-  return logits_BxV.at[..., jnp.asarray(ids)].set(-jnp.inf)
+  return logits_BxV.at[..., jnp.asarray(ids + also)].set(-jnp.inf)
 
 
 def _penalised(logits_BxV, config, seen_BxV):

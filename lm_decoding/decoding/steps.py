@@ -82,8 +82,7 @@ class MaskedSteps:
           jax.random.fold_in(step_key, p)))(start + jnp.arange(width))
       logits = window_logits_WxV.astype(jnp.float32)
       probs = jax.nn.softmax(logits, -1)
-      no_mask = suppress(logits.at[:, decoder.mask_id].set(-jnp.inf),
-                         decoder.sampling.suppress_ids,
+      no_mask = suppress(logits, decoder.sampling.suppress_ids,
                          also=(decoder.mask_id,))
       drawn = jax.vmap(lambda key, x: sample(key, x[None],
                                              decoder.sampling)[0])(

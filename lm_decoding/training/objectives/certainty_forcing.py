@@ -166,6 +166,29 @@ def check_mask_order(order, complementary: bool) -> None:
                      "mask block prefixes")
 
 
+def check_teacher_target(target, view_weight, teacher: bool,
+                         token_shift: bool) -> None:
+  """Raises ValueError for a `target` not in `TEACHER_TARGETS`, a
+  `view_weight` outside [0, inf), or 'causal_view' without a `teacher` or
+  for a student without a `token_shift` (its logits at i predict token i:
+  its block-size-1 view is no next-token model, as
+  `decoding.self_speculative` requires); a caller may check them before
+  anything is traced."""
+  if target not in TEACHER_TARGETS:
+    raise ValueError(f"teacher_target={target!r} must be one of "
+                     f"{TEACHER_TARGETS}")
+  if not (is_number(view_weight) and 0 <= view_weight < math.inf):
+    raise ValueError(f"view_weight={view_weight!r} must be a number in "
+                     "[0, inf)")
+  if target != "anchors" and not teacher:
+    raise ValueError(f"teacher_target={target!r} needs a teacher (a causal "
+                     "member of the pretrained set)")
+  if target == "causal_view" and not token_shift:
+    raise ValueError("teacher_target='causal_view' needs a student with a "
+                     "token shift (logits at i predicting token i + 1: "
+                     "model.token_shift=True)")
+
+
 def block_anchors(masked_BxL: jax.Array, x0_BxL: jax.Array,
                   block_length: int, prompt_length: int, *,
                   token_shift: bool = False,
@@ -496,26 +519,13 @@ def _scored(logits_fn, params, tokens_BxL, logits, masked_CxL, x0_CxL,
 def _check_options(logits_fn, tokens_BxL, block_length, mask_rate, teacher,
                    teacher_target, view_weight) -> None:
   """Raises ValueError for `certainty_forcing_loss`'s block_length not
-  dividing L, mask_rate outside (0, 1), a teacher_target not in
-  TEACHER_TARGETS, or 'causal_view' without a teacher or for a student
-  without a token shift (its logits at i predict token i: its block-size-1
-  view is no next-token model, as `decoding.self_speculative` requires), or
-  view_weight outside [0, inf)."""
+  dividing L, mask_rate outside (0, 1), or teacher options
+  `check_teacher_target` refuses."""
   check_block_length(block_length, tokens_BxL.shape[1])
   if not (is_number(mask_rate) and 0 < mask_rate < 1):
     raise ValueError(f"mask_rate={mask_rate!r} must be a number in (0, 1)")
-  if teacher_target not in TEACHER_TARGETS:
-    raise ValueError(f"teacher_target={teacher_target!r} must be one of "
-                     f"{TEACHER_TARGETS}")
-  if not (is_number(view_weight) and 0 <= view_weight < math.inf):
-    raise ValueError(f"view_weight={view_weight!r} must be a number in "
-                     "[0, inf)")
-  if teacher is None and teacher_target != "anchors":
-    raise ValueError(f"teacher_target={teacher_target!r} needs a teacher")
-  if teacher_target == "causal_view" and not shifted(logits_fn):
-    raise ValueError("teacher_target='causal_view' needs a student with a "
-                     "token shift (logits at i predicting token i + 1: "
-                     "logits_fn.config.token_shift)")
+  check_teacher_target(teacher_target, view_weight, teacher is not None,
+                       shifted(logits_fn))
 
 
 def _teacher_log_probs(teacher, tokens_BxL) -> jax.Array:

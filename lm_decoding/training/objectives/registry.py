@@ -22,7 +22,6 @@ scored); `of_config` is the entry a config trains, either way.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable
 
 import jax
@@ -317,22 +316,13 @@ def check_options(config: ConfigDict) -> None:
   if teacher and of_config(config).name != "certainty_forcing":
     raise ValueError(f"train.teacher={teacher!r} applies to train.objective "
                      f"'certainty_forcing'; got {of_config(config).name!r}")
-  target = config.train.get("teacher_target")
-  if target is not None and target not in certainty_forcing.TEACHER_TARGETS:
-    raise ValueError(f"train.teacher_target={target!r} must be one of "
-                     f"{certainty_forcing.TEACHER_TARGETS}")
-  if target not in (None, "anchors") and not teacher:
-    raise ValueError(f"train.teacher_target={target!r} needs train.teacher "
-                     "(a causal member of the pretrained set)")
-  view_weight = config.train.get("view_weight")
-  if view_weight is not None and not (
-      is_number(view_weight) and 0 <= view_weight < math.inf):
-    raise ValueError(f"train.view_weight={view_weight!r} must be a number in "
-                     "[0, inf)")
-  if target == "causal_view" and not config.model.get("token_shift"):
-    raise ValueError("train.teacher_target='causal_view' needs "
-                     "model.token_shift=True (without it the student's "
-                     "block-size-1 view predicts no next token)")
+  try:
+    certainty_forcing.check_teacher_target(
+        config.train.get("teacher_target", "anchors"),
+        config.train.get("view_weight", 1.0), bool(teacher),
+        bool(config.model.get("token_shift")))
+  except ValueError as e:  # name the config section
+    raise ValueError(f"train.{e}") from e
 
 
 def _check_mask_order(config: ConfigDict) -> None:
