@@ -457,21 +457,16 @@ def certainty_forcing_loss(logits_fn, params, tokens_BxL: jax.Array,
       LM's log-probabilities of token i at index i (`next_token_log_probs`
       with its model bound): the target at `block_anchors` (module
       docstring). Its output is a constant of the gradient.
-    teacher_target: one of `TEACHER_TARGETS`: the teacher scores the
-      anchors, or the student's causal view at every continuation token
-      (`causal_view_cross_entropy`, added to the loss).
-    view_weight: the causal view's term's weight, a number in [0, inf).
+    teacher_target, view_weight: where the teacher scores (`TEACHER_TARGETS`:
+      the anchors, or `causal_view_cross_entropy` times view_weight added).
   Returns:
-    (loss float32[], metrics) of `certainty_forcing_terms`, with
-    'view_ce' (the causal view's term) under 'causal_view'.
+    (loss float32[], metrics) of `certainty_forcing_terms`, with 'view_ce'
+    (the causal view's term) under 'causal_view'.
   Raises:
     ValueError: tokens not int[B, L]; block_length not dividing L;
       prompt_length, weight, temperature or mask_rate outside its range; a
-      causal model; as `semi_ar_masks`; a teacher that is not callable or
-      whose output is not float[B, L, V] of the student's V; a
-      teacher_target not in TEACHER_TARGETS, or 'causal_view' without a
-      teacher or for a student without a token shift; view_weight outside
-      its range.
+      causal model; as `semi_ar_masks`; a teacher not callable or not of
+      the student's [B, L, V]; as `check_teacher_target`.
   """
   _check(logits_fn, tokens_BxL, prompt_length, weight, temperature,
          "certainty_forcing_loss")
