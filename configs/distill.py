@@ -54,10 +54,11 @@ def get_config(size: str = "tiny") -> ml_collections.ConfigDict:
       # of the block is shown (certainty_forcing.block_anchors: every block
       # with 'left_to_right', mostly the masked block starts with 'random')
       teacher="",
-      # where the teacher is the target: 'anchors' (above) or
+      # where the teacher is the target: 'anchors' (above),
       # 'causal_view': the student's block-size-1 view at every
       # continuation token, a term added to the loss (the anchors keep
-      # the row's token)
+      # the row's token), or 'masked': every masked position before the
+      # row's end, given the row's earlier tokens
       teacher_target="anchors",
       view_weight=1.0,  # the 'causal_view' term's weight
       batch_size=8, num_steps=steps, warmup_steps=steps // 10,

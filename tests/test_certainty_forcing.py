@@ -582,6 +582,16 @@ def test_a_teacher_replaces_the_target_at_the_anchors_only():
   np.testing.assert_allclose(float(loss), (soft + hard) / 2 + 2.0 * entropy,
                              rtol=1e-5)
   assert int(metrics["anchors"]) == 1 and float(metrics["correct"]) == 0.5
+  # teacher_target 'masked' keeps the anchors in C: both positions are.
+  kept_loss, kept = cf.certainty_forcing_terms(
+      jnp.asarray(logits), x0, masked, teacher_log_probs_BxLxV=teacher,
+      anchors_BxL=anchors, anchors_in_certainty=True)
+  log_q0 = _log_softmax(logits[0, 0, keep] / 0.5)
+  both = (entropy - (np.exp(log_q0) * log_q0).sum()) / 2
+  assert float(kept["correct"]) == 1.0
+  np.testing.assert_allclose(float(kept["entropy"]), both, rtol=1e-5)
+  np.testing.assert_allclose(float(kept_loss), (soft + hard) / 2 + 2.0 * both,
+                             rtol=1e-5)
   # A teacher sure of the row's token is the row's target: the CE is the
   # same as without a teacher.
   sure = np.where(np.arange(6) == np.asarray(x0)[..., None], 0.0, -np.inf)
@@ -629,6 +639,55 @@ def test_the_teacher_reaches_the_loss_on_the_bd3lm_layout(mask_order,
   np.testing.assert_allclose(
       float(wired(logits_fn, PARAMS, tokens, key)[0]), float(loss),
       rtol=1e-6)
+
+
+def test_the_masked_target_scores_every_masked_position_before_the_end():
+  # The teacher replaces the row's token at every masked position at index
+  # >= 1 before the row's EOS, and those positions stay in C.
+  logits_fn = make_logits_fn(STUDENT)
+  tokens = jax.random.randint(jax.random.key(3), (2, 24), 5, 32).at[
+      1, 17].set(EOS_ID)
+  key = jax.random.key(4)
+  teacher = functools.partial(cf.next_token_log_probs, make_logits_fn(PARENT),
+                              stubs.random_params(PARENT, seed=1))
+  options = dict(block_length=8, prompt_length=8, complementary=False,
+                 mask_order="left_to_right")
+  masked = cf.semi_ar_masks(key, tokens, 8, True, complementary=False,
+                            order="left_to_right", block_length=8)
+  # Row 0's masked tokens of the last block become the student's own
+  # predictions there (which no token of that block's x0 copy changes), so
+  # that C holds teacher-scored positions.
+  logits = bd3lm_logits(logits_fn, PARAMS, tokens,
+                        jnp.where(masked, MASK_ID, tokens), 8)
+  last = masked & (jnp.arange(24) >= 16)[None] & (jnp.arange(2) == 0)[:, None]
+  tokens = jnp.where(last, jnp.argmax(logits[..., 5:], -1) + 5, tokens)
+  logits = bd3lm_logits(logits_fn, PARAMS, tokens,
+                        jnp.where(masked, MASK_ID, tokens), 8)
+  loss, metrics = cf.certainty_forcing_loss(
+      logits_fn, PARAMS, tokens, key, teacher=teacher,
+      teacher_target="masked", **options)
+  ended = np.zeros((2, 24), bool)
+  ended[1, 18:] = True
+  positions = np.asarray(masked) & ~ended
+  assert 0 < positions.sum() < np.asarray(masked).sum()
+  log_p = np.asarray(subs_log_probs(logits, jnp.where(masked, MASK_ID, tokens),
+                                    MASK_ID), np.float64)
+  target = np.asarray(teacher(tokens), np.float64)
+  row = -np.take_along_axis(log_p, np.asarray(tokens)[..., None], -1)[..., 0]
+  soft = -np.where(np.exp(target) > 0, np.exp(target) * log_p, 0).sum(-1)
+  ce = np.where(positions, soft, row)[np.asarray(masked)].mean()
+  np.testing.assert_allclose(float(metrics["ce"]), ce, rtol=1e-5)
+  assert int(metrics["anchors"]) == int(positions.sum())
+  _, plain_metrics = cf.certainty_forcing_terms(logits, tokens, masked)
+  assert float(plain_metrics["correct"]) > 0  # C is not empty here
+  np.testing.assert_allclose(float(metrics["correct"]),
+                             float(plain_metrics["correct"]), rtol=1e-6)
+  np.testing.assert_allclose(float(loss), ce + 2.0 * float(
+      plain_metrics["entropy"]), rtol=1e-5)
+  with pytest.raises(ValueError, match="teacher_target='masked' needs a "
+                                       "teacher"):
+    cf.certainty_forcing_loss(logits_fn, PARAMS, tokens, key,
+                              teacher_target="masked", **options)
 
 
 def test_train_teacher_is_checked_and_fingerprinted():

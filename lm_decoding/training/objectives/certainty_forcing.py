@@ -60,6 +60,16 @@ decides each block's first committed token, at the teacher while the
 masked positions learn to commit several tokens. The anchors then keep
 the row's token.
 
+With `teacher_target='masked'` the teacher's distribution given the row's
+earlier tokens is the target at every masked position of the continuation
+before the row's end, not at the anchors only. Away from the anchors it is
+not the student's exact target (the student does not see the masked tokens
+before it, the teacher does), but it carries the teacher's whole
+distribution where the row gives one token of it (on temperature-1 rows its
+mean over those hidden tokens is the exact target: a Rao-Blackwellised one-
+draw target). Those positions stay in C: the certainty term is what makes
+several tokens commit.
+
 `answer_certainty_forcing_loss` is the same loss for a model decoded in
 one block (an exact-answer task's MDLM, `training.task_distillation`): the
 answer masked at a rate drawn per row, no later blocks.
@@ -91,7 +101,7 @@ MASK_RATE = 0.5  # dParallel's fixed masking ratio of the current block
 
 MASK_ORDERS = ("random", "left_to_right")
 # Where a `teacher`'s distribution is the target (module docstring).
-TEACHER_TARGETS = ("anchors", "causal_view")
+TEACHER_TARGETS = ("anchors", "causal_view", "masked")
 
 
 def semi_ar_masks(key: jax.Array, x0_BxL: jax.Array, prompt_length: int,
@@ -347,7 +357,8 @@ def certainty_forcing_terms(logits_BxLxV: jax.Array, x0_BxL: jax.Array,
                             temperature: float = CERTAINTY_TEMPERATURE,
                             mask_id: int = MASK_ID,
                             teacher_log_probs_BxLxV: jax.Array | None = None,
-                            anchors_BxL: jax.Array | None = None):
+                            anchors_BxL: jax.Array | None = None,
+                            anchors_in_certainty: bool = False):
   """The certainty-forcing loss on given logits (module docstring).
 
   Args:
@@ -361,6 +372,8 @@ def certainty_forcing_terms(logits_BxLxV: jax.Array, x0_BxL: jax.Array,
       of token i at index i (`next_token_log_probs`), or None.
     anchors_BxL: bool[B, L] the masked positions scored against the
       teacher instead of x0 (`block_anchors`); with the teacher only.
+    anchors_in_certainty: keep the anchors in C (teacher_target 'masked');
+      by default they leave it (the teacher's target is exact there).
   Returns:
     (loss float32[], metrics {'ce', 'entropy', 'correct' (the fraction of M
     in C), 'nll' (summed CE), 'tokens' (|M|)}, with a teacher also
@@ -383,7 +396,8 @@ def certainty_forcing_terms(logits_BxLxV: jax.Array, x0_BxL: jax.Array,
     anchors_BxL = anchors_BxL & masked_BxL
     soft_BxL = _soft_cross_entropy(teacher_log_probs_BxLxV, log_p)
     nll_BxL = jnp.where(anchors_BxL, soft_BxL, nll_BxL)
-    correct_BxL = correct_BxL & ~anchors_BxL
+    if not anchors_in_certainty:
+      correct_BxL = correct_BxL & ~anchors_BxL
     num_anchors = anchors_BxL.sum()
     metrics = {"teacher_ce": jnp.where(anchors_BxL, soft_BxL, 0.0).sum()
                              / jnp.maximum(num_anchors, 1),
@@ -458,7 +472,8 @@ def certainty_forcing_loss(logits_fn, params, tokens_BxL: jax.Array,
       with its model bound): the target at `block_anchors` (module
       docstring). Its output is a constant of the gradient.
     teacher_target, view_weight: where the teacher scores (`TEACHER_TARGETS`:
-      the anchors, or `causal_view_cross_entropy` times view_weight added).
+      the anchors, every masked position, or `causal_view_cross_entropy`
+      times view_weight added).
   Returns:
     (loss float32[], metrics) of `certainty_forcing_terms`, with 'view_ce'
     (the causal view's term) under 'causal_view'.
@@ -490,17 +505,19 @@ def _scored(logits_fn, params, tokens_BxL, logits, masked_CxL, x0_CxL,
             temperature, mask_id, view_weight):
   """`certainty_forcing_loss`'s (loss, metrics): `certainty_forcing_terms`
   of the C = masked_CxL rows (copies of tokens_BxL), with the teacher's
-  log-probabilities (a constant of the gradient) at their `block_anchors`
-  under teacher_target 'anchors', or the causal view's term times
-  view_weight added under 'causal_view'."""
+  log-probabilities (a constant of the gradient) at `_teacher_positions`
+  under teacher_target 'anchors' or 'masked', or the causal view's term
+  times view_weight added under 'causal_view'."""
   copies = masked_CxL.shape[0] // tokens_BxL.shape[0]
   log_probs = None if teacher is None else _teacher_log_probs(
       teacher, tokens_BxL)
-  distillation = {} if log_probs is None or teacher_target != "anchors" else {
+  at_masks = log_probs is not None and teacher_target != "causal_view"
+  distillation = {} if not at_masks else {
       "teacher_log_probs_BxLxV": jnp.tile(log_probs, (copies, 1, 1)),
-      "anchors_BxL": block_anchors(masked_CxL, x0_CxL, block_length,
-                                   prompt_length,
-                                   token_shift=shifted(logits_fn))}
+      "anchors_BxL": _teacher_positions(masked_CxL, x0_CxL, teacher_target,
+                                        block_length, prompt_length,
+                                        shifted(logits_fn)),
+      "anchors_in_certainty": teacher_target == "masked"}
   loss, metrics = certainty_forcing_terms(
       logits, x0_CxL, masked_CxL, weight=weight, temperature=temperature,
       mask_id=mask_id, **distillation)
@@ -509,6 +526,18 @@ def _scored(logits_fn, params, tokens_BxL, logits, masked_CxL, x0_CxL,
         logits_fn, params, tokens_BxL, log_probs, prompt_length, mask_id)
     loss = loss + view_weight * metrics["view_ce"]
   return loss, metrics
+
+
+def _teacher_positions(masked_CxL, x0_CxL, teacher_target, block_length,
+                       prompt_length, token_shift) -> jax.Array:
+  """bool[C, L]: where the teacher is the target, `block_anchors` under
+  'anchors' or, under 'masked', every masked position at index >= 1 before
+  the row's end (module docstring)."""
+  if teacher_target == "anchors":
+    return block_anchors(masked_CxL, x0_CxL, block_length, prompt_length,
+                         token_shift=token_shift)
+  return (masked_CxL & ~_ended(x0_CxL, prompt_length, EOS_ID)
+          & (jnp.arange(x0_CxL.shape[1]) >= 1)[None])
 
 
 def _check_options(logits_fn, tokens_BxL, block_length, mask_rate, teacher,
