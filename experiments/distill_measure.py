@@ -23,7 +23,9 @@ stopping at EOS as the others) is the reference row. With
 `self_speculative` (draft in diffusion mode, verify at block size 1: the
 member's own AR greedy output, token for token), its TPF the tokens per
 verifying call (tokens / rounds), and timed beside the others at the
-first gamma. Then the AR decode and each member at --timed_tau are timed
+first gamma. With --in_order_thresholds, each member is also decoded at
+those tau committing left to right only (`rules.commit_in_order`), and
+timed at --timed_tau when it is one of them. Then the AR decode and each member at --timed_tau are timed
 in turns (`cost.interleaved`, --timed_runs rounds) at B = 1 on the first
 prompt: ms per sequence and the speed-up over cached AR.
 
@@ -67,6 +69,9 @@ _AR = flags.DEFINE_string("ar", "ar", "The AR member (the reference).")
 _EVALUATOR = flags.DEFINE_string("evaluator", "evaluator", "Scores gen-PPL.")
 _THRESHOLDS = flags.DEFINE_list("thresholds", ["0.3", "0.5", "0.7", "0.9"],
                                 "tau of the threshold commits.")
+_IN_ORDER = flags.DEFINE_list(
+    "in_order_thresholds", [], "tau of threshold commits made left to right "
+    "only (bd3lm in_order=True: rules.commit_in_order), rows of their own.")
 _BLOCK = flags.DEFINE_integer("block_length", 16, "W of the members.")
 _NUM_PROMPTS = flags.DEFINE_integer("num_prompts", 8, "Held-out prompts.")
 _PROMPT_LENGTH = flags.DEFINE_integer("prompt_length", 16, "P, tokens.")
@@ -175,11 +180,11 @@ def main(argv):
                reference)]
   outputs = {"AR greedy (cached)": ar_result}
 
-  def bd3lm(tau, name):
+  def bd3lm(tau, name, in_order=False):
     return base.make_decoder(
         "bd3lm", output_length=t, steps=t, block_length=widths[name],
         remasking="threshold", threshold=tau, sampling=GREEDY,
-        kv_cache="prefix")
+        kv_cache="prefix", in_order=in_order)
 
   def self_speculative(gamma):
     return base.make_decoder("self_speculative", output_length=t,
@@ -197,6 +202,9 @@ def main(argv):
   for name in widths:
     for tau in map(float, _THRESHOLDS.value):
       measure(f"{name} tau={tau}", bd3lm(tau, name), name, tau=tau)
+    for tau in map(float, _IN_ORDER.value):
+      measure(f"{name} tau={tau} in order", bd3lm(tau, name, True), name,
+              tau=tau, in_order=True)
     for gamma in gammas:
       measure(f"{name} self_speculative gamma={gamma}",
               self_speculative(gamma), name, gamma=gamma)
@@ -210,6 +218,10 @@ def main(argv):
     calls[f"{name} tau={_TIMED_TAU.value}"] = (
         lambda d=decoder, m=models[name]: d.decode({"model": m}, one,
                                                    one_len, key))
+    if _TIMED_TAU.value in map(float, _IN_ORDER.value):
+      calls[f"{name} tau={_TIMED_TAU.value} in order"] = (
+          lambda d=bd3lm(_TIMED_TAU.value, name, True), m=models[name]:
+          d.decode({"model": m}, one, one_len, key))
     if gammas:
       calls[f"{name} self_speculative gamma={gammas[0]}"] = (
           lambda d=self_speculative(gammas[0]), m=models[name]: d.decode(

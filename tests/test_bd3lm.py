@@ -16,7 +16,8 @@ from lm_decoding.decoding import base
 from lm_decoding.decoding.base import bind, make_decoder
 from lm_decoding.decoding.bd3lm import BD3LMDecoder
 from lm_decoding.decoding.contexts import block_causal_layout_mask
-from lm_decoding.decoding.rules import active_sub_block
+from lm_decoding.decoding.rules import (
+    Step, active_sub_block, commit_above, commit_in_order)
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.models import Model, TransformerConfig, make_logits_fn
 from lm_decoding.models import masks
@@ -340,6 +341,55 @@ SUB_BLOCKS = BD3LMDecoder(output_length=8, steps=8, block_length=4,
                           sub_block_length=2, sampling=GREEDY)
 
 
+def test_in_order_commits_a_run_from_the_first_masked_position():
+  confidence = jnp.array([0.9, 0.2, 0.8, 0.3, 0.95])
+  step = Step(k=jnp.int32(0), masked=jnp.array([False, True, True, True, True]),
+              fill=jnp.ones(5, bool), num_masked=jnp.int32(4),
+              drawn=jnp.zeros(5, jnp.int32),
+              probs=jnp.stack([confidence, 1 - confidence], -1),
+              committed_confidence=jnp.zeros(5), uniform=jnp.zeros(5))
+  # The first masked position whatever its confidence, the next while above
+  # tau; the unsure 3 stops the run before the sure 4.
+  np.testing.assert_array_equal(commit_in_order(step, 0.5), [0, 1, 1, 0, 0])
+  np.testing.assert_array_equal(commit_above(step, 0.5), [0, 0, 1, 0, 1])
+  np.testing.assert_array_equal(commit_in_order(step, 1.0), [0, 1, 0, 0, 0])
+  np.testing.assert_array_equal(commit_in_order(step, 0.1), [0, 1, 1, 1, 1])
+  gap = step.replace(masked=jnp.array([False, True, False, True, True]))
+  np.testing.assert_array_equal(commit_in_order(gap, 0.25), [0, 1, 0, 1, 1])
+  np.testing.assert_array_equal(commit_in_order(gap, 0.5), [0, 1, 0, 0, 0])
+  none = step.replace(masked=jnp.zeros(5, bool))
+  assert not commit_in_order(none, 0.5).any()
+
+
+def _masked_holes(states, output_length, block_length):
+  """Whether any block of any traced state shows a token after a MASK (each
+  row's blocks start at its prompt length)."""
+  generated = np.stack([np.asarray(states)[:, b, start:start + output_length]
+                        for b, start in enumerate(PROMPT_LENGTHS.tolist())], 1)
+  blocks = generated.reshape(generated.shape[:2] + (-1, block_length))
+  seen_mask = np.cumsum(blocks == MASK_ID, -1) > 0
+  return bool(np.any(seen_mask & (blocks != MASK_ID)))
+
+
+@pytest.mark.parametrize("kv_cache", ["prefix", "none"])
+def test_in_order_threshold_keeps_every_block_a_masked_suffix(kv_cache):
+  decoder = BD3LMDecoder(output_length=8, steps=8, block_length=4,
+                         remasking="threshold", threshold=0.2,
+                         sampling=GREEDY, kv_cache=kv_cache)
+  models = bind(TRIGRAM, None)
+  outs = {order: dataclasses.replace(decoder, in_order=order).denoise(
+      models, PROMPTS, PROMPT_LENGTHS, KEY, trace=True)
+          for order in (False, True)}
+  assert _masked_holes(outs[False].states, 8, 4)  # the stub makes holes
+  assert not _masked_holes(outs[True].states, 8, 4)
+  committed = np.asarray(outs[True].committed)
+  assert committed.max() > 1 and committed.sum(0).tolist() == [8] * 8
+  cached = dataclasses.replace(decoder, in_order=True, kv_cache="none")
+  np.testing.assert_array_equal(
+      outs[True].tokens,
+      cached.denoise(models, PROMPTS, PROMPT_LENGTHS, KEY).tokens)
+
+
 def test_active_sub_block_is_the_first_one_holding_a_mask():
   masked = jnp.array([False, False, True, False, True, True])
   np.testing.assert_array_equal(active_sub_block(masked, 2),
@@ -447,6 +497,10 @@ def test_layout_mask_worked_example_and_training_alignment():
                           attention="causal"), "attention"),
     (lambda: BD3LMDecoder(output_length=8, steps=8, remasking="top"),
      "remasking='top'"),
+    (lambda: BD3LMDecoder(output_length=8, steps=8, in_order=True),
+     "in_order=True needs remasking='threshold'"),
+    (lambda: BD3LMDecoder(output_length=8, steps=8, remasking="threshold",
+                          in_order=1), "in_order=1 must be True or False"),
     (lambda: BD3LMDecoder(output_length=8, steps=8, schedule="square"),
      "schedule='square'"),
     (lambda: make_decoder("bd3lm", output_length=8, steps=8, tau=0.5), "tau"),

@@ -78,7 +78,8 @@ from lm_decoding.decoding.block_cache import BlockCache, SubBlockCache
 from lm_decoding.decoding.contexts import FullPass
 from lm_decoding.decoding.denoising import ScheduledDecoder
 from lm_decoding.decoding.rules import (
-    ORDERINGS, Step, active_sub_block, commit_above, ranked, unmask_ancestral)
+    ORDERINGS, Step, active_sub_block, commit_above, commit_in_order, ranked,
+    unmask_ancestral)
 from lm_decoding.decoding.schedule import transfer_schedule
 from lm_decoding.models import diffusion
 
@@ -123,6 +124,10 @@ class BD3LMDecoder(ScheduledDecoder):
       position alone at its first step (its argmax), then the threshold
       rule: Fast-dLLM v2's generate, whose AR step writes it (module
       docstring).
+    in_order: with remasking='threshold', commit left to right only: the
+      first masked position, then the next ones while each is above tau
+      (`rules.commit_in_order`); False is `rules.commit_above` (any masked
+      position above tau).
   Raises:
     ValueError: any option outside its range (at construction).
   """
@@ -133,6 +138,7 @@ class BD3LMDecoder(ScheduledDecoder):
   threshold: float = 0.9
   sub_block_length: int | None = None
   ar_first_token: bool = False
+  in_order: bool = False
 
   def __post_init__(self):
     super().__post_init__()
@@ -160,12 +166,13 @@ class BD3LMDecoder(ScheduledDecoder):
       if self.remasking != "threshold":
         raise ValueError(f"sub_block_length={self.sub_block_length} needs "
                          f"remasking='threshold', got {self.remasking!r}")
-    if not isinstance(self.ar_first_token, (bool, np.bool_)):
-      raise ValueError(f"ar_first_token={self.ar_first_token!r} must be True "
-                       "or False")
-    if self.ar_first_token and self.remasking != "threshold":
-      raise ValueError("ar_first_token=True needs remasking='threshold', got "
-                       f"{self.remasking!r}")
+    for name in ("ar_first_token", "in_order"):
+      value = getattr(self, name)
+      if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name}={value!r} must be True or False")
+      if value and self.remasking != "threshold":
+        raise ValueError(f"{name}=True needs remasking='threshold', got "
+                         f"{self.remasking!r}")
     if self.kv_cache == "dual" and self.sub_block_length is None:
       raise ValueError("kv_cache='dual' needs sub_block_length (a "
                        "divisor of block_length)")
@@ -188,10 +195,9 @@ class BD3LMDecoder(ScheduledDecoder):
     if self.remasking == "ancestral":
       commit = unmask_ancestral(step, self.schedule, steps)
     elif self.remasking == "threshold":
-      commit = commit_above(
-          step.replace(masked=active_sub_block(step.masked,
-                                               self.sub_block_size())),
-          self.threshold)
+      rule = commit_in_order if self.in_order else commit_above
+      commit = rule(step.replace(masked=active_sub_block(
+          step.masked, self.sub_block_size())), self.threshold)
       if self.ar_first_token:
         first = step.masked & (jnp.arange(step.masked.shape[0]) == 0)
         commit = jnp.where((step.k == 0) & first[0], first, commit)

@@ -14,6 +14,9 @@ their draw:
   MaskGIT's cosine one);
 - `unmask_ancestral`: MDLM's reverse step (Sahoo et al. 2024);
 - `commit_above`: threshold decoding (Fast-dLLM, Wu et al. 2025);
+- `commit_in_order`: threshold decoding left to right (a run of commits
+  from the first masked position: the states a left-to-right student is
+  trained on);
 - `commit_factor`: Fast-dLLM's factor rule;
 - `entropy_bounded`: the EB-sampler's accepted set (Ben-Hamu et al. 2025),
   for masked positions and for the uniform canvas alike;
@@ -120,6 +123,25 @@ def commit_above(step: Step, threshold: float) -> jax.Array:
   confidence = step.confidence("low_confidence")
   return ((step.masked & (confidence > threshold))
           | top_n(confidence, step.masked, 1))
+
+
+def commit_in_order(step: Step, threshold: float) -> jax.Array:
+  """bool[W]: the first masked position, then each later masked position
+  while every masked position after the first, up to and including it, has
+  confidence p(drawn) > `threshold`.
+
+  Threshold decoding that commits left to right only, so masked positions
+  that start as a suffix of the window stay one: the states a student
+  trained on left-to-right trajectories sees
+  (`certainty_forcing.semi_ar_masks` with order 'left_to_right'; d3LLM's
+  pseudo-trajectories). `commit_above` may commit a confident later
+  position before an unsure earlier one, a state such a student never saw.
+  threshold >= 1 commits one position a step, left to right.
+  """
+  confidence = step.confidence("low_confidence")
+  first = step.masked & (jnp.cumsum(step.masked) == 1)
+  stop = step.masked & ~first & ~(confidence > threshold)
+  return step.masked & (jnp.cumsum(stop) == 0)
 
 
 def commit_factor(step: Step, factor: float) -> jax.Array:
