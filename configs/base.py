@@ -23,6 +23,7 @@ import pathlib
 import ml_collections
 
 STUDENT = "bd3lm16_distilled"  # compare.stored_members
+VIEW_STUDENT = "bd3lm16_distilled_view"  # its view held at the AR parent
 
 _spec = importlib.util.spec_from_file_location(
     "full", pathlib.Path(__file__).with_name("full.py"))
@@ -69,15 +70,17 @@ def get_config() -> ml_collections.ConfigDict:
   config.compare.decoders = tuple(
       d for d in config.compare.decoders
       if not any(piece in d for piece in dropped))
-  # The certainty-forcing student of bd3lm16_from_ar
+  # Two certainty-forcing students of bd3lm16_from_ar
   # (docs/self_distillation.md), shipped in the set outside the recipes
-  # above and loaded by its own manifest: greedy, judged against AR greedy.
-  # Self-speculation is lossless against the student's own block-size-1 (AR)
-  # view; the threshold row is its parallel decode at dParallel's tau = 0.5.
-  config.compare.stored_members = (STUDENT,)
+  # above and loaded by their own manifests: greedy, judged against AR
+  # greedy. The threshold row is STUDENT's parallel decode at dParallel's
+  # tau = 0.5. Self-speculation is lossless against a student's own
+  # block-size-1 (AR) view: VIEW_STUDENT's, trained towards the AR parent's
+  # next-token distribution (train.teacher_target=causal_view).
+  config.compare.stored_members = (STUDENT, VIEW_STUDENT)
   config.compare.decoders += (
-      "distilled self-speculative gamma={gamma} temp={temperature}"
-      f" | self_speculative | model={STUDENT} | gamma=8 temperature=0",
+      "view-distilled self-speculative gamma={gamma} temp={temperature}"
+      f" | self_speculative | model={VIEW_STUDENT} | gamma=8 temperature=0",
       "distilled BD3-LM {remasking} tau={threshold} block={block_length}"
       " K={steps}"
       f" temp={{temperature}} | bd3lm | model={STUDENT} | block_length=16"

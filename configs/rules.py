@@ -38,8 +38,8 @@ FACTOR = 1.0  # f of Fast-dLLM's factor rule
 ENTROPY_BOUNDS = (0.1, 1.0)  # gamma, nats, of the entropy bound
 MDLM_MEMBERS = ("mdlm", "mdlm_from_ar")
 BD3LM_MEMBERS = {"bd3lm": 16, "bd3lm4_from_ar": 4, "bd3lm16_from_ar": 16}
-# The base set's stored distilled student (configs/base.py), a BD3-LM too.
-STUDENTS = {"bd3lm16_distilled": 16}
+# The base set's stored distilled students (configs/base.py), BD3-LMs too.
+STUDENTS = {"bd3lm16_distilled": 16, "bd3lm16_distilled_view": 16}
 
 
 def rule_decoders(bd3lm_members: dict[str, int]) -> tuple[str, ...]:

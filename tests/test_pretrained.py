@@ -380,14 +380,17 @@ def test_base_grid_is_the_full_one_without_the_uncached_full_pass_rows():
   """configs/base.py keeps 16 of configs/full.py's 24 decoders, in their
   order: none that makes T full passes without a cache, nor the margin
   ordering; uniform diffusion's one-canvas rows (K = 8, 32) are kept. Then
-  come the rows of its stored members (the distilled student), greedy."""
+  come the rows of its stored members (the distilled students), greedy:
+  self-speculation of the view-held one, threshold of the other."""
   full, base = load_config("full").compare, load_config("base").compare
   kept = [d for d in full.decoders if d in base.decoders]
   assert list(base.decoders[:16]) == kept and len(kept) == 16
   stored = base.decoders[16:]
-  assert base.stored_members == ("bd3lm16_distilled",) and len(stored) == 2
-  assert all("model=bd3lm16_distilled" in d and d.endswith("temperature=0")
-             for d in stored)
+  assert base.stored_members == ("bd3lm16_distilled",
+                                 "bd3lm16_distilled_view")
+  assert [d.split("model=")[1].split()[0] for d in stored] == [
+      "bd3lm16_distilled_view", "bd3lm16_distilled"]
+  assert all(d.endswith("temperature=0") for d in stored)
   labels = [d.split("|")[0].strip() for d in base.decoders]
   assert "AR cached" in labels and "AR uncached" not in labels
   assert sum("| uniform_eb |" in d for d in base.decoders) == 2

@@ -274,7 +274,8 @@ def test_the_job_refuses_to_retrain_stored_members(tmp_path):
                          ROOT / "experiments" / "compare_decoding.py")
   config = load_config(ROOT / "configs" / "base.py")
   with pytest.raises(ValueError, match=r"--retrain would train "
-                     r"compare.stored_members=\('bd3lm16_distilled',\)"):
+                     r"compare.stored_members=\('bd3lm16_distilled', "
+                     r"'bd3lm16_distilled_view'\)"):
     module.plan(config, str(tmp_path / "work"), retrain=True)
   assert not (tmp_path / "work").exists()
 
