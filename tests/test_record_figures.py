@@ -152,7 +152,8 @@ def test_render_refuses_a_marker_without_a_table(record):
 # --- the figures quoted in the prose --------------------------------------
 
 
-@pytest.mark.parametrize("name", ["tiny_cpu_2core", "base_cpu_2core"])
+@pytest.mark.parametrize("name", ["tiny_cpu_2core", "base_cpu_2core",
+                                  "base_cpu_2core_view_student"])
 def test_record_verdicts_are_what_the_code_says_of_their_rows(name):
   """The verdicts the README and results.md quote follow from the CSV."""
   table = [{**r, **{k: int(r[k]) for k in
@@ -188,6 +189,26 @@ def test_readme_verdict_quotes_the_tiny_record():
   load = run_json("tiny_cpu_2core")["load_average_1min"]
   assert (f"load average {load[0]:.1f} at the start, {load[1]:.1f} at the "
           f"end; {compare.timed_runs} timed runs per row") in readme
+
+
+def test_readme_base_verdict_quotes_the_view_student_record():
+  name = "base_cpu_2core_view_student"
+  verdict = run_json(name)["verdict"]
+  spec = "view-distilled self-speculative gamma=8 temp=0"
+  fastest = [line for line in verdict
+             if line.startswith("T=256 B=1, greedy vs AR greedy temp=0: "
+                                f"fastest within tolerance: {spec}, ")]
+  match = re.search(r", ([\d.]+)x faster than AR greedy temp=0 \((\d+) vs "
+                    r"(\d+) ms; gen-PPL ([+-]\d+%), entropy (-?[\d.]+) nats",
+                    fastest[0])
+  speedup, spec_ms, ar_ms, ppl, entropy = match.groups()
+  slow = ms(name, "AR greedy temp=0", 8) / ms(name, spec, 8)
+  b1 = record_figures.find(rows(name), spec, 1, 256)
+  assert (f"self-speculation of the view-distilled student ({b1['nfe']:.0f} "
+          f"calls for 256 tokens) is on the greedy front, {speedup}x AR "
+          f"greedy's speed within tolerance ({spec_ms} vs {ar_ms} ms, gen-PPL "
+          f"{ppl}, entropy {entropy} nats), {slow:.2f}x at B = 8"
+          ) in text("README.md")
 
 
 def test_readme_adapted_front_is_cached_ar_alone():
