@@ -640,9 +640,10 @@ def test_speculative_known_limit_quotes_the_records():
   lookup = [float(r["measured_speedup"]) for r in measured
             if r["decoder"] == "prompt_lookup" and r["temperature"] == "0.0"
             and r["batch_size"] == "1"]
-  assert (f"speculative sampling {min(sampled):.2f}-{max(sampled):.2f}x AR, "
-          f"greedy prompt lookup {lookup[0]:.2f}x (`speculative_base`, idle), "
-          f"but {base13[0] / base13[1]:.2f}x in the base main job "
+  assert (f"speculative sampling {min(sampled):.2f}-{max(sampled):.2f}x AR "
+          f"and greedy prompt lookup {lookup[0]:.2f}x (`speculative_base`, "
+          f"idle), but speculative sampling {base13[0] / base13[1]:.2f}x in "
+          "the base main job "
           f"({base13[1]:.0f} vs {base13[0]:.0f} ms) and "
           f"{adapted13[0] / adapted13[1]:.2f}x in the adapted one "
           f"({adapted13[1]:.0f} vs {adapted13[0]:.0f} ms") in readme
