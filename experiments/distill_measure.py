@@ -25,9 +25,10 @@ member's own AR greedy output, token for token), its TPF the tokens per
 verifying call (tokens / rounds), and timed beside the others at the
 first gamma. With --in_order_thresholds, each member is also decoded at
 those tau committing left to right only (`rules.commit_in_order`), and
-timed at --timed_tau when it is one of them. Then the AR decode and each member at --timed_tau are timed
-in turns (`cost.interleaved`, --timed_runs rounds) at B = 1 on the first
-prompt: ms per sequence and the speed-up over cached AR.
+timed at --timed_tau when it is one of them. Then the AR decode and each
+member at --timed_tau are timed in turns (`cost.interleaved`,
+--timed_runs rounds) at B = 1 on the first prompt: ms per sequence and the
+speed-up over cached AR.
 
 Writes rows.csv, record.json, record.md (with this command, the commit and
 the load) and tokens.npz (each row's tokens and lengths, by label) under
