@@ -365,8 +365,8 @@ def certainty_forcing_terms(logits_BxLxV: jax.Array, x0_BxL: jax.Array,
     logits_BxLxV: float[B, L, V], index i predicting token i.
     x0_BxL: int32[B, L] targets.
     masked_BxL: bool[B, L] the masked (scored) positions M.
-    weight: beta >= 0 of the entropy term.
-    temperature: > 0, of the softmax whose entropy is taken.
+    weight, temperature: beta >= 0 of the entropy term, and > 0 the
+      temperature of the softmax whose entropy it takes.
     mask_id: the MASK id, given probability 0 (SUBS).
     teacher_log_probs_BxLxV: float32[B, L, V] a teacher's log-probabilities
       of token i at index i (`next_token_log_probs`), or None.
@@ -376,10 +376,9 @@ def certainty_forcing_terms(logits_BxLxV: jax.Array, x0_BxL: jax.Array,
       by default they leave it (the teacher's target is exact there).
   Returns:
     (loss float32[], metrics {'ce', 'entropy', 'correct' (the fraction of M
-    in C), 'nll' (summed CE), 'tokens' (|M|)}, with a teacher also
-    'teacher_ce' (the mean CE against it at the anchors) and 'anchors'
-    (their count)). With no masked position the CE is 0; with no correct
-    one the entropy term is 0.
+    in C), 'nll' (summed CE), 'tokens' (|M|)}, with a teacher 'teacher_ce'
+    (its mean CE at the anchors) and 'anchors' (their count)); no masked
+    position gives CE 0, no correct one an entropy term of 0.
   Raises:
     ValueError: only one of teacher_log_probs_BxLxV and anchors_BxL, or
       either of another shape than logits_BxLxV's (masked_BxL's).
