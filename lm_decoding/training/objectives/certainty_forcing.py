@@ -372,8 +372,7 @@ def certainty_forcing_terms(logits_BxLxV: jax.Array, x0_BxL: jax.Array,
       of token i at index i (`next_token_log_probs`), or None.
     anchors_BxL: bool[B, L] the masked positions scored against the
       teacher instead of x0 (`block_anchors`); with the teacher only.
-    anchors_in_certainty: keep the anchors in C (teacher_target 'masked');
-      by default they leave it (the teacher's target is exact there).
+    anchors_in_certainty: keep the anchors in C (else they leave it).
   Returns:
     (loss float32[], metrics {'ce', 'entropy', 'correct' (the fraction of M
     in C), 'nll' (summed CE), 'tokens' (|M|)}, with a teacher 'teacher_ce'
