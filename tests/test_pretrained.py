@@ -357,13 +357,15 @@ def test_seed_data_cache_refuses_another_cached_tokenizer(
 # diffusion members adapted from 'ar' in both sets (issue 25), the parallel
 # models the comparison's verdict rests on, then to 150 MB for the base
 # set's equal-compute controls of those (issue 25) and its 'uniform' member
-# (issue 27), and the task models (issue 26) (docs/models.md).
-SIZE_LIMIT_BYTES = 150 * 10 ** 6
+# (issue 27), and the task models (issue 26), then to 160 MB for the base
+# set's second distilled student, the one the greedy front holds (issue 36)
+# (docs/models.md).
+SIZE_LIMIT_BYTES = 160 * 10 ** 6
 
 
 def test_shipped_sets_fit_the_size_limit():
   """Every file under lm_decoding/pretrained (the tiny, base, translation
-  and task sets, tokenizers and manifests) adds up to at most 150 MB."""
+  and task sets, tokenizers and manifests) adds up to at most 160 MB."""
   total = sum(path.stat().st_size
               for path in recipes.DEFAULT_DIR.rglob("*") if path.is_file())
   assert 0 < total <= SIZE_LIMIT_BYTES, f"{total / 1e6:.1f} MB"

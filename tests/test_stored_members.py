@@ -177,8 +177,8 @@ def test_stored_member_configs_name_a_corrupt_manifest(sets):
     member_recipes.stored_member_configs(("third",), {"ar"}, DATA, source)
 
 
-def test_the_base_sets_student_loads_by_its_own_manifest():
-  """configs/base.py's stored member is in the base set, loads by its
+def test_the_base_sets_students_load_by_their_own_manifests():
+  """configs/base.py's stored members are in the base set, each loads by its
   manifest's recipe on the set's tokenizer (never trains), is a
   block-diffusion model with a token shift (what `self_speculative` and
   `bd3lm` need), and its lineage reaches the set's `bd3lm16_from_ar` and
@@ -188,16 +188,18 @@ def test_the_base_sets_student_loads_by_its_own_manifest():
   stored = member_recipes.stored_member_configs(
       config.compare.stored_members, member_recipes.member_configs(config),
       config.data, folder)
-  (name, recipe), = stored.items()
-  params, reason = store.find(recipe, name, Tokenizer.load(str(
-      folder / recipes.TOKENIZER_FILE)), folder)
-  assert params is not None, reason
-  model = train_lib.model_config(recipe)
-  assert model.token_shift and recipe.train.block_length == 16
-  lineage = recipes.read_manifest(name, folder)["lineage"]
-  assert lineage["root"] == "bd3lm16_from_ar" and lineage["data_s"] > 0
-  assert lineage["train_s"] == pytest.approx(sum(
-      step["train_s"] for step in lineage["steps"]))
+  assert list(stored) == list(config.compare.stored_members)
+  assert len(stored) == 2
+  tokenizer = Tokenizer.load(str(folder / recipes.TOKENIZER_FILE))
+  for name, recipe in stored.items():
+    params, reason = store.find(recipe, name, tokenizer, folder)
+    assert params is not None, reason
+    model = train_lib.model_config(recipe)
+    assert model.token_shift and recipe.train.block_length == 16
+    lineage = recipes.read_manifest(name, folder)["lineage"]
+    assert lineage["root"] == "bd3lm16_from_ar" and lineage["data_s"] > 0
+    assert lineage["train_s"] == pytest.approx(sum(
+        step["train_s"] for step in lineage["steps"]))
 
 
 def test_cli_ships_or_exits_with_one_line(sets):
