@@ -39,6 +39,11 @@ PARENT = TransformerConfig(vocab_size=32, d_model=32, num_layers=1,
 STUDENT = PARENT.replace(attention="bidirectional", token_shift=True)
 PARAMS = stubs.random_params(PARENT)
 DISTILL = pathlib.Path(__file__).parents[1] / "configs" / "distill.py"
+# A causal teacher of the student's vocabulary, and rows [prefix 8 | 16].
+PARENT_TEACHER = functools.partial(cf.next_token_log_probs,
+                                   make_logits_fn(PARENT),
+                                   stubs.random_params(PARENT, seed=1))
+ROWS = jax.random.randint(jax.random.key(3), (2, 24), 5, 32)
 
 
 def _log_softmax(x):
@@ -171,7 +176,7 @@ def test_check_config_refuses_a_mask_order_it_cannot_train():
 
 def test_the_mask_order_reaches_the_loss():
   logits_fn = make_logits_fn(STUDENT)
-  tokens = jax.random.randint(jax.random.key(3), (2, 24), 5, 32)
+  tokens = ROWS
   key = jax.random.key(4)
   loss, metrics = cf.certainty_forcing_loss(
       logits_fn, PARAMS, tokens, key, block_length=8, prompt_length=8,
@@ -196,7 +201,7 @@ def test_loss_is_the_terms_on_the_bd3lm_layout_and_hides_later_blocks():
   rows in the BD3-LM layout, and a block's loss ignores the blocks after
   it: changing the last block's tokens leaves block 1's terms unchanged."""
   logits_fn = make_logits_fn(STUDENT)
-  tokens = jax.random.randint(jax.random.key(3), (2, 24), 5, 32)
+  tokens = ROWS
   key = jax.random.key(4)
   loss, metrics = cf.certainty_forcing_loss(
       logits_fn, PARAMS, tokens, key, block_length=8, prompt_length=8)
@@ -609,11 +614,9 @@ def test_a_teacher_replaces_the_target_at_the_anchors_only():
 def test_the_teacher_reaches_the_loss_on_the_bd3lm_layout(mask_order,
                                                          complementary):
   logits_fn = make_logits_fn(STUDENT)
-  tokens = jax.random.randint(jax.random.key(3), (2, 24), 5, 32).at[
-      1, 20].set(EOS_ID)
+  tokens = ROWS.at[1, 20].set(EOS_ID)
   key = jax.random.key(4)
-  teacher = functools.partial(cf.next_token_log_probs, make_logits_fn(PARENT),
-                              stubs.random_params(PARENT, seed=1))
+  teacher = PARENT_TEACHER
   options = dict(block_length=8, prompt_length=8, complementary=complementary,
                  mask_order=mask_order)
   loss, metrics = cf.certainty_forcing_loss(logits_fn, PARAMS, tokens, key,
@@ -645,11 +648,9 @@ def test_the_masked_target_scores_every_masked_position_before_the_end():
   # The teacher replaces the row's token at every masked position at index
   # >= 1 before the row's EOS, and those positions stay in C.
   logits_fn = make_logits_fn(STUDENT)
-  tokens = jax.random.randint(jax.random.key(3), (2, 24), 5, 32).at[
-      1, 17].set(EOS_ID)
+  tokens = ROWS.at[1, 17].set(EOS_ID)
   key = jax.random.key(4)
-  teacher = functools.partial(cf.next_token_log_probs, make_logits_fn(PARENT),
-                              stubs.random_params(PARENT, seed=1))
+  teacher = PARENT_TEACHER
   options = dict(block_length=8, prompt_length=8, complementary=False,
                  mask_order="left_to_right")
   masked = cf.semi_ar_masks(key, tokens, 8, True, complementary=False,
@@ -834,10 +835,9 @@ def test_the_causal_view_term_is_the_teachers_cross_entropy_to_the_view():
 
 def test_the_causal_view_target_adds_its_term_and_leaves_the_anchors():
   logits_fn = make_logits_fn(STUDENT)
-  tokens = jax.random.randint(jax.random.key(3), (2, 24), 5, 32)
+  tokens = ROWS
   key = jax.random.key(4)
-  teacher = functools.partial(cf.next_token_log_probs, make_logits_fn(PARENT),
-                              stubs.random_params(PARENT, seed=1))
+  teacher = PARENT_TEACHER
   options = dict(block_length=8, prompt_length=8)
   plain, _ = cf.certainty_forcing_loss(logits_fn, PARAMS, tokens, key,
                                        **options)
@@ -906,10 +906,9 @@ def test_the_causal_view_target_refuses_an_unshifted_student_and_a_bad_teacher()
   # the term would train logits nothing decodes with. A teacher of another
   # vocabulary (narrower: broadcast against the student's, MASK's finite
   # log 0 gives a term near 1e36) is refused as under 'anchors'.
-  tokens = jax.random.randint(jax.random.key(3), (2, 24), 5, 32)
+  tokens = ROWS
   key = jax.random.key(4)
-  teacher = functools.partial(cf.next_token_log_probs, make_logits_fn(PARENT),
-                              stubs.random_params(PARENT, seed=1))
+  teacher = PARENT_TEACHER
   options = dict(block_length=8, prompt_length=8, teacher_target="causal_view")
   with pytest.raises(ValueError, match="needs a student with a token shift"):
     cf.certainty_forcing_loss(

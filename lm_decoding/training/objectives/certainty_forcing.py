@@ -248,8 +248,16 @@ def block_anchors(masked_BxL: jax.Array, x0_BxL: jax.Array,
   if token_shift:
     unseen_after |= (jnp.arange(block_length) == 0)
   return ((first & unseen_after).reshape(batch, length)
-          & ~_ended(x0_BxL, prompt_length, eos_id)
-          & (jnp.arange(length) >= 1)[None])
+          & _teacher_scorable(x0_BxL, prompt_length, eos_id))
+
+
+def _teacher_scorable(x0_BxL: jax.Array, prompt_length: int,
+                      eos_id: int) -> jax.Array:
+  """bool[B, L]: the positions a teacher's next-token distribution can be the
+  target of: index >= 1 (index 0 has no context) and not after the row's
+  end (`_ended`)."""
+  return (~_ended(x0_BxL, prompt_length, eos_id)
+          & (jnp.arange(x0_BxL.shape[1]) >= 1)[None])
 
 
 def _ended(x0_BxL: jax.Array, prompt_length: int, eos_id: int) -> jax.Array:
@@ -317,9 +325,9 @@ def causal_view_cross_entropy(logits_fn, params, tokens_BxL: jax.Array,
         f"teacher_log_probs_BxLxV {list(teacher_log_probs_BxLxV.shape)} "
         f"must have the shape of the causal view's log-probabilities "
         f"{list(log_p.shape)} (a teacher of another vocabulary or rows?)")
-  scored_BxL = ((jnp.arange(tokens_BxL.shape[1]) >= max(prompt_length, 1))
+  scored_BxL = ((jnp.arange(tokens_BxL.shape[1]) >= prompt_length)
                 & (tokens_BxL != PAD_ID)
-                & ~_ended(tokens_BxL, prompt_length, eos_id))
+                & _teacher_scorable(tokens_BxL, prompt_length, eos_id))
   soft_BxL = _soft_cross_entropy(teacher_log_probs_BxLxV, log_p)
   return (jnp.where(scored_BxL, soft_BxL, 0.0).sum()
           / jnp.maximum(scored_BxL.sum(), 1))
@@ -534,8 +542,7 @@ def _teacher_positions(masked_CxL, x0_CxL, teacher_target, block_length,
   if teacher_target == "anchors":
     return block_anchors(masked_CxL, x0_CxL, block_length, prompt_length,
                          token_shift=token_shift)
-  return (masked_CxL & ~_ended(x0_CxL, prompt_length, EOS_ID)
-          & (jnp.arange(x0_CxL.shape[1]) >= 1)[None])
+  return masked_CxL & _teacher_scorable(x0_CxL, prompt_length, EOS_ID)
 
 
 def _check_options(logits_fn, tokens_BxL, block_length, mask_rate, teacher,
