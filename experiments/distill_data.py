@@ -44,8 +44,9 @@ _SET_DIR = flags.DEFINE_string("set_dir", str(recipes.DEFAULT_DIR),
 _TEACHER = flags.DEFINE_string("teacher", "ar", "The teacher member.")
 _DECODER = flags.DEFINE_string("decoder", "ar", "A registered decoder with "
                                "role 'model' and a `sampling` field.")
-_TEMPERATURES = flags.DEFINE_list("temperatures", ["0", "1"],
-                                  "One continuation per prefix at each.")
+_TEMPERATURES = flags.DEFINE_list(
+    "temperatures", ["0", "1"], "One continuation per prefix at each; a "
+    "repeated temperature samples again with its own key.")
 _NUM_PREFIXES = flags.DEFINE_integer("num_prefixes", 256, "Prefixes (R).")
 _PROMPT_LENGTH = flags.DEFINE_integer("prompt_length", 16, "P, tokens.")
 _OUTPUT_LENGTH = flags.DEFINE_integer("output_length", 240, "T, tokens.")
@@ -81,12 +82,14 @@ def main(argv):
         corpus.tokens["train"], _PROMPT_LENGTH.value, _NUM_PREFIXES.value,
         _SEED.value, at=_PREFIX_AT.value)
     decoders = {
-        f"{_DECODER.value} temperature={t}": base.make_decoder(
+        f"{_DECODER.value} temperature={t}"
+        + (f" sample {i}" if _TEMPERATURES.value.count(t) > 1 else ""):
+        base.make_decoder(
             _DECODER.value, output_length=_OUTPUT_LENGTH.value,
             sampling=SamplingConfig(
                 temperature=float(t),
                 suppress_ids=self_distillation.UNTARGETED_IDS))
-        for t in _TEMPERATURES.value}
+        for i, t in enumerate(_TEMPERATURES.value)}
     tokens, seconds = self_distillation.timed_continuations(
         decoders, teacher.model, prefixes, jax.random.key(_SEED.value),
         _BATCH_SIZE.value)
