@@ -92,6 +92,10 @@ def test_none_on_this_hardware_and_the_nearest_miss():
       frontier.verdict_lines([v], "AR", TOL)[-1])
   v, = frontier.verdicts([AR], "AR", TOL)
   assert v.fastest is None and v.nearest_miss is None
+  # A predicted section leaves uncosted decoders out: not "none measured".
+  assert frontier.verdict_lines([v], "AR", TOL)[-1] == (
+      "T=256 B=1: fastest within tolerance: none on this hardware (no other "
+      "decoder in this comparison)")
 
 
 def test_verdict_lines_state_tolerance_front_and_speedup():

@@ -264,7 +264,7 @@ def verdict_lines(found: Sequence[Verdict], baseline: str,
           f"{_ms(v.reference.ms)} ms; {_quality(p, v.reference)})")
     elif v.nearest_miss is None:
       lines.append(f"{where}: fastest within tolerance: none on this "
-                   "hardware (no other decoder measured)")
+                   "hardware (no other decoder in this comparison)")
     else:
       p = v.nearest_miss
       lines.append(
