@@ -46,7 +46,8 @@ _DECODER = flags.DEFINE_string("decoder", "ar", "A registered decoder with "
                                "role 'model' and a `sampling` field.")
 _TEMPERATURES = flags.DEFINE_list(
     "temperatures", ["0", "1"], "One continuation per prefix at each; a "
-    "repeated temperature samples again with its own key.")
+    "repeated temperature samples again with its own key (one greedy entry "
+    "at most).")
 _NUM_PREFIXES = flags.DEFINE_integer("num_prefixes", 256, "Prefixes (R).")
 _PROMPT_LENGTH = flags.DEFINE_integer("prompt_length", 16, "P, tokens.")
 _OUTPUT_LENGTH = flags.DEFINE_integer("output_length", 240, "T, tokens.")
@@ -64,6 +65,7 @@ def main(argv):
   config = _CONFIG.value
   start = time.time()
   try:
+    temperatures = self_distillation.temperature_labels(_TEMPERATURES.value)
     manifest = recipes.read_manifest(_TEACHER.value, _SET_DIR.value)
     member = ml_collections.ConfigDict(manifest["recipe"])
     data_dir = os.path.join(_OUT.value, "data_cache")
@@ -82,14 +84,11 @@ def main(argv):
         corpus.tokens["train"], _PROMPT_LENGTH.value, _NUM_PREFIXES.value,
         _SEED.value, at=_PREFIX_AT.value)
     decoders = {
-        f"{_DECODER.value} temperature={t}"
-        + (f" sample {i}" if _TEMPERATURES.value.count(t) > 1 else ""):
-        base.make_decoder(
+        f"{_DECODER.value} {label}": base.make_decoder(
             _DECODER.value, output_length=_OUTPUT_LENGTH.value,
             sampling=SamplingConfig(
-                temperature=float(t),
-                suppress_ids=self_distillation.UNTARGETED_IDS))
-        for i, t in enumerate(_TEMPERATURES.value)}
+                temperature=t, suppress_ids=self_distillation.UNTARGETED_IDS))
+        for label, t in temperatures.items()}
     tokens, seconds = self_distillation.timed_continuations(
         decoders, teacher.model, prefixes, jax.random.key(_SEED.value),
         _BATCH_SIZE.value)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import functools
 import json
 import pathlib
+import subprocess
+import sys
 import types
 
 import jax
@@ -291,6 +293,50 @@ def test_data_generation_is_deterministic_for_a_seed(tmp_path):
     sd.read_distillation_set(tmp_path / "none")
   with pytest.raises(ValueError, match="count"):
     sd.distillation_prefixes(stream, 6, 40, seed=0)
+
+
+@pytest.mark.parametrize("entries, match", [
+    (["0", "abc"], "--temperatures entry 'abc' must be a number"),
+    (["0", ""], "--temperatures entry '' must be a number"),
+    (["-0.5"], "--temperatures entry '-0.5' must be a number in"),
+    (["nan"], "entry 'nan'"), (["inf"], "entry 'inf'"), ([], "at least one"),
+    # Greedy entries (0, -0, a temperature below the greedy floor) repeat
+    # the same rows: one at most.
+    (["0", "0.7", "0"], "2 greedy entries"), (["0", "-0"], "2 greedy"),
+    (["0", "1e-39"], "2 greedy"), (["0.0", "1e-30", "0.5"], "2 greedy")])
+def test_teacher_temperatures_are_refused_naming_the_flag(entries, match):
+  with pytest.raises(ValueError, match=match):
+    sd.temperature_labels(entries)
+
+
+def test_repeated_teacher_temperatures_get_distinct_labels():
+  # The records' labels stand ('sample <index in the list>'); a repeat is
+  # found by value, so '0.7' and '0.70' are labelled as samples too.
+  assert sd.temperature_labels(["0", "0.7", "0.7", "0.7"]) == {
+      "temperature=0": 0.0, "temperature=0.7 sample 1": 0.7,
+      "temperature=0.7 sample 2": 0.7, "temperature=0.7 sample 3": 0.7}
+  assert list(sd.temperature_labels(["0.7", "1", "0.70"])) == [
+      "temperature=0.7 sample 0", "temperature=1",
+      "temperature=0.70 sample 2"]
+
+
+@pytest.mark.parametrize("temperatures, match", [
+    ("0,abc", "--temperatures entry 'abc'"), ("0,0", "2 greedy entries")])
+def test_distill_data_refuses_bad_temperatures_before_any_work(
+    tmp_path, temperatures, match):
+  root = pathlib.Path(__file__).resolve().parents[1]
+  proc = subprocess.run(
+      [sys.executable, str(root / "experiments" / "distill_data.py"),
+       f"--config={root / 'configs' / 'tiny.py'}",
+       f"--set_dir={root / 'lm_decoding' / 'pretrained'}",
+       f"--temperatures={temperatures}", "--num_prefixes=2",
+       "--output_length=4", f"--out={tmp_path / 'out'}"],
+      capture_output=True, text=True, timeout=120, cwd=root)
+  lines = [line for line in (proc.stdout + proc.stderr).splitlines()
+           if line.strip()]
+  assert proc.returncode != 0 and len(lines) == 1, lines
+  assert "distill_data: error:" in lines[0] and match in lines[0], lines[0]
+  assert not (tmp_path / "out").exists()  # nothing read nor written
 
 
 def test_no_distillation_row_holds_mask(tmp_path):
@@ -898,6 +944,39 @@ def test_train_teacher_target_is_checked_and_fingerprinted():
   with pytest.raises(ValueError, match="train.teacher_target='all' must be "
                                        "one of"):
     train.check_config(config)
+
+
+@pytest.mark.parametrize("key, value, match", [
+    ("prompt_length", -1, r"train.prompt_length=-1 must be an integer in "
+                          r"\[0, 15\]"),
+    ("prompt_length", 16, "train.prompt_length=16 must be"),
+    ("prompt_length", 2.0, "train.prompt_length=2.0 must be"),
+    ("certainty_weight", -1.0, "train.certainty_weight=-1.0 must be"),
+    ("certainty_weight", float("nan"), "train.certainty_weight=nan must be"),
+    ("certainty_temperature", 0.0,
+     "train.certainty_temperature=0.0 must be")])
+def test_certainty_options_are_refused_before_the_workdir(tmp_path, key,
+                                                          value, match):
+  # Checked with the config, as the teacher options are: not first when the
+  # loss is traced, after the workdir (metrics, checkpoints) was written.
+  config = load_config(DISTILL)
+  config.model.update(dict(d_model=32, num_layers=1, num_heads=2,
+                           num_kv_heads=2, head_dim=16, mlp_dim=64,
+                           max_len=16))
+  config.data.update(dict(vocab_size=512, seq_len=16))
+  config.train.update(dict(num_steps=1, batch_size=2, eval_every=1,
+                           checkpoint_every=1, warmup_steps=0,
+                           eval_batches=1, init_from="", prompt_length=4,
+                           block_length=4))
+  config.train = ml_collections.ConfigDict({**config.train.to_dict(),
+                                            key: value})
+  with pytest.raises(ValueError, match=match):
+    train.check_config(config)
+  rows = np.asarray(jax.random.randint(jax.random.key(2), (4, 16), 5, 512))
+  data = (types.SimpleNamespace(describe=lambda: "rows"), rows, rows)
+  with pytest.raises(ValueError, match=match):
+    train.train(config, str(tmp_path / "w"), progress=False, data=data)
+  assert not (tmp_path / "w").exists()
 
 
 def test_the_causal_view_target_refuses_an_unshifted_student_and_a_bad_teacher():

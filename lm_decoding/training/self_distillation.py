@@ -12,6 +12,7 @@ after an EOS, saved as `tokens.npy` int32[R, P + T] beside `manifest.json`
 from __future__ import annotations
 
 import json
+import math
 import pathlib
 import time
 
@@ -21,6 +22,7 @@ import numpy as np
 
 from lm_decoding.checks import is_count
 from lm_decoding.data import pipeline
+from lm_decoding.decoding.sampling import is_greedy
 from lm_decoding.models import Model
 from lm_decoding.special_tokens import EOS_ID, MASK_ID, PAD_ID
 
@@ -190,6 +192,46 @@ def eos_filled(tokens_RxL: np.ndarray, block_length: int,
   fill_RxL = (after_eos_R[:, None] & is_pad_RxL
               & (index_L[None, :] < block_end_R[:, None]))
   return np.where(fill_RxL, eos_id, tokens_RxL).astype(np.int32)
+
+
+def temperature_labels(entries) -> dict[str, float]:
+  """{label: temperature} of the teacher's temperatures (`distill_data.py`'s
+  --temperatures), in order.
+
+  Entry i is labelled 'temperature=<entry>', with ' sample <i>' added when
+  another entry has the same value (each repeat samples again with its own
+  key in `timed_continuations`).
+
+  Args:
+    entries: strings (or numbers), e.g. ['0', '0.7', '0.7'].
+  Returns:
+    {label: float temperature}.
+  Raises:
+    ValueError: naming --temperatures: no entry, an entry that is not a
+      number in [0, inf), or more than one greedy entry (below
+      `sampling.MIN_TEMPERATURE`, 0 included: greedy decoding gives the same
+      rows again).
+  """
+  values = []
+  for entry in entries:
+    try:
+      value = float(entry)
+    except (TypeError, ValueError):
+      value = math.nan
+    if not 0 <= value < math.inf:
+      raise ValueError(f"--temperatures entry {entry!r} must be a number in "
+                       "[0, inf) (0: greedy)")
+    values.append(value)
+  if not values:
+    raise ValueError("--temperatures must hold at least one temperature")
+  greedy = [str(e) for e, v in zip(entries, values) if is_greedy(v)]
+  if len(greedy) > 1:
+    raise ValueError(f"--temperatures holds {len(greedy)} greedy entries "
+                     f"{greedy}: greedy decoding repeats the same rows; give "
+                     "one")
+  return {f"temperature={str(e).strip()}"
+          + (f" sample {i}" if values.count(v) > 1 else ""): v
+          for i, (e, v) in enumerate(zip(entries, values))}
 
 
 def timed_continuations(decoders: dict, teacher: Model,

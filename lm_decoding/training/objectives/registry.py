@@ -292,7 +292,10 @@ def check_options(config: ConfigDict) -> None:
   'certainty_forcing' (resolved by `loading.teacher_log_probs`);
   train.teacher_target: one of `certainty_forcing.TEACHER_TARGETS`, other
   than 'anchors' only with a teacher ('causal_view' with model.token_shift);
-  train.view_weight: a number in [0, inf).
+  train.view_weight: a number in [0, inf); certainty forcing's
+  train.prompt_length on text: an integer in [0, data.seq_len - 1];
+  train.certainty_weight in [0, inf) and train.certainty_temperature in
+  (0, inf).
 
   Raises:
     ValueError: naming the key, its allowed values and objectives.
@@ -323,6 +326,29 @@ def check_options(config: ConfigDict) -> None:
         bool(config.model.get("token_shift")))
   except ValueError as e:  # name the config section
     raise ValueError(f"train.{e}") from e
+  _check_certainty_forcing(config)
+
+
+def _check_certainty_forcing(config: ConfigDict) -> None:
+  """Checks certainty forcing's train.prompt_length (text: an integer in
+  [0, data.seq_len - 1]; a task's is `data_sources.check`'s),
+  train.certainty_weight and train.certainty_temperature (see
+  `check_options`), as its loss would once traced."""
+  objective = of_config(config)
+  if objective.loss not in (certainty_forcing.certainty_forcing_loss,
+                            certainty_forcing.answer_certainty_forcing_loss):
+    return
+  options = _certainty_forcing(config)
+  prompt, seq_len = options["prompt_length"], config.data.seq_len
+  if objective.data != TASK and (not is_count(prompt, minimum=0)
+                                 or prompt >= seq_len):
+    raise ValueError(f"train.prompt_length={prompt!r} must be an integer in "
+                     f"[0, {seq_len - 1}] (data.seq_len={seq_len})")
+  try:
+    certainty_forcing.check_certainty_term(options["weight"],
+                                           options["temperature"])
+  except ValueError as e:  # name the config keys
+    raise ValueError(f"train.certainty_{e}") from e
 
 
 def _check_mask_order(config: ConfigDict) -> None:
