@@ -55,6 +55,7 @@ from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.evaluation import cost
 from lm_decoding.evaluation import quality
 from lm_decoding.evaluation import records
+from lm_decoding.training import self_distillation
 from lm_decoding.training.pretrained import loading, recipes, store
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -160,10 +161,8 @@ def main(argv):
   logging.set_verbosity(logging.FATAL)
   config, start = _CONFIG.value, time.time()
   load_start = os.getloadavg()[0]
-  widths = dict((entry.split(":")[0], int(entry.split(":")[1]))
-                if ":" in entry else (entry, _BLOCK.value)
-                for entry in _MODELS.value)
   try:
+    widths = self_distillation.member_widths(_MODELS.value, _BLOCK.value)
     tokenizer, corpus, models = _load(
         config, [_AR.value, _EVALUATOR.value, *widths])
     prompts, _ = pipeline.prompts(corpus, "test", _NUM_PROMPTS.value,

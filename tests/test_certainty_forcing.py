@@ -1003,3 +1003,12 @@ def test_the_causal_view_target_refuses_an_unshifted_student_and_a_bad_teacher()
   config.model.token_shift = False
   with pytest.raises(ValueError, match="needs a student with a token shift"):
     train.check_config(config)
+
+
+def test_member_widths_parse_and_refuse_a_member_named_twice():
+  assert sd.member_widths(["a", "b:8"], 16) == {"a": 16, "b": 8}
+  for entries, match in ((["a:8", "a:4"], "names 'a' twice"),
+                         (["a:x"], "integer >= 1"), (["a:0"], "integer >= 1"),
+                         (["a:-1"], "integer >= 1")):
+    with pytest.raises(ValueError, match=match):
+      sd.member_widths(entries, 16)

@@ -234,6 +234,29 @@ def temperature_labels(entries) -> dict[str, float]:
           for i, (e, v) in enumerate(zip(entries, values))}
 
 
+def member_widths(entries, default: int) -> dict[str, int]:
+  """{member: block length} of `distill_measure.py`'s --models.
+
+  Args:
+    entries: 'NAME' (block length `default`) or 'NAME:W' strings.
+  Returns:
+    {NAME: W}, in order.
+  Raises:
+    ValueError: naming --models: a W that is not an integer >= 1, or a
+      member named twice (its rows would share their labels).
+  """
+  widths = {}
+  for entry in entries:
+    name, _, width = entry.partition(":")
+    if name in widths:
+      raise ValueError(f"--models names {name!r} twice; give each member once")
+    if width and not (width.isdigit() and int(width) >= 1):
+      raise ValueError(f"--models entry {entry!r}: the block length after ':' "
+                       "must be an integer >= 1")
+    widths[name] = int(width) if width else default
+  return widths
+
+
 def timed_continuations(decoders: dict, teacher: Model,
                         prefixes_RxP: np.ndarray, key: jax.Array,
                         batch_size: int) -> tuple[np.ndarray, dict]:
