@@ -782,7 +782,9 @@ def test_teacher_log_probs_loads_a_causal_member_of_the_set():
         model_proto=b"another"), PRETRAINED)
 
 
-def test_train_takes_a_teacher_exactly_when_the_config_names_one(tmp_path):
+def tiny_distill_config():
+  """configs/distill.py at a 1-layer d32 model, rows of 16 tokens, blocks
+  of 4 after a 4-token prompt, one step from scratch."""
   config = load_config(DISTILL)
   config.model.update(dict(d_model=32, num_layers=1, num_heads=2,
                            num_kv_heads=2, head_dim=16, mlp_dim=64,
@@ -792,6 +794,11 @@ def test_train_takes_a_teacher_exactly_when_the_config_names_one(tmp_path):
                            checkpoint_every=1, warmup_steps=0,
                            eval_batches=1, init_from="", prompt_length=4,
                            block_length=4))
+  return config
+
+
+def test_train_takes_a_teacher_exactly_when_the_config_names_one(tmp_path):
+  config = tiny_distill_config()
   rows = np.asarray(jax.random.randint(jax.random.key(2), (4, 16), 5, 512))
   data = (types.SimpleNamespace(describe=lambda: "rows"), rows, rows)
   causal = PARENT.replace(vocab_size=512)
@@ -959,15 +966,7 @@ def test_certainty_options_are_refused_before_the_workdir(tmp_path, key,
                                                           value, match):
   # Checked with the config, as the teacher options are: not first when the
   # loss is traced, after the workdir (metrics, checkpoints) was written.
-  config = load_config(DISTILL)
-  config.model.update(dict(d_model=32, num_layers=1, num_heads=2,
-                           num_kv_heads=2, head_dim=16, mlp_dim=64,
-                           max_len=16))
-  config.data.update(dict(vocab_size=512, seq_len=16))
-  config.train.update(dict(num_steps=1, batch_size=2, eval_every=1,
-                           checkpoint_every=1, warmup_steps=0,
-                           eval_batches=1, init_from="", prompt_length=4,
-                           block_length=4))
+  config = tiny_distill_config()
   config.train = ml_collections.ConfigDict({**config.train.to_dict(),
                                             key: value})
   with pytest.raises(ValueError, match=match):

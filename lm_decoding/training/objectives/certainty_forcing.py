@@ -426,12 +426,18 @@ def _check(logits_fn, tokens_BxL, prompt_length, weight, temperature,
   """The options both losses share; raises ValueError naming the one out
   of range (module docstring's ranges), or for a causal model."""
   check_tokens(tokens_BxL, min_length=1)
-  length = tokens_BxL.shape[1]
+  check_prompt_length(prompt_length, tokens_BxL.shape[1])
+  check_certainty_term(weight, temperature)
+  check_attention(logits_fn, causal=False, user=user)
+
+
+def check_prompt_length(prompt_length, length: int) -> None:
+  """Raises ValueError unless `prompt_length` (P, never masked) is an
+  integer in [0, length - 1]; a caller may check it before anything is
+  traced."""
   if not is_count(prompt_length, minimum=0) or prompt_length >= length:
     raise ValueError(f"prompt_length={prompt_length!r} must be an integer in "
                      f"[0, {length - 1}]")
-  check_certainty_term(weight, temperature)
-  check_attention(logits_fn, causal=False, user=user)
 
 
 def check_certainty_term(weight, temperature) -> None:

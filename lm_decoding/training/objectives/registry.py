@@ -339,11 +339,13 @@ def _check_certainty_forcing(config: ConfigDict) -> None:
                             certainty_forcing.answer_certainty_forcing_loss):
     return
   options = _certainty_forcing(config)
-  prompt, seq_len = options["prompt_length"], config.data.seq_len
-  if objective.data != TASK and (not is_count(prompt, minimum=0)
-                                 or prompt >= seq_len):
-    raise ValueError(f"train.prompt_length={prompt!r} must be an integer in "
-                     f"[0, {seq_len - 1}] (data.seq_len={seq_len})")
+  if objective.data != TASK:
+    try:
+      certainty_forcing.check_prompt_length(options["prompt_length"],
+                                            config.data.seq_len)
+    except ValueError as e:  # name the config key
+      raise ValueError(f"train.{e} (data.seq_len={config.data.seq_len})"
+                       ) from e
   try:
     certainty_forcing.check_certainty_term(options["weight"],
                                            options["temperature"])
