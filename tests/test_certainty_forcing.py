@@ -463,6 +463,24 @@ def test_eos_fill_reaches_the_training_rows(tmp_path, monkeypatch):
       [9, 9, 9, 9, 8, EOS_ID, EOS_ID, EOS_ID])
 
 
+def test_the_sets_prefix_length_must_be_the_prompt_length(tmp_path,
+                                                         monkeypatch):
+  rows = np.full((2, 8), 9, np.int32)
+  sd.write_distillation_set(tmp_path / "set", rows, {"prompt_length": 4})
+  monkeypatch.setattr(data_sources, "text",
+                      lambda config, data_dir: ("corpus", None, "valid"))
+  config = ml_collections.ConfigDict(
+      {"data": {"distillation_set": str(tmp_path / "set"), "seq_len": 8},
+       "train": {"block_length": 4, "prompt_length": 4}})
+  assert (data_sources.distillation(config, "")[1] == rows).all()
+  for prompt_length in (0, 2, 5):  # shorter (masks the prefix) or longer
+    config.train.prompt_length = prompt_length
+    with pytest.raises(ValueError, match=(
+        f"train.prompt_length={prompt_length} must be the prefix length of "
+        "data.distillation_set=.*, 4")):
+      data_sources.distillation(config, "")
+
+
 @pytest.mark.parametrize("token_shift", [False, True])
 def test_block_anchors_are_each_blocks_first_masked_position_before_the_end(
     token_shift):
@@ -945,6 +963,13 @@ def test_train_teacher_target_is_checked_and_fingerprinted():
   assert registry.of_config(config).options(config)["view_weight"] == 4.0
   config.train.view_weight = -1.0
   with pytest.raises(ValueError, match="train.view_weight=-1.0 must be"):
+    train.check_config(config)
+  config.train.view_weight = 1.0
+  config.train.teacher_target = "anchors"
+  train.check_config(config)
+  config.train.view_weight = 4.0  # the term it weighs is 'causal_view''s
+  with pytest.raises(ValueError, match="train.view_weight=4.0 weighs the "
+                     "'causal_view' term; teacher_target='anchors' has none"):
     train.check_config(config)
   config.train.view_weight = 1.0
   config.train.teacher_target = "all"

@@ -74,17 +74,25 @@ def distillation(config: ml_collections.ConfigDict, data_dir: str):
   (`self_distillation.eos_filled`); validation stays the corpus's.
 
   Raises:
-    ValueError: the set's rows are shorter than data.seq_len, or as
-      `self_distillation.read_distillation_set`.
+    ValueError: the set's rows are shorter than data.seq_len, its prefix
+      length (its manifest's prompt_length) is not train.prompt_length (the
+      loss would mask prefix tokens or never the first continuation
+      tokens), or as `self_distillation.read_distillation_set`.
   """
   corpus, train, valid = text(config, data_dir)
   path, seq_len = config.data.get("distillation_set"), config.data.seq_len
   if not path:
     return corpus, train, valid
-  rows, _ = self_distillation.read_distillation_set(path)
+  rows, manifest = self_distillation.read_distillation_set(path)
   if rows.shape[1] < seq_len:
     raise ValueError(f"data.distillation_set rows hold {rows.shape[1]} "
                      f"tokens; data.seq_len={seq_len} must be at most that")
+  prefix = manifest.get("prompt_length")
+  prompt_length = config.train.get("prompt_length", 0)
+  if prefix is not None and prompt_length != prefix:
+    raise ValueError(f"train.prompt_length={prompt_length!r} must be the "
+                     f"prefix length of data.distillation_set={path!r}, "
+                     f"{prefix} (its rows continue {prefix}-token prefixes)")
   if config.data.get("eos_fill", False):
     rows = self_distillation.eos_filled(rows, config.train.block_length)
   return corpus, rows[:, :seq_len], valid

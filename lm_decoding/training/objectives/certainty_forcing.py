@@ -179,17 +179,22 @@ def check_mask_order(order, complementary: bool) -> None:
 def check_teacher_target(target, view_weight, teacher: bool,
                          token_shift: bool) -> None:
   """Raises ValueError for a `target` not in `TEACHER_TARGETS`, a
-  `view_weight` outside [0, inf), or 'causal_view' without a `teacher` or
-  for a student without a `token_shift` (its logits at i predict token i:
-  its block-size-1 view is no next-token model, as
-  `decoding.self_speculative` requires); a caller may check them before
-  anything is traced."""
+  `view_weight` outside [0, inf) or other than its default 1.0 under a
+  target without the 'causal_view' term it weighs (it would be ignored),
+  or 'causal_view' without a `teacher` or for a student without a
+  `token_shift` (its logits at i predict token i: its block-size-1 view is
+  no next-token model, as `decoding.self_speculative` requires); a caller
+  may check them before anything is traced."""
   if target not in TEACHER_TARGETS:
     raise ValueError(f"teacher_target={target!r} must be one of "
                      f"{TEACHER_TARGETS}")
   if not (is_number(view_weight) and 0 <= view_weight < math.inf):
     raise ValueError(f"view_weight={view_weight!r} must be a number in "
                      "[0, inf)")
+  if target != "causal_view" and view_weight != 1.0:
+    raise ValueError(f"view_weight={view_weight!r} weighs the "
+                     "'causal_view' term; teacher_target="
+                     f"{target!r} has none (leave it at 1.0)")
   if target != "anchors" and not teacher:
     raise ValueError(f"teacher_target={target!r} needs a teacher (a causal "
                      "member of the pretrained set)")

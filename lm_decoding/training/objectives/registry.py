@@ -292,7 +292,8 @@ def check_options(config: ConfigDict) -> None:
   'certainty_forcing' (resolved by `loading.teacher_log_probs`);
   train.teacher_target: one of `certainty_forcing.TEACHER_TARGETS`, other
   than 'anchors' only with a teacher ('causal_view' with model.token_shift);
-  train.view_weight: a number in [0, inf); certainty forcing's
+  train.view_weight: a number in [0, inf), 1.0 under a target other than
+  'causal_view' (it weighs that term alone); certainty forcing's
   train.prompt_length on text: an integer in [0, data.seq_len - 1];
   train.certainty_weight in [0, inf) and train.certainty_temperature in
   (0, inf).
