@@ -1,20 +1,24 @@
-r"""Self-speculation against cached AR on the same weights (issue 36, item 4).
+r"""Self-drafting against cached AR on the same weights (issue 36, item 4).
 
-For each block-diffusion member with a token shift (the base set's
-`bd3lm4_from_ar`, `bd3lm16_from_ar`; or a set given by --set_dir), greedy,
-T = 256 new tokens (EOS ignored, so every row makes all 256), the first B
-test prompts of the base config (P = 16), B = 1 and 8:
+For each member (--decoder=self_speculative: a block-diffusion member with a
+token shift, the base set's `bd3lm4_from_ar`, `bd3lm16_from_ar`;
+--decoder=jacobi: a causal member, e.g. `ar` or a Jacobi-forced one; from
+the config's shipped set or --set_dir), greedy, T = 256 new tokens (EOS
+ignored, so every row makes all 256), the first B test prompts of the base
+config (P = 16), B = 1 and 8:
   A  `ar` on the member's causal view (`models.binding.causal_view`: the
      same weights at block size 1), KV-cached;
-  B  `self_speculative` at each gamma of --gammas that fits the member's
-     block.
+  B  --decoder at each gamma of --gammas (self_speculative: those that fit
+     the member's block).
 Timing: jitted decodes, one warm-up each, then --runs rounds interleaving
 A and every B (block_until_ready), medians and the median of per-round B/A
 ratios. Also: tokens identical to A's, TPF (tokens per verifying call:
 256 / rounds, mean over rows), the acceptance-length histogram
 (accept_counts summed over rows), and the cost of one call of each kind at
 the decode's shapes (draft call, verify call, AR step; median of 50 jitted
-calls on the state after the prefill, dispatch included).
+calls on the state after the prefill, dispatch included). With --evaluator (a causal member of the
+set), A's rows get their gen-PPL and mean unigram entropy (nats) under it,
+so members can be compared by the text their greedy decode makes.
 
   nice -n 5 python benchmarks/self_speculation/self_speculation.py \
       --out=benchmarks/self_speculation/base
@@ -38,6 +42,7 @@ import numpy as np
 from lm_decoding.data import pipeline
 from lm_decoding.decoding import base, make_decoder, speculative
 from lm_decoding.decoding.sampling import SamplingConfig
+from lm_decoding.evaluation import quality
 from lm_decoding.models import Model, make_logits_fn
 from lm_decoding.models.binding import causal_view
 from lm_decoding.training.pretrained import recipes, store
@@ -51,6 +56,11 @@ _SET_DIR = flags.DEFINE_string("set_dir", None, "Pretrained set to load "
                                "(default: the config's shipped set).")
 _MEMBERS = flags.DEFINE_list("members", ["bd3lm4_from_ar", "bd3lm16_from_ar"],
                              "Members to measure.")
+_DECODER = flags.DEFINE_enum("decoder", "self_speculative",
+                             ["self_speculative", "jacobi"],
+                             "The self-drafting decoder measured against AR.")
+_EVALUATOR = flags.DEFINE_string("evaluator", None, "A causal member of the "
+                                 "set scoring A's rows (gen-PPL, entropy).")
 _GAMMAS = flags.DEFINE_list("gammas", ["2", "3", "4", "8", "16"],
                             "Drafted block lengths (those <= the member's "
                             "training block length, train.block_length, "
@@ -111,7 +121,7 @@ def call_rows(name: str, model: Model, block: int,
     prompts = jnp.asarray(prompts_all[:batch])
     lengths = jnp.full((batch,), prompts.shape[1], jnp.int32)
     for g in (g for g in map(int, _GAMMAS.value) if g <= block):
-      decoder = make_decoder("self_speculative", output_length=_T.value,
+      decoder = make_decoder(_DECODER.value, output_length=_T.value,
                              gamma=g, sampling=GREEDY, eos_ids=())
       row = {"member": name, "batch": batch, "gamma": g,
              "call_ms": call_costs(decoder, model, prompts, lengths, True)}
@@ -138,8 +148,9 @@ def calls_markdown(record: dict) -> str:
 
 
 def measure(name: str, model: Model, block: int,
-            prompts_all: np.ndarray) -> list[dict]:
+            prompts_all: np.ndarray, evaluator: Model | None) -> list[dict]:
   gammas = [g for g in map(int, _GAMMAS.value) if g <= block]
+  role = "model" if _DECODER.value == "self_speculative" else "target"
   rows = []
   for batch in map(int, _BATCHES.value):
     prompts = jnp.asarray(prompts_all[:batch])
@@ -148,9 +159,9 @@ def measure(name: str, model: Model, block: int,
                       eos_ids=())
     runs = {"ar": (ar, {"model": causal_view(model)})}
     for g in gammas:
-      runs[f"self_speculative gamma={g}"] = (make_decoder(
-          "self_speculative", output_length=_T.value, gamma=g,
-          sampling=GREEDY, eos_ids=()), {"model": model})
+      runs[f"{_DECODER.value} gamma={g}"] = (make_decoder(
+          _DECODER.value, output_length=_T.value, gamma=g,
+          sampling=GREEDY, eos_ids=()), {role: model})
     fns, results, times = {}, {}, {k: [] for k in runs}
     for key, (decoder, models) in runs.items():
       fns[key] = jax.jit(lambda m, p, l, d=decoder: d.decode(m, p, l, None))
@@ -179,6 +190,8 @@ def measure(name: str, model: Model, block: int,
              "identical_to_ar": bool((np.asarray(out.tokens)
                                       == reference).all()),
              "calls": int(sum(out.calls.values()))}
+      if key == "ar" and evaluator is not None:
+        row.update(text_quality(evaluator, out.tokens, prompts))
       if key != "ar":
         rounds = np.asarray(out.stats["rounds"])
         row.update(
@@ -193,23 +206,40 @@ def measure(name: str, model: Model, block: int,
   return rows
 
 
+def text_quality(evaluator: Model, tokens, prompts) -> dict:
+  """gen-PPL of greedy rows int32[B, T] (all T tokens) under `evaluator`
+  given their prompts int32[B, P], and their mean unigram entropy (nats)."""
+  batch, length = tokens.shape
+  lengths = np.full(batch, length)
+  scored = quality.gen_ppl(evaluator.logits_fn, evaluator.params, tokens,
+                           lengths, prompts, np.full(batch, prompts.shape[1]))
+  return {"gen_ppl": float(scored.ppl),
+          "entropy": float(np.mean(scored.row_entropy))}
+
+
 def markdown(record: dict) -> str:
-  lines = [f"# Self-speculation against cached AR, same weights", "",
+  scored = bool(record.get("evaluator"))
+  lines = [f"# {record.get('decoder', 'self_speculative')} against cached AR, "
+           "same weights", "",
            f"Command: `{record['command']}`  ",
            f"Commit {record['commit']}, set `{record['set_dir']}`, "
            f"{record['hardware']}.  ",
-           "Greedy, T = 256 (EOS ignored), base test prompts (P = 16); "
+           f"Greedy, T = {record.get('output_length', 256)} (EOS ignored), "
+           "the config's test prompts (P = 16); "
            f"{record['runs']} interleaved timed runs after a warm-up; "
            "ratio = median over runs of (decoder ms / AR ms in the same "
-           "round); TPF = 256 / verifying calls (mean over rows); histogram "
+           "round); TPF = T / verifying calls (mean over rows); histogram "
            "= rounds that accepted a = 0..gamma draft tokens (summed over "
-           "rows); call ms = one jitted call at B's shapes (median of 50).",
+           "rows); call ms = one jitted call at B's shapes (median of 50)."
+           + (f" AR's text under `{record['evaluator']}`: gen-PPL and mean "
+              "unigram entropy (nats)." if scored else ""),
            "",
            "| member | decoder | B | ms / sequence (median) | ratio to AR "
            "(median of pairs) | ratio of minima | identical | TPF | "
            "acceptance histogram a=0..gamma | draft / verify / AR-step call "
-           "ms |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+           "ms |" + (" gen-PPL | entropy |" if scored else ""),
+           "|---|---|---|---|---|---|---|---|---|---|" + (
+               "---|---|" if scored else "")]
   for r in record["rows"]:
     calls = r.get("call_ms")
     lines.append(
@@ -218,8 +248,18 @@ def markdown(record: dict) -> str:
         f"| {r['ratio_to_ar_of_minima']:.2f} | {r['identical_to_ar']} | "
         + (f"{r['tpf']:.2f} | {r['accept_histogram']} | "
            f"{calls['draft']:.2f} / {calls['verify']:.2f} / "
-           f"{calls['ar_step']:.2f} |" if calls else "1.00 | - | - |"))
+           f"{calls['ar_step']:.2f} |" if calls else "1.00 | - | - |")
+        + ((f" {r['gen_ppl']:.2f} | {r['entropy']:.2f} |" if "gen_ppl" in r
+            else " | |") if scored else ""))
   return "\n".join(lines) + "\n"
+
+
+def stored_model(name: str, set_dir: pathlib.Path) -> tuple[Model, int]:
+  """(the member `name` of `set_dir` as a Model, its training block length:
+  train.block_length, or T for a member trained without blocks)."""
+  recipe, params = store.load_stored(name, set_dir)
+  model = Model(make_logits_fn(train_lib.model_config(recipe)), params)
+  return model, recipe.train.get("block_length") or _T.value
 
 
 def main(_):
@@ -231,19 +271,23 @@ def main(_):
                             _WORKDIR.value, data_format=config.data.format)
   prompts, _ = pipeline.prompts(corpus, "test", max(map(int, _BATCHES.value)),
                                 cmp.prompt_len, cmp.reference_len)
-  rows = []
+  rows, evaluator = [], None
+  if _EVALUATOR.value:
+    evaluator = stored_model(_EVALUATOR.value, set_dir)[0]
   for name in _MEMBERS.value:
-    recipe, params = store.load_stored(name, set_dir)
-    model_config = train_lib.model_config(recipe)
-    run = call_rows if _CALLS_ONLY.value else measure
-    rows += run(name, Model(make_logits_fn(model_config), params),
-                recipe.train.block_length, prompts)
+    model, block = stored_model(name, set_dir)
+    if _CALLS_ONLY.value:
+      rows += call_rows(name, model, block, prompts)
+    else:
+      rows += measure(name, model, block, prompts, evaluator)
   record = {"command": "python " + " ".join(sys.argv),
             "commit": recipes.current_commit(),
             "set_dir": str(set_dir),
             "hardware": (f"{jax.devices()[0].platform}, {os.cpu_count()} "
                          f"cores, load average {os.getloadavg()[0]:.1f}"),
             "runs": _RUNS.value, "call_repeats": _CALL_REPEATS.value,
+            "decoder": _DECODER.value, "evaluator": _EVALUATOR.value,
+            "output_length": _T.value,
             "rows": rows}
   stem, show = ("calls", calls_markdown) if _CALLS_ONLY.value else (
       "record", markdown)
