@@ -21,23 +21,15 @@ Usage:
       --export_dir=/work/runs/distill/set --export_pretrained=bd3lm16_distilled
 """
 
-import pathlib
-
 import ml_collections
 
-from lm_decoding.config_reference import load_config
 from lm_decoding.training.pretrained import member_recipes
 
-_SIZES = ("tiny", "base")
 _STEPS = {"tiny": 120, "base": 120}
 
 
 def get_config(size: str = "tiny") -> ml_collections.ConfigDict:
-  if size not in _SIZES:
-    raise ValueError(f"configs/distill.py:<size> must be one of {_SIZES}, "
-                     f"got {size!r}")
-  parent = load_config(pathlib.Path(__file__).with_name(f"{size}.py"))
-  config = member_recipes.member_configs(parent)["bd3lm16_from_ar"]
+  config = member_recipes.sized_member(__file__, size, "bd3lm16_from_ar")
   steps = _STEPS[size]
   config.train.update(dict(
       objective="certainty_forcing",

@@ -40,6 +40,9 @@ With --config.train.teacher=NAME (certainty forcing, configs/distill.py) a
 causal member of the --export_dir set supplies its next-token
 distributions as the targets of each block's first masked position
 (`loading.teacher_log_probs`); the summary records it.
+
+With --config=configs/jacobi.py (Jacobi Forcing) the summary holds the
+manifest of the --config.data.jacobi_set it trained on.
 """
 
 import json
@@ -162,6 +165,10 @@ def main(argv):
     if config.data.get("distillation_set"):  # its compute counts too
       summary["distillation_set"] = self_distillation.read_distillation_set(
           config.data.distillation_set)[1]
+    if config.data.get("jacobi_set"):  # so does the Jacobi states'
+      summary["jacobi_set"] = self_distillation.read_set(
+          config.data.jacobi_set, [], "data.jacobi_set",
+          "experiments/jacobi_data.py")[1]
   except (ValueError, OSError) as e:  # CheckpointError, CheckpointWriteError
     sys.exit(f"error: {e}")
   print(json.dumps(summary, indent=2))

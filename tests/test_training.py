@@ -279,7 +279,7 @@ BAD_INPUTS = [
               train__weight_decay=-0.1),
     train_row(r"train.grad_clip_norm=0.0 must be a number in \(0.0, inf\)",
               train__grad_clip_norm=0.0),
-    train_row(r"train.objective='gpt'; allowed: \('ar', 'mdlm', 'bd3lm', 'certainty_forcing', 'uniform', 'translation_ar', 'cmlm', 'ctc'\)",
+    train_row(r"train.objective='gpt'; allowed: \('ar', 'mdlm', 'bd3lm', 'certainty_forcing', 'jacobi_forcing', 'uniform', 'translation_ar', 'cmlm', 'ctc'\)",
               train__objective="gpt"),
     train_row(r"train.block_length=5 must be an integer in \[1, 256\] "
               r"dividing data.seq_len=256", train__objective="bd3lm",

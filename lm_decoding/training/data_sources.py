@@ -6,6 +6,10 @@
   text          the packed corpus (`pipeline`), by the data kind of the
                 objective's registry entry (`registry.Objective.data`);
   distillation  a teacher's continuations (`self_distillation`);
+  jacobi        Jacobi states beside their fixed points, [state row |
+                block targets] rows of 2 data.seq_len
+                (`jacobi_trajectories`; validation: the corpus's rows
+                beside an empty block);
   pairs         the laid-out verse pairs (`parallel_text.layout`);
   task          the rows [prompt (P) | answer (T)] of an exact-answer task
                 (`data.tasks`), held in memory by the caller (`task_rows`,
@@ -33,6 +37,8 @@ from lm_decoding.data import pipeline
 from lm_decoding.data.tokenizer import MIN_VOCAB_SIZE
 from lm_decoding.parallel import multihost
 from lm_decoding.parallel import sharding
+from lm_decoding.special_tokens import PAD_ID
+from lm_decoding.training import jacobi_trajectories
 from lm_decoding.training import self_distillation
 from lm_decoding.training.objectives import registry
 
@@ -98,7 +104,25 @@ def distillation(config: ml_collections.ConfigDict, data_dir: str):
   return corpus, rows[:, :seq_len], valid
 
 
-SOURCES = {"text": text, "distillation": distillation, "pairs": pairs}
+def jacobi(config: ml_collections.ConfigDict, data_dir: str):
+  """(corpus, train int32[S, 2 L], valid int32[R', 2 L]), L =
+  data.seq_len: the pairs [state row | block targets] of the Jacobi state
+  set data.jacobi_set (`jacobi_trajectories.read_forcing_pairs`), and the
+  corpus's validation rows, each beside an empty block [row | PAD], whose
+  measure is the AR perplexity of the rows (`objectives.jacobi_forcing`).
+
+  Raises:
+    ValueError: as `jacobi_trajectories.read_forcing_pairs`.
+  """
+  corpus, _, valid = text(config, data_dir)
+  pairs = jacobi_trajectories.read_forcing_pairs(config.data.jacobi_set,
+                                                 config.data.seq_len)
+  return corpus, pairs, np.concatenate(
+      [valid, np.full_like(valid, PAD_ID)], 1)
+
+
+SOURCES = {"text": text, "distillation": distillation, "pairs": pairs,
+           "jacobi": jacobi}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,18 +160,21 @@ def task_rows(name: str, vocab_size: int, train: np.ndarray,
   return (data, np.asarray(train, np.int32), np.asarray(valid, np.int32))
 
 
-def given_rows(data: tuple, seq_len: int) -> tuple:
+def given_rows(data: tuple, seq_len: int, row_parts: int = 1) -> tuple:
   """`data` (a triple `task_rows` made, passed as `train.train(data=)`),
-  checked against the config's `seq_len`.
+  checked against the config's `seq_len` and its objective's
+  `registry.Objective.row_parts`.
 
   Raises:
-    ValueError: rows of another width than `seq_len` (a task's prompt +
-      answer).
+    ValueError: rows not `row_parts` x `seq_len` wide (a task's prompt +
+      answer; a 'jacobi_forcing' pair: 2 seq_len).
   """
-  width = np.shape(data[1])[1]
-  if width != seq_len:
+  width, row_width = np.shape(data[1])[1], row_parts * seq_len
+  if width != row_width:
+    what = (" (a task's prompt + answer)" if row_parts == 1
+            else f": its objective's rows hold {row_parts} x {seq_len}")
     raise ValueError(f"the rows passed (data=) are {width} tokens wide; "
-                     f"data.seq_len={seq_len} (a task's prompt + answer)")
+                     f"data.seq_len={seq_len}{what}")
   return data
 
 
@@ -221,10 +248,12 @@ def check(config: ml_collections.ConfigDict) -> None:
     ValueError: naming the key: data.vocab_size not an integer >= the
       tokenizer's minimum (a task: >= 1); data.eos_fill not True or False
       (when present), or True without a data.distillation_set its objective
-      reads; data.format unknown; data.path missing; data.targets
-      not in `parallel_text.TARGETS`; for a task, train.prompt_length not in
-      [1, data.seq_len - 1].
+      reads; data.jacobi_set not a non-empty string where
+      train.objective reads it (`_check_jacobi_set`); data.format unknown;
+      data.path missing; data.targets not in `parallel_text.TARGETS`; for a
+      task, train.prompt_length not in [1, data.seq_len - 1].
   """
+  _check_jacobi_set(config)
   eos_fill = config.data.get("eos_fill")
   if eos_fill is not None and not isinstance(eos_fill, bool):
     raise ValueError(f"data.eos_fill={eos_fill!r} must be True or False")
@@ -258,3 +287,22 @@ def check(config: ml_collections.ConfigDict) -> None:
   if targets not in parallel_text.TARGETS:
     raise ValueError(f"data.targets={targets!r}; allowed: "
                      f"{parallel_text.TARGETS}")
+
+
+def _check_jacobi_set(config: ml_collections.ConfigDict) -> None:
+  """Raises ValueError naming data.jacobi_set unless it is a non-empty
+  string for an objective of data kind 'jacobi' and absent or '' for the
+  others."""
+  path = config.data.get("jacobi_set")
+  if config.data.get("source") == TASK:
+    reader = False
+  else:
+    reader = registry.of_config(config).data == "jacobi"
+  if reader and not (isinstance(path, str) and path):
+    raise ValueError(f"data.jacobi_set={path!r} must name the folder "
+                     "experiments/jacobi_data.py wrote (train.objective="
+                     f"{config.train.objective!r} trains on it)")
+  if not reader and path:
+    raise ValueError(f"data.jacobi_set={path!r} is read by train.objective "
+                     "'jacobi_forcing' only; got "
+                     f"{config.train.objective!r}")

@@ -114,7 +114,7 @@ def check_resume(checkpoints: Checkpoints, fingerprint: dict) -> bool:
 # cross-entropy, entropy and the fraction of masked tokens already right,
 # and with a teacher the cross-entropy against it at the block anchors.
 LOSS_TERMS = ("replaced", "ce", "entropy", "correct", "teacher_ce",
-              "view_ce")
+              "view_ce", "ar_ce")
 
 
 def step_record(done: int, loss: float, metrics: dict, seconds: float,

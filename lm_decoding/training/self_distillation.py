@@ -112,10 +112,52 @@ def teacher_continuations(decoder, teacher: Model, prefixes_RxP: np.ndarray,
   return np.concatenate([prefixes_RxP, np.concatenate(out)], axis=1)
 
 
+def write_set(out_dir: str | pathlib.Path, arrays: dict[str, np.ndarray],
+              manifest: dict) -> pathlib.Path:
+  """Writes each of `arrays` ({name: array}) as `<name>.npy` and `manifest`
+  (plus 'arrays': their names) as `manifest.json` into `out_dir` (created):
+  the folder layout of every set written here (distillation, Jacobi
+  states).
+
+  Returns:
+    `out_dir` as a path.
+  """
+  out = pathlib.Path(out_dir)
+  out.mkdir(parents=True, exist_ok=True)
+  for name, array in arrays.items():
+    np.save(out / f"{name}.npy", np.asarray(array))
+  manifest = {**manifest, "arrays": sorted(arrays)}
+  (out / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
+  return out
+
+
+def read_set(path: str | pathlib.Path, names, what: str, writer: str
+             ) -> tuple[dict[str, np.ndarray], dict]:
+  """({name: array}, manifest) of the set `write_set` wrote at `path`.
+
+  Args:
+    path: the folder.
+    names: the arrays to read (`<name>.npy` each).
+    what: how the error names the folder (a config key or a flag).
+    writer: the script that writes such a set (named in the error).
+  Raises:
+    ValueError: `path` holds no `manifest.json` or one of the arrays.
+  """
+  path = pathlib.Path(path)
+  files = [MANIFEST_FILE] + [f"{name}.npy" for name in names]
+  missing = [f for f in files if not (path / f).is_file()]
+  if missing:
+    raise ValueError(f"{what}={str(path)!r} holds no {' and '.join(missing)} "
+                     f"(write it with {writer})")
+  arrays = {name: np.load(path / f"{name}.npy") for name in names}
+  return arrays, json.loads((path / MANIFEST_FILE).read_text())
+
+
 def write_distillation_set(out_dir: str | pathlib.Path, tokens_RxL: np.ndarray,
                            manifest: dict) -> pathlib.Path:
   """Writes `tokens.npy` (int32[R, L]) and `manifest.json` (`manifest` plus
-  'rows' and 'tokens', the non-PAD count) into `out_dir` (created).
+  'rows' and 'tokens', the non-PAD count) into `out_dir` (created;
+  `write_set`).
 
   Returns:
     `out_dir` as a path.
@@ -124,13 +166,9 @@ def write_distillation_set(out_dir: str | pathlib.Path, tokens_RxL: np.ndarray,
   """
   tokens_RxL = np.asarray(tokens_RxL, np.int32)
   _check_no_mask(tokens_RxL, f"the rows for {str(out_dir)!r}")
-  out = pathlib.Path(out_dir)
-  out.mkdir(parents=True, exist_ok=True)
-  np.save(out / TOKENS_FILE, tokens_RxL)
-  manifest = {**manifest, "rows": int(tokens_RxL.shape[0]),
-              "tokens": int((tokens_RxL != PAD_ID).sum())}
-  (out / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
-  return out
+  return write_set(out_dir, {TOKENS_FILE.removesuffix(".npy"): tokens_RxL}, {
+      **manifest, "rows": int(tokens_RxL.shape[0]),
+      "tokens": int((tokens_RxL != PAD_ID).sum())})
 
 
 def read_distillation_set(path: str | pathlib.Path
@@ -140,14 +178,39 @@ def read_distillation_set(path: str | pathlib.Path
   Raises:
     ValueError: `path` holds no such set, or a row holding MASK_ID.
   """
-  path = pathlib.Path(path)
-  if not (path / TOKENS_FILE).is_file() or not (path / MANIFEST_FILE).is_file():
-    raise ValueError(f"data.distillation_set={str(path)!r} holds no "
-                     f"{TOKENS_FILE} and {MANIFEST_FILE} (write it with "
-                     "experiments/distill_data.py)")
-  tokens_RxL = np.load(path / TOKENS_FILE).astype(np.int32)
+  arrays, manifest = read_set(path, [TOKENS_FILE.removesuffix(".npy")],
+                              "data.distillation_set",
+                              "experiments/distill_data.py")
+  tokens_RxL = arrays[TOKENS_FILE.removesuffix(".npy")].astype(np.int32)
   _check_no_mask(tokens_RxL, f"data.distillation_set={str(path)!r}")
-  return tokens_RxL, json.loads((path / MANIFEST_FILE).read_text())
+  return tokens_RxL, manifest
+
+
+def greedy_rows(tokens_RxL: np.ndarray, manifest: dict) -> np.ndarray:
+  """int32[R', L]: the rows of a distillation set (`read_distillation_set`)
+  that its greedy decoder wrote: the block of prefixes.count rows of the
+  manifest's decoder labelled 'temperature=<t>' with t greedy
+  (`temperature_labels`; `timed_continuations` writes one block of rows
+  per decoder, in the manifest's order).
+
+  Raises:
+    ValueError: the manifest names no greedy decoder, or its rows are not
+      decoders x prefixes.count.
+  """
+  labels = manifest.get("decoders", [])
+  count = manifest.get("prefixes", {}).get("count")
+  greedy = [i for i, label in enumerate(labels) if "temperature=" in label
+            and is_greedy(float(label.split("temperature=")[1].split()[0]))]
+  if not greedy:
+    raise ValueError(f"the distillation set's decoders {labels} hold no "
+                     "greedy one ('... temperature=0'); write one with "
+                     "experiments/distill_data.py --temperatures=0,...")
+  if not is_count(count) or len(tokens_RxL) != count * len(labels):
+    raise ValueError(f"the distillation set holds {len(tokens_RxL)} rows; "
+                     f"its manifest says {len(labels)} decoders x {count} "
+                     "prefixes")
+  return np.asarray(tokens_RxL[greedy[0] * count:(greedy[0] + 1) * count],
+                    np.int32)
 
 
 def _check_no_mask(tokens_RxL: np.ndarray, what: str) -> None:

@@ -197,14 +197,15 @@ class _Run:
   schedule: tuple  # ((from step, block length), ...)
   train_steps: dict  # block length -> the (compiled) train step
   eval_fn: Any
-  train_rows: np.ndarray  # int32[R, L]
+  train_rows: np.ndarray  # int32[R, parts x L] (`Objective.row_parts`)
+  row_parts: int  # the model's sequences in a row
   valid_batches: np.ndarray  # int32[n, B', L]
   step_flops: int | None
   peak_flops: float | None
 
   @property
   def tokens_per_step(self) -> int:
-    return self.batch_size * self.train_rows.shape[1]
+    return self.batch_size * self.train_rows.shape[1] // self.row_parts
 
   def ends_at(self, done: int, train_s: float) -> bool:
     """Whether the call stops after step `done`."""
@@ -267,7 +268,8 @@ def _plan(config: ml_collections.ConfigDict, workdir: str, data, data_dir,
   run_log.check_workdir(workdir)
   train_rows, valid_batches = data_sources.validation_batches(
       data_sources.training_data(config, data_dir) if data is None
-      else data_sources.given_rows(data, config.data.seq_len),
+      else data_sources.given_rows(data, config.data.seq_len,
+                                   entry.row_parts),
       train_cfg.batch_size, train_cfg.get("eval_batch_size"),
       train_cfg.eval_batches, progress and primary)
   shape, options = train_rows.shape, entry.options(config)
@@ -292,8 +294,9 @@ def _plan(config: ml_collections.ConfigDict, workdir: str, data, data_dir,
       log_path=os.path.join(workdir, "metrics.jsonl"), primary=primary,
       progress=progress and primary, mesh=mesh, rules=rules,
       schedule=schedule, train_steps=train_steps, eval_fn=eval_fn,
-      train_rows=train_rows, valid_batches=valid_batches,
-      step_flops=step_flops, peak_flops=peak_flops), (model_cfg, optimizer)
+      train_rows=train_rows, row_parts=entry.row_parts,
+      valid_batches=valid_batches, step_flops=step_flops,
+      peak_flops=peak_flops), (model_cfg, optimizer)
 
 
 def train(config: ml_collections.ConfigDict, workdir: str,

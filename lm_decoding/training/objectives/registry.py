@@ -29,6 +29,7 @@ import ml_collections
 
 from lm_decoding.checks import is_count, is_number
 from lm_decoding.training.objectives import ar, bd3lm, certainty_forcing
+from lm_decoding.training.objectives import jacobi_forcing
 from lm_decoding.training.objectives import mdlm, tasks, translation, uniform
 
 ConfigDict = ml_collections.ConfigDict
@@ -59,7 +60,9 @@ class Objective:
       over time), metrics holding 'nll' and 'tokens'.
     attention: the backbone's attention kind ('causal', 'bidirectional').
     data: 'text' (the packed corpus, rows of data.seq_len tokens),
-      'distillation' (a teacher's continuations, `data_sources`), 'pairs'
+      'distillation' (a teacher's continuations, `data_sources`), 'jacobi'
+      (Jacobi states beside their fixed points, `jacobi_trajectories`),
+      'pairs'
       (the verse pairs of `parallel_text.layout`) or 'task' (an
       exact-answer task's rows, given by the caller: `TASK_OBJECTIVES`).
     bound_name: what exp(validation loss) is: 'perplexity' or
@@ -68,6 +71,8 @@ class Objective:
     model_options: config -> backbone options the objective adds (CMLM's
       length head: length_classes).
     sequence_length: config -> the positions the model sees in training.
+    row_parts: the sequences of `sequence_length` a training row holds side
+      by side (2 for 'jacobi_forcing': [inputs | targets]; else 1).
     optional_keys: the optional config keys ('section.key') it accepts.
     blocks: whether `loss` and `bound` take a `block_length` (BD3-LM's
       train.block_length, or the block length of train.block_schedule at
@@ -83,6 +88,7 @@ class Objective:
   options: Callable[[ConfigDict], dict] = _no_options
   model_options: Callable[[ConfigDict], dict] = _no_options
   sequence_length: Callable[[ConfigDict], int] = _text_length
+  row_parts: int = 1
   optional_keys: tuple[str, ...] = ()
   blocks: bool = False
 
@@ -182,6 +188,14 @@ _ENTRIES = (
               bound_name="perplexity bound", options=_block_certainty_forcing,
               optional_keys=("model.token_shift", "train.complementary_masks"),
               blocks=True),
+    # Consistency training on the model's own Jacobi trajectories (CLLM),
+    # validated by the AR perplexity of the corpus's validation rows.
+    Objective("jacobi_forcing", jacobi_forcing.jacobi_forcing_loss,
+              jacobi_forcing.jacobi_forcing_bound, "causal", data="jacobi",
+              options=lambda c: {"consistency_weight": c.train.get(
+                  "consistency_weight", jacobi_forcing.CONSISTENCY_WEIGHT)},
+              row_parts=2,
+              optional_keys=("train.consistency_weight",)),
     Objective("uniform", uniform.uniform_loss, _uniform_bound,
               "bidirectional", bound_name="perplexity bound",
               optional_keys=("model.self_conditioning",)),
@@ -296,7 +310,8 @@ def check_options(config: ConfigDict) -> None:
   'causal_view' (it weighs that term alone); certainty forcing's
   train.prompt_length on text: an integer in [0, data.seq_len - 1];
   train.certainty_weight in [0, inf) and train.certainty_temperature in
-  (0, inf).
+  (0, inf); train.consistency_weight: a number in [0, inf), only for
+  'jacobi_forcing'.
 
   Raises:
     ValueError: naming the key, its allowed values and objectives.
@@ -328,6 +343,22 @@ def check_options(config: ConfigDict) -> None:
   except ValueError as e:  # name the config section
     raise ValueError(f"train.{e}") from e
   _check_certainty_forcing(config)
+  _check_consistency_weight(config)
+
+
+def _check_consistency_weight(config: ConfigDict) -> None:
+  """Checks train.consistency_weight when present (see `check_options`)."""
+  weight = config.train.get("consistency_weight")
+  if weight is None:
+    return
+  try:
+    jacobi_forcing.check_consistency_weight(weight)
+  except ValueError as e:  # name the config section
+    raise ValueError(f"train.{e}") from e
+  allowed = accepting("train.consistency_weight")
+  if config.train.objective not in allowed:
+    raise ValueError(f"train.consistency_weight applies to train.objective "
+                     f"in {allowed}; got {config.train.objective!r}")
 
 
 def _check_certainty_forcing(config: ConfigDict) -> None:
@@ -466,7 +497,8 @@ def fingerprint(config: ConfigDict) -> dict:
   if scheduled is not None:
     out["scheduled_sampling"] = list(scheduled)
   for key in ("init_from", "complementary_masks", "mask_order",
-              "anneal_steps", "block_schedule", "prompt_length"):
+              "anneal_steps", "block_schedule", "prompt_length",
+              "consistency_weight"):
     if config.train.get(key) is not None:
       out[key] = config.train[key]
   if config.train.get("teacher"):  # absent or '': no teacher

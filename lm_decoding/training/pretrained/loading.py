@@ -33,7 +33,8 @@ from lm_decoding.training.pretrained.recipes import (
 # What a parent may differ in from the model adapted from it.
 _PARENT_MAY_DIFFER = ("model.token_shift", "data.seq_len",
                       # a student's own data, and how its rows end
-                      "data.distillation_set", "data.eos_fill")
+                      "data.distillation_set", "data.eos_fill",
+                      "data.jacobi_set")
 
 
 def _sections(config: ml_collections.ConfigDict) -> dict:
