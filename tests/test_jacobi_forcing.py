@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from lm_decoding.config_reference import load_config
+from lm_decoding.data import pipeline
 from lm_decoding.decoding.base import make_decoder
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.models import Model, TransformerConfig
@@ -343,3 +344,55 @@ def test_one_step_trains_and_jacobi_stays_lossless(tmp_path):
                           jax.random.key(0))
   np.testing.assert_array_equal(drafted.tokens, reference.tokens)
   assert data_sources.given_rows(data, 16, 2) is data
+
+
+# --- Review: inputs refused before any work, sets of another model, and
+# sets written so that a stopped write is never read. ----------------------
+
+
+@pytest.mark.parametrize("failing", ["block_starts", "clean", "manifest"])
+def test_a_stopped_rewrite_of_a_set_is_never_read(failing, tmp_path,
+                                                  monkeypatch):
+  """Writing a set over an older one and stopping part way (a full disk,
+  ^C) leaves a folder that reading refuses, never the old manifest beside
+  some new arrays."""
+  rows = successor_row(5, 12)[None]
+  out = jt.jacobi_states(SUCCESSOR, None, jnp.asarray(rows), prompt_length=4,
+                         block_length=4, num_blocks=2)
+  picked = jt.sample_states(out.live, 2, seed=0)
+  old = {"tokens": jt.state_rows(rows, out, *picked),
+         "block_starts": np.asarray(out.starts)[picked[1]].astype(np.int32),
+         "row_index": picked[0].astype(np.int32), "clean": rows}
+  path = tmp_path / "states"
+  sd.write_set(path, old, {"block_length": 4})
+  new = dict(old, tokens=old["tokens"][:1], block_starts=old["block_starts"][
+      :1] + 1, row_index=old["row_index"][:1])
+  real_save, real_write = np.save, pathlib.Path.write_text
+  real_atomic = pipeline.write_atomic
+
+  def full_disk(path):
+    if failing in pathlib.Path(str(getattr(path, "name", path))).name:
+      raise OSError("No space left on device")
+
+  def save(file, *args, **kwargs):
+    full_disk(file)
+    return real_save(file, *args, **kwargs)
+
+  def write_text(self, *args, **kwargs):
+    full_disk(self)
+    return real_write(self, *args, **kwargs)
+
+  def write_atomic(path, data):
+    full_disk(path)
+    return real_atomic(path, data)
+
+  monkeypatch.setattr(np, "save", save)
+  monkeypatch.setattr(pathlib.Path, "write_text", write_text)
+  monkeypatch.setattr(pipeline, "write_atomic", write_atomic)
+  with pytest.raises(OSError):
+    sd.write_set(path, new, {"block_length": 4})
+  monkeypatch.undo()
+  with pytest.raises(ValueError, match="holds no manifest.json"):
+    jt.read_forcing_pairs(path, 12)
+  sd.write_set(path, new, {"block_length": 4})  # a rewrite then succeeds
+  assert len(jt.read_forcing_pairs(path, 12)) == 1

@@ -11,6 +11,7 @@ after an EOS, saved as `tokens.npy` int32[R, P + T] beside `manifest.json`
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import pathlib
@@ -117,17 +118,25 @@ def write_set(out_dir: str | pathlib.Path, arrays: dict[str, np.ndarray],
   """Writes each of `arrays` ({name: array}) as `<name>.npy` and `manifest`
   (plus 'arrays': their names) as `manifest.json` into `out_dir` (created):
   the folder layout of every set written here (distillation, Jacobi
-  states).
+  states). The old manifest goes first and the new one is written last,
+  each file atomically, so a stopped write leaves no readable set.
 
   Returns:
     `out_dir` as a path.
   """
   out = pathlib.Path(out_dir)
   out.mkdir(parents=True, exist_ok=True)
+  # No set until the new manifest is in place: a write stopped part way
+  # leaves a folder `read_set` refuses, never an old manifest beside some
+  # new arrays. Each file is replaced atomically.
+  (out / MANIFEST_FILE).unlink(missing_ok=True)
   for name, array in arrays.items():
-    np.save(out / f"{name}.npy", np.asarray(array))
+    buffer = io.BytesIO()
+    np.save(buffer, np.asarray(array))
+    pipeline.write_atomic(out / f"{name}.npy", buffer.getvalue())
   manifest = {**manifest, "arrays": sorted(arrays)}
-  (out / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
+  pipeline.write_atomic(out / MANIFEST_FILE,
+                        (json.dumps(manifest, indent=2) + "\n").encode())
   return out
 
 
