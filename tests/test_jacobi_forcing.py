@@ -350,6 +350,30 @@ def test_one_step_trains_and_jacobi_stays_lossless(tmp_path):
 # sets written so that a stopped write is never read. ----------------------
 
 
+class RefusingLogitsFn:
+  """A model that must not run (identity-hashed: each instance traces anew)."""
+
+  def __call__(self, *args, **kwargs):
+    raise AssertionError("the model ran before the options were checked")
+
+
+@pytest.mark.parametrize("per_block, seed, match", [
+    (0, 0, r"states_per_block=0 must be an integer >= 1"),
+    (-2, 0, r"states_per_block=-2 must be an integer >= 1"),
+    (1.5, 0, r"states_per_block=1.5 must be an integer >= 1"),
+    (1, -1, r"seed=-1 must be an integer >= 0"),
+    (1, 0.5, r"seed=0.5 must be an integer >= 0"),
+    (1, True, r"seed=True must be an integer >= 0"),
+])
+def test_state_set_refuses_its_options_before_running_the_model(
+    per_block, seed, match):
+  rows = successor_row(5, 12)[None]
+  with pytest.raises(ValueError, match=match):
+    jt.state_set(RefusingLogitsFn(), None, rows, prompt_length=4,
+                 block_length=4, num_blocks=2, per_block=per_block,
+                 seed=seed, batch_size=1)
+
+
 @pytest.mark.parametrize("failing", ["block_starts", "clean", "manifest"])
 def test_a_stopped_rewrite_of_a_set_is_never_read(failing, tmp_path,
                                                   monkeypatch):

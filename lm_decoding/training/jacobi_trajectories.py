@@ -197,6 +197,15 @@ jitted_states = jax.jit(
                      "pad_id"))
 
 
+def check_state_options(per_block, seed, batch_size: int = 1) -> None:
+  """Raises ValueError naming the option unless states_per_block and
+  batch_size are integers >= 1 and seed one >= 0 (`state_set`)."""
+  for name, value, least in (("states_per_block", per_block, 1),
+                             ("seed", seed, 0), ("batch_size", batch_size, 1)):
+    if not is_count(value, least):
+      raise ValueError(f"{name}={value!r} must be an integer >= {least}")
+
+
 def sample_states(live_RxKxJ: np.ndarray, per_block: int, seed: int
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """(row int64[S], block int64[S], state int64[S]): up to `per_block` of
@@ -204,10 +213,9 @@ def sample_states(live_RxKxJ: np.ndarray, per_block: int, seed: int
   `numpy.random.default_rng(seed)`, in (row, block, state) order.
 
   Raises:
-    ValueError: per_block below 1.
+    ValueError: as `check_state_options`.
   """
-  if not is_count(per_block):
-    raise ValueError(f"states_per_block={per_block!r} must be an integer >= 1")
+  check_state_options(per_block, seed)
   live_RxKxJ = np.asarray(live_RxKxJ, bool)
   draw = np.random.default_rng(seed).random(live_RxKxJ.shape)
   draw[~live_RxKxJ] = np.inf
@@ -302,11 +310,13 @@ def state_set(logits_fn, params, rows_RxL: np.ndarray, *, prompt_length: int,
       mean trajectory length J, the blocks that took all n, and those
       whose g^n is not y* (`Trajectories.converged`)).
   Raises:
-    ValueError: batch_size or per_block below 1, or as `jacobi_states`.
+    ValueError: as `check_state_options` or `jacobi_states`, before the
+      model runs.
   """
-  if not is_count(batch_size):
-    raise ValueError(f"batch_size={batch_size!r} must be an integer >= 1")
+  check_state_options(per_block, seed, batch_size)  # before any forward
   rows_RxL = np.asarray(rows_RxL, np.int32)
+  starts = block_starts(prompt_length, block_length, num_blocks,
+                        rows_RxL.shape[-1])
   parts = []
   for first in range(0, len(rows_RxL), batch_size):
     chunk = rows_RxL[first:first + batch_size]
@@ -317,8 +327,6 @@ def state_set(logits_fn, params, rows_RxL: np.ndarray, *, prompt_length: int,
                         block_length=block_length, num_blocks=num_blocks)
     parts.append(jax.tree.map(lambda a, n=len(chunk): np.asarray(a)[:n],
                               (out.states, out.live, out.converged)))
-  starts = block_starts(prompt_length, block_length, num_blocks,
-                        rows_RxL.shape[1])
   trajectories = Trajectories(
       states=np.concatenate([p[0] for p in parts]),
       live=np.concatenate([p[1] for p in parts]), starts=starts,
