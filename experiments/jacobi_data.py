@@ -54,6 +54,39 @@ _SEED = flags.DEFINE_integer("seed", 0, "Which states are kept.")
 _OUT = flags.DEFINE_string("out", None, "Output folder.", required=True)
 
 
+def check_flags(rows, data_manifest: dict) -> None:
+  """Raises ValueError naming the flag: --num_rows outside [1, the set's
+  greedy rows]; --model not the teacher that wrote --distillation_set
+  (its states would not reach the rows: another model's greedy text);
+  the blocks, --states_per_block, --seed or --batch_size out of range
+  (`jacobi_trajectories.block_starts`, `check_state_options`)."""
+  if not 1 <= _NUM_ROWS.value <= len(rows):
+    raise ValueError(f"--num_rows={_NUM_ROWS.value} must be in [1, "
+                     f"{len(rows)}] (the set's greedy rows)")
+  teacher = data_manifest.get("teacher")
+  if teacher != _MODEL.value:
+    raise ValueError(f"--model={_MODEL.value!r} is not the teacher of "
+                     f"--distillation_set ({teacher!r}): the rows must be "
+                     "--model's own greedy continuations")
+  jacobi_trajectories.block_starts(
+      data_manifest["prompt_length"], _BLOCK_LENGTH.value, _NUM_BLOCKS.value,
+      rows.shape[1])
+  jacobi_trajectories.check_state_options(
+      _STATES_PER_BLOCK.value, _SEED.value, _BATCH_SIZE.value)
+
+
+def check_teacher_export(data_manifest: dict) -> None:
+  """Raises ValueError unless --model of --set_dir is the export that wrote
+  --distillation_set (the member's commit is the set's teacher_commit,
+  where both are recorded)."""
+  commit = recipes.read_manifest(_MODEL.value, _SET_DIR.value).get("commit")
+  written = data_manifest.get("teacher_commit")
+  if commit and written and commit != written:
+    raise ValueError(f"--model={_MODEL.value!r} of --set_dir={_SET_DIR.value}"
+                     f" was exported at {commit}; --distillation_set was "
+                     f"written by the one exported at {written}")
+
+
 def main(argv):
   del argv
   logging.set_verbosity(logging.FATAL)  # orbax's restore chatter
@@ -62,9 +95,8 @@ def main(argv):
     tokens, data_manifest = self_distillation.read_distillation_set(
         _DISTILLATION_SET.value)
     rows = self_distillation.greedy_rows(tokens, data_manifest)
-    if not 1 <= _NUM_ROWS.value <= len(rows):
-      raise ValueError(f"--num_rows={_NUM_ROWS.value} must be in [1, "
-                       f"{len(rows)}] (the set's greedy rows)")
+    check_flags(rows, data_manifest)  # before the model loads
+    check_teacher_export(data_manifest)
     recipe, params = store.load_stored(_MODEL.value, _SET_DIR.value)
     logits_fn = make_logits_fn(train.model_config(recipe))
     if logits_fn.config.attention != "causal":

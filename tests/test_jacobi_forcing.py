@@ -6,6 +6,7 @@ on the trained model."""
 from __future__ import annotations
 
 import dataclasses
+import re
 import pathlib
 import types
 
@@ -372,6 +373,62 @@ def test_state_set_refuses_its_options_before_running_the_model(
     jt.state_set(RefusingLogitsFn(), None, rows, prompt_length=4,
                  block_length=4, num_blocks=2, per_block=per_block,
                  seed=seed, batch_size=1)
+
+
+def fake_distillation_set(path, teacher="ar"):
+  """A distillation set of 2 greedy rows [prefix (4) | 8 tokens]."""
+  tokens = np.tile(successor_row(5, 12), (4, 1))
+  sd.write_distillation_set(path, tokens, {
+      "teacher": teacher, "decoders": ["ar temperature=1",
+                                       "ar temperature=0"],
+      "prompt_length": 4, "prefixes": {"count": 2}})
+  return path
+
+
+def run_jacobi_data(flags):
+  import subprocess
+  import sys
+  script = pathlib.Path(__file__).parents[1] / "experiments" / "jacobi_data.py"
+  proc = subprocess.run([sys.executable, str(script), *flags],
+                        capture_output=True, text=True, timeout=120,
+                        cwd=script.parents[1])
+  return proc.returncode, [line for line in (proc.stdout + proc.stderr
+                                             ).splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--states_per_block=0"], r"states_per_block=0 must be an integer >= 1"),
+    (["--seed=-3"], r"seed=-3 must be an integer >= 0"),
+    (["--batch_size=0"], r"batch_size=0 must be an integer >= 1"),
+    (["--num_blocks=3"], r"3 blocks of 4 after a prefix of 4 end at 16; the "
+                         r"rows hold 12 tokens \(num_blocks <= 2\)"),
+    (["--model=draft_small"], r"--model='draft_small' is not the teacher of "
+                              r"--distillation_set .*'ar'"),
+], ids=["states-per-block", "seed", "batch-size", "num-blocks", "teacher"])
+def test_jacobi_data_refuses_flags_before_loading_and_writes_nothing(
+    flags, message, tmp_path):
+  """One line naming the flag, exit != 0, before the model is loaded (the
+  --set_dir does not exist), and no --out folder."""
+  greedy = fake_distillation_set(tmp_path / "greedy")
+  out = tmp_path / "out"
+  code, lines = run_jacobi_data([
+      f"--set_dir={tmp_path / 'no_such_set'}", f"--distillation_set={greedy}",
+      "--num_rows=2", "--num_blocks=2", "--block_length=4", f"--out={out}",
+      *flags])
+  assert code != 0 and len(lines) == 1, lines
+  assert re.search(message, lines[0]), lines[0]
+  assert not out.exists()
+
+
+def test_state_set_of_another_model_is_refused(tmp_path):
+  """A distillation set another member wrote: refused by its manifest."""
+  greedy = fake_distillation_set(tmp_path / "greedy", teacher="draft_small")
+  code, lines = run_jacobi_data([
+      f"--set_dir={tmp_path / 'no_such_set'}", f"--distillation_set={greedy}",
+      "--model=ar", "--num_rows=2", "--num_blocks=2", "--block_length=4",
+      f"--out={tmp_path / 'out'}"])
+  assert code != 0 and len(lines) == 1, lines
+  assert "--model='ar' is not the teacher of --distillation_set" in lines[0]
 
 
 @pytest.mark.parametrize("failing", ["block_starts", "clean", "manifest"])
