@@ -6,6 +6,7 @@ on the trained model."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import pathlib
 import types
@@ -477,3 +478,109 @@ def test_a_stopped_rewrite_of_a_set_is_never_read(failing, tmp_path,
     jt.read_forcing_pairs(path, 12)
   sd.write_set(path, new, {"block_length": 4})  # a rewrite then succeeds
   assert len(jt.read_forcing_pairs(path, 12)) == 1
+
+
+def reference_states(logits_fn, params, row, prompt_length, n, num_blocks):
+  """Per block, the list of its states g^0 .. g^{J-1}: one row, one forward
+  per iteration, loops only (the module docstring, read literally)."""
+  eos = [t for t in range(prompt_length, len(row)) if row[t] == EOS_ID]
+  first_eos = eos[0] if eos else len(row)
+  blocks = []
+  for k in range(num_blocks):
+    s = prompt_length + k * n
+    target, guess, states = row[s:s + n], np.zeros(n, np.int32), []
+    while (row[s] != PAD_ID and s <= first_eos and len(states) < n
+           and not all(g == y or y == PAD_ID for g, y in zip(guess, target))):
+      states.append(guess)
+      inputs = np.concatenate([row[:s], guess])[None]
+      logits = np.asarray(logits_fn(params, jnp.asarray(inputs), jnp.arange(
+          inputs.shape[1])[None]).logits)[0]
+      guess = np.array([logits[s + i - 1].argmax() for i in range(n)])
+    blocks.append(states)
+  return blocks
+
+
+@pytest.mark.parametrize("vocab, geometry", [
+    (32, (3, 4, 3)), (8, (3, 2, 6)), (8, (4, 5, 2)), (32, (3, 1, 12)),
+    (8, (3, 12, 1))])
+def test_states_equal_a_slow_reference_with_ends_and_foreign_rows(vocab,
+                                                                  geometry):
+  """Random 1-layer models (vocab 8 emits EOS and PAD by itself); rows: the
+  model's greedy ones, one ended early by an EOS, one with an EOS in the
+  prefix, one of another model."""
+  prompt_length, n, num_blocks = geometry
+  logits_fn, params = tiny_model(vocab=vocab, max_len=24)
+  prefixes = np.asarray(jax.random.randint(jax.random.key(vocab), (4, 3), 1,
+                                           vocab))
+  rows = greedy_rows(logits_fn, params, prefixes, 15)
+  rows[1, 7], rows[1, 8:] = EOS_ID, PAD_ID
+  rows[2, 1] = EOS_ID
+  rows[3, 3:] = np.arange(12) % (vocab - 5) + 5
+  out = jt.jacobi_states(logits_fn, params, jnp.asarray(rows),
+                         prompt_length=prompt_length, block_length=n,
+                         num_blocks=num_blocks)
+  live, states = np.asarray(out.live), np.asarray(out.states)
+  for r, row in enumerate(rows):
+    expected = reference_states(logits_fn, params, row, prompt_length, n,
+                                num_blocks)
+    for k, block in enumerate(expected):
+      assert live[r, k].sum() == len(block) and live[r, k, :len(block)].all()
+      np.testing.assert_array_equal(states[r, k, :len(block)],
+                                    np.reshape(block, (-1, n)))
+
+
+@pytest.mark.parametrize("size", ["tiny", "base"])
+def test_config_validates_on_ars_own_rows(size):
+  """configs/jacobi.py keeps `ar`'s data and its validation batches."""
+  from lm_decoding.training.pretrained import member_recipes
+  jacobi = load_config(JACOBI, size)
+  parent = member_recipes.sized_member(JACOBI, size, "ar")
+  assert jacobi.train.eval_batch_size == (
+      parent.train.get("eval_batch_size") or parent.train.batch_size)
+  assert jacobi.train.eval_batches == parent.train.eval_batches
+  assert jacobi.data.to_dict() == dict(parent.data.to_dict(), jacobi_set="")
+  assert jacobi.model.to_dict() == parent.model.to_dict()
+
+
+def shrunk(config, batch_size):
+  config.model.update(dict(d_model=32, num_layers=1, num_heads=2,
+                           num_kv_heads=2, head_dim=16, mlp_dim=64,
+                           max_len=16))
+  config.data.update(dict(vocab_size=512, seq_len=16))
+  config.train.update(dict(num_steps=2, batch_size=batch_size, eval_every=1,
+                           checkpoint_every=1, warmup_steps=0,
+                           eval_batches=2, init_from=""))
+  return config
+
+
+def test_step_zero_validation_is_ars_own_and_a_run_resumes_exactly(tmp_path):
+  """From the same parameters, step 0's validation loss of a jacobi_forcing
+  run is the one an `ar` run logs (the same corpus rows, batches, measure);
+  a run stopped after step 1 and resumed ends with the same parameters as
+  one that was not."""
+  from lm_decoding.training.pretrained import member_recipes
+  data_dir = tmp_path / "data"
+  ar_config = shrunk(member_recipes.sized_member(JACOBI, "tiny", "ar"), 4)
+  params = stubs.random_params(train.model_config(ar_config))
+  rows = np.tile(successor_row(5, 16), (2, 1))
+  sd.write_set(tmp_path / "states", {
+      "tokens": rows, "block_starts": np.array([4, 8], np.int32),
+      "row_index": np.array([0, 1], np.int32), "clean": rows},
+      {"block_length": 4})
+  config = shrunk(load_config(JACOBI), 2)
+  config.data.jacobi_set = str(tmp_path / "states")
+  config.train.eval_batch_size = ar_config.train.batch_size
+  step0 = []
+  for c, name in ((ar_config, "ar"), (config, "jacobi")):
+    train.train(c, str(tmp_path / name), progress=False,
+                data_dir=str(data_dir), init_params=params)
+    with open(tmp_path / name / "metrics.jsonl") as f:
+      step0.append(json.loads(f.readline())["valid_loss"])
+  assert step0[0] == step0[1]
+  train.train(config, str(tmp_path / "resumed"), progress=False,
+              data_dir=str(data_dir), init_params=params, stop_at=1)
+  train.train(config, str(tmp_path / "resumed"), progress=False,
+              data_dir=str(data_dir), init_params=params)
+  straight = store.load_trained_params(config, str(tmp_path / "jacobi"))
+  resumed = store.load_trained_params(config, str(tmp_path / "resumed"))
+  jax.tree.map(np.testing.assert_array_equal, straight, resumed)
