@@ -584,3 +584,18 @@ def test_step_zero_validation_is_ars_own_and_a_run_resumes_exactly(tmp_path):
   straight = store.load_trained_params(config, str(tmp_path / "jacobi"))
   resumed = store.load_trained_params(config, str(tmp_path / "resumed"))
   jax.tree.map(np.testing.assert_array_equal, straight, resumed)
+
+
+def test_a_set_of_another_kind_in_the_same_folder_is_not_read(tmp_path):
+  """A distillation set written over a Jacobi state set leaves the state
+  set's other arrays behind: reading the folder as a state set is refused
+  (its manifest lists the arrays it wrote), not a mix of the two."""
+  rows = np.tile(successor_row(5, 16), (2, 1))
+  path = tmp_path / "set"
+  sd.write_set(path, {"tokens": rows, "block_starts": np.array([4, 8]),
+                      "row_index": np.array([0, 1]), "clean": rows},
+               {"block_length": 4})
+  sd.write_distillation_set(path, rows[:1], {"teacher": "ar"})
+  with pytest.raises(ValueError, match=r"data.jacobi_set=.* holds no "
+                     r"block_starts.npy and row_index.npy and clean.npy"):
+    jt.read_forcing_pairs(path, 16)

@@ -150,16 +150,21 @@ def read_set(path: str | pathlib.Path, names, what: str, writer: str
     what: how the error names the folder (a config key or a flag).
     writer: the script that writes such a set (named in the error).
   Raises:
-    ValueError: `path` holds no `manifest.json` or one of the arrays.
+    ValueError: `path` holds no `manifest.json` or one of the arrays, or
+      its manifest's 'arrays' do not list it (another set's leftover).
   """
   path = pathlib.Path(path)
-  files = [MANIFEST_FILE] + [f"{name}.npy" for name in names]
-  missing = [f for f in files if not (path / f).is_file()]
+  manifest_file = path / MANIFEST_FILE
+  manifest = (json.loads(manifest_file.read_text())
+              if manifest_file.is_file() else {})
+  written = manifest.get("arrays")  # absent in sets written before it
+  missing = ([] if manifest_file.is_file() else [MANIFEST_FILE]) + [
+      f"{name}.npy" for name in names if not (path / f"{name}.npy").is_file()
+      or (written is not None and name not in written)]
   if missing:
     raise ValueError(f"{what}={str(path)!r} holds no {' and '.join(missing)} "
                      f"(write it with {writer})")
-  arrays = {name: np.load(path / f"{name}.npy") for name in names}
-  return arrays, json.loads((path / MANIFEST_FILE).read_text())
+  return {name: np.load(path / f"{name}.npy") for name in names}, manifest
 
 
 def write_distillation_set(out_dir: str | pathlib.Path, tokens_RxL: np.ndarray,
