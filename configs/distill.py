@@ -23,13 +23,15 @@ Usage:
 
 import ml_collections
 
+from lm_decoding.config_reference import load_sized
 from lm_decoding.training.pretrained import member_recipes
 
 _STEPS = {"tiny": 120, "base": 120}
 
 
 def get_config(size: str = "tiny") -> ml_collections.ConfigDict:
-  config = member_recipes.sized_member(__file__, size, "bd3lm16_from_ar")
+  config = member_recipes.member_configs(
+      load_sized(__file__, size))["bd3lm16_from_ar"]
   steps = _STEPS[size]
   config.train.update(dict(
       objective="certainty_forcing",

@@ -20,13 +20,15 @@ Usage (docs/jacobi_forcing.md):
 
 import ml_collections
 
+from lm_decoding.config_reference import load_sized
 from lm_decoding.training.pretrained import member_recipes
 
 _STEPS = {"tiny": 100, "base": 200}
 
 
 def get_config(size: str = "tiny") -> ml_collections.ConfigDict:
-  config = member_recipes.sized_member(__file__, size, "ar")
+  config = member_recipes.member_configs(
+      load_sized(__file__, size))["ar"]
   steps = _STEPS[size]
   config.train.update(dict(
       objective="jacobi_forcing",  # objectives/jacobi_forcing.py

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lm_decoding.config_reference import load_config
+from lm_decoding.config_reference import load_config, load_sized
 from lm_decoding.data import pipeline
 from lm_decoding.decoding.base import make_decoder
 from lm_decoding.decoding.sampling import SamplingConfig
@@ -534,7 +534,7 @@ def test_config_validates_on_ars_own_rows(size):
   """configs/jacobi.py keeps `ar`'s data and its validation batches."""
   from lm_decoding.training.pretrained import member_recipes
   jacobi = load_config(JACOBI, size)
-  parent = member_recipes.sized_member(JACOBI, size, "ar")
+  parent = member_recipes.member_configs(load_sized(JACOBI, size))["ar"]
   assert jacobi.train.eval_batch_size == (
       parent.train.get("eval_batch_size") or parent.train.batch_size)
   assert jacobi.train.eval_batches == parent.train.eval_batches
@@ -560,7 +560,7 @@ def test_step_zero_validation_is_ars_own_and_a_run_resumes_exactly(tmp_path):
   one that was not."""
   from lm_decoding.training.pretrained import member_recipes
   data_dir = tmp_path / "data"
-  ar_config = shrunk(member_recipes.sized_member(JACOBI, "tiny", "ar"), 4)
+  ar_config = shrunk(member_recipes.member_configs(load_sized(JACOBI, "tiny"))["ar"], 4)
   params = stubs.random_params(train.model_config(ar_config))
   rows = np.tile(successor_row(5, 16), (2, 1))
   sd.write_set(tmp_path / "states", {

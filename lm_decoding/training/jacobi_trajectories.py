@@ -55,7 +55,7 @@ SET_ARRAYS = ("tokens", "block_starts", "row_index", "clean")
 
 def block_starts(prompt_length: int, block_length: int, num_blocks: int,
                  length: int) -> np.ndarray:
-  """int32[K]: the block starts P, P + n, ..., P + (K - 1) n.
+  """int32[N]: the block starts P, P + n, ..., P + (N - 1) n.
 
   Raises:
     ValueError: P, n or K below 1, or the last block ending after `length`.
@@ -75,27 +75,27 @@ def block_starts(prompt_length: int, block_length: int, num_blocks: int,
       np.int32)
 
 
-def live_blocks(rows_RxL: jax.Array, starts_K, prompt_length: int,
+def live_blocks(rows_RxL: jax.Array, starts_N, prompt_length: int,
                 eos_id: int = EOS_ID, pad_id: int = PAD_ID) -> jax.Array:
-  """bool[R, K]: whether block k of row r is decoded: its first token is not
+  """bool[R, N]: whether block k of row r is decoded: its first token is not
   PAD and no EOS lies in row[P:s] (an EOS inside the prefix does not end it).
 
   Args:
     rows_RxL: int32[R, L] rows [prefix | greedy continuation, PAD after EOS].
-    starts_K: int32[K] block starts (`block_starts`), each < L.
+    starts_N: int32[N] block starts (`block_starts`), each < L.
     prompt_length: P.
   """
-  starts_K = jnp.asarray(starts_K)
+  starts_N = jnp.asarray(starts_N)
   index_L = jnp.arange(rows_RxL.shape[1])
   eos_RxL = (rows_RxL == eos_id) & (index_L >= prompt_length)[None]
   first_eos_R = jnp.where(eos_RxL.any(1), jnp.argmax(eos_RxL, 1),
                           rows_RxL.shape[1])
-  return ((rows_RxL[:, starts_K] != pad_id)
-          & (starts_K[None, :] <= first_eos_R[:, None]))
+  return ((rows_RxL[:, starts_N] != pad_id)
+          & (starts_N[None, :] <= first_eos_R[:, None]))
 
 
 def jacobi_iteration(logits_fn, params, rows_RxL: jax.Array, start: int,
-                     guess_RxN: jax.Array) -> jax.Array:
+                     guess_RxW: jax.Array) -> jax.Array:
   """int32[R, n]: g^{j+1} of the block at `start` from the guess g^j: the
   argmax at positions start - 1 .. start + n - 2 of one uncached causal
   forward on [row[:start], guess] (module docstring).
@@ -105,41 +105,41 @@ def jacobi_iteration(logits_fn, params, rows_RxL: jax.Array, start: int,
     params: its parameters.
     rows_RxL: int32[R, L] the rows; row[:start] is the committed text.
     start: s >= 1, static.
-    guess_RxN: int32[R, n] g^j.
+    guess_RxW: int32[R, n] g^j.
   """
-  inputs_RxS = jnp.concatenate([rows_RxL[:, :start], guess_RxN], 1)
-  positions_RxS = jnp.broadcast_to(jnp.arange(inputs_RxS.shape[1]),
-                                   inputs_RxS.shape)
-  logits_RxSxV = logits_fn(params, inputs_RxS, positions_RxS).logits
-  block_RxNxV = logits_RxSxV[:, start - 1:start - 1 + guess_RxN.shape[1]]
-  return jnp.argmax(block_RxNxV, -1).astype(jnp.int32)
+  inputs_RxL = jnp.concatenate([rows_RxL[:, :start], guess_RxW], 1)
+  positions_RxL = jnp.broadcast_to(jnp.arange(inputs_RxL.shape[1]),
+                                   inputs_RxL.shape)
+  logits_RxLxV = logits_fn(params, inputs_RxL, positions_RxL).logits
+  block_RxWxV = logits_RxLxV[:, start - 1:start - 1 + guess_RxW.shape[1]]
+  return jnp.argmax(block_RxWxV, -1).astype(jnp.int32)
 
 
 def block_trajectory(logits_fn, params, rows_RxL: jax.Array, start: int,
                      block_length: int, pad_id: int = PAD_ID) -> jax.Array:
   """int32[R, n + 1, n]: g^0 .. g^n of the block at `start` (g^0 all PAD;
   n `jacobi_iteration`s), state j at [:, j]."""
-  guess_RxN = jnp.full((rows_RxL.shape[0], block_length), pad_id, jnp.int32)
+  guess_RxW = jnp.full((rows_RxL.shape[0], block_length), pad_id, jnp.int32)
 
   def iterate(guess, _):
     following = jacobi_iteration(logits_fn, params, rows_RxL, start, guess)
     return following, following
 
-  _, later_JxRxN = jax.lax.scan(iterate, guess_RxN, None,
+  _, later_KxRxW = jax.lax.scan(iterate, guess_RxW, None,
                                 length=block_length)
-  return jnp.concatenate([guess_RxN[None], later_JxRxN], 0).transpose(1, 0, 2)
+  return jnp.concatenate([guess_RxW[None], later_KxRxW], 0).transpose(1, 0, 2)
 
 
 @flax.struct.dataclass
 class Trajectories:
-  """The Jacobi states of R rows x K blocks (`jacobi_states`).
+  """The Jacobi states of R rows x N blocks (`jacobi_states`).
 
   Attributes:
-    states: int32[R, K, n, n] g^j of block k of row r at [r, k, j].
-    live: bool[R, K, n] whether g^j is a state of the trajectory (the block
+    states: int32[R, N, n, n] g^j of block k of row r at [r, k, j].
+    live: bool[R, N, n] whether g^j is a state of the trajectory (the block
       is live and g^0 .. g^j all differ from y*[s:s+n]).
-    starts: int32[K] the block starts.
-    converged: bool[R, K] whether the block is live and one of g^0 .. g^n
+    starts: int32[N] the block starts.
+    converged: bool[R, N] whether the block is live and one of g^0 .. g^n
       is y*[s:s+n] (always, but for float ties, under the greedy rows of
       the same model: False flags rows of another model).
   """
@@ -167,7 +167,7 @@ def jacobi_states(logits_fn, params, rows_RxL: jax.Array, *,
     block_length: n >= 1.
     num_blocks: K >= 1, P + K n <= L.
   Returns:
-    `Trajectories` (states int32[R, K, n, n], live bool[R, K, n]).
+    `Trajectories` (states int32[R, N, n, n], live bool[R, N, n]).
   Raises:
     ValueError: rows not int[R, L], or as `block_starts`.
   """
@@ -177,18 +177,18 @@ def jacobi_states(logits_fn, params, rows_RxL: jax.Array, *,
   starts = block_starts(prompt_length, block_length, num_blocks,
                         rows_RxL.shape[1])
   rows_RxL = rows_RxL.astype(jnp.int32)
-  states_RxKxJ1xN = jnp.stack([
+  states_RxNxK1xW = jnp.stack([
       block_trajectory(logits_fn, params, rows_RxL, int(s), block_length,
                        pad_id) for s in starts], 1)
-  target_RxKxN = rows_RxL[:, starts[:, None] + np.arange(block_length)]
-  fixed_RxKxJ1 = jnp.all((states_RxKxJ1xN == target_RxKxN[:, :, None])
-                         | (target_RxKxN[:, :, None] == pad_id), -1)
-  reached_RxKxJ = jnp.cumsum(fixed_RxKxJ1, -1)[..., :-1] > 0
-  live_RxK = live_blocks(rows_RxL, starts, prompt_length, eos_id, pad_id)
-  return Trajectories(states=states_RxKxJ1xN[:, :, :-1],
-                      live=live_RxK[..., None] & ~reached_RxKxJ,
+  target_RxNxW = rows_RxL[:, starts[:, None] + np.arange(block_length)]
+  fixed_RxNxK1 = jnp.all((states_RxNxK1xW == target_RxNxW[:, :, None])
+                         | (target_RxNxW[:, :, None] == pad_id), -1)
+  reached_RxNxK = jnp.cumsum(fixed_RxNxK1, -1)[..., :-1] > 0
+  live_RxN = live_blocks(rows_RxL, starts, prompt_length, eos_id, pad_id)
+  return Trajectories(states=states_RxNxK1xW[:, :, :-1],
+                      live=live_RxN[..., None] & ~reached_RxNxK,
                       starts=jnp.asarray(starts),
-                      converged=live_RxK & fixed_RxKxJ1.any(-1))
+                      converged=live_RxN & fixed_RxNxK1.any(-1))
 
 
 jitted_states = jax.jit(
@@ -206,7 +206,7 @@ def check_state_options(per_block, seed, batch_size: int = 1) -> None:
       raise ValueError(f"{name}={value!r} must be an integer >= {least}")
 
 
-def sample_states(live_RxKxJ: np.ndarray, per_block: int, seed: int
+def sample_states(live_RxNxK: np.ndarray, per_block: int, seed: int
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """(row int64[S], block int64[S], state int64[S]): up to `per_block` of
   each block's live states, drawn without replacement by
@@ -216,11 +216,11 @@ def sample_states(live_RxKxJ: np.ndarray, per_block: int, seed: int
     ValueError: as `check_state_options`.
   """
   check_state_options(per_block, seed)
-  live_RxKxJ = np.asarray(live_RxKxJ, bool)
-  draw = np.random.default_rng(seed).random(live_RxKxJ.shape)
-  draw[~live_RxKxJ] = np.inf
+  live_RxNxK = np.asarray(live_RxNxK, bool)
+  draw = np.random.default_rng(seed).random(live_RxNxK.shape)
+  draw[~live_RxNxK] = np.inf
   rank = np.argsort(np.argsort(draw, -1, kind="stable"), -1, kind="stable")
-  return np.nonzero(live_RxKxJ & (rank < per_block))
+  return np.nonzero(live_RxNxK & (rank < per_block))
 
 
 def state_rows(rows_RxL: np.ndarray, trajectories: Trajectories, row_S,
@@ -240,32 +240,32 @@ def state_rows(rows_RxL: np.ndarray, trajectories: Trajectories, row_S,
                       np.int32)
 
 
-def forcing_pairs(states_SxL: np.ndarray, clean_SxL: np.ndarray, starts_S,
+def forcing_pairs(states_RxL: np.ndarray, clean_RxL: np.ndarray, starts_R,
                   block_length: int, seq_len: int,
                   pad_id: int = PAD_ID) -> np.ndarray:
-  """int32[S', 2 seq_len]: the rows `objectives.jacobi_forcing` trains on,
+  """int32[R', 2 seq_len]: the rows `objectives.jacobi_forcing` trains on,
   [state row | block targets], each half cut to `seq_len`: the block
   targets are PAD except y*[s:s+n] (the clean row's block) at [s, s+n).
   States whose block ends after `seq_len` are left out; rows shorter than
   `seq_len` are extended with PAD (nothing after a block is scored).
 
   Args:
-    states_SxL: int32[S, L] [row[:s] | g^j | PAD] (`state_rows`).
-    clean_SxL: int32[S, L] each state's clean row.
-    starts_S: int[S] each state's block start s.
+    states_RxL: int32[R, L] [row[:s] | g^j | PAD] (`state_rows`).
+    clean_RxL: int32[R, L] each state's clean row.
+    starts_R: int[R] each state's block start s.
     block_length: n.
     seq_len: the positions the model sees.
   """
-  extend = ((0, 0), (0, max(0, seq_len - states_SxL.shape[1])))
-  states_SxL = np.pad(states_SxL, extend, constant_values=pad_id)
-  clean_SxL = np.pad(clean_SxL, extend, constant_values=pad_id)
-  starts_S = np.asarray(starts_S)
-  keep = starts_S + block_length <= seq_len
+  extend = ((0, 0), (0, max(0, seq_len - states_RxL.shape[1])))
+  states_RxL = np.pad(states_RxL, extend, constant_values=pad_id)
+  clean_RxL = np.pad(clean_RxL, extend, constant_values=pad_id)
+  starts_R = np.asarray(starts_R)
+  keep = starts_R + block_length <= seq_len
   index_L = np.arange(seq_len)[None]
-  start_S1 = starts_S[keep, None]
-  in_block = (index_L >= start_S1) & (index_L < start_S1 + block_length)
-  targets = np.where(in_block, clean_SxL[keep, :seq_len], pad_id)
-  return np.concatenate([states_SxL[keep, :seq_len], targets], 1).astype(
+  start_Rx1 = starts_R[keep, None]
+  in_block = (index_L >= start_Rx1) & (index_L < start_Rx1 + block_length)
+  targets = np.where(in_block, clean_RxL[keep, :seq_len], pad_id)
+  return np.concatenate([states_RxL[keep, :seq_len], targets], 1).astype(
       np.int32)
 
 

@@ -14,7 +14,6 @@ from collections.abc import Collection
 
 import ml_collections
 
-from lm_decoding.config_reference import load_config
 from lm_decoding.data.tokenizer import Tokenizer
 from lm_decoding.training.checkpoints import CheckpointError
 from lm_decoding.training.pretrained.recipes import (
@@ -318,22 +317,3 @@ def lineage_rows(out_dir: str | pathlib.Path = DEFAULT_DIR) -> list[dict]:
         "ratio_to_ar": (metrics["valid_ppl"] / ar_ppl if ar_ppl else None)})
   return rows
 
-
-# The sets a derived config (configs/distill.py, configs/jacobi.py) builds on.
-SIZES = ("tiny", "base")
-
-
-def sized_member(config_file: str | pathlib.Path, size: str,
-                 member: str) -> ml_collections.ConfigDict:
-  """The config of `member` (`member_configs`) of configs/{size}.py, the
-  file beside `config_file`: what a derived config (configs/distill.py,
-  configs/jacobi.py, each `<file>:<size>`) starts from.
-
-  Raises:
-    ValueError: `size` not in SIZES (naming `config_file`).
-  """
-  path = pathlib.Path(config_file)
-  if size not in SIZES:
-    raise ValueError(f"configs/{path.name}:<size> must be one of {SIZES}, "
-                     f"got {size!r}")
-  return member_configs(load_config(path.with_name(f"{size}.py")))[member]
