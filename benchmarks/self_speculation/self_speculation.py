@@ -16,9 +16,10 @@ ratios. Also: tokens identical to A's, TPF (tokens per verifying call:
 256 / rounds, mean over rows), the acceptance-length histogram
 (accept_counts summed over rows), and the cost of one call of each kind at
 the decode's shapes (draft call, verify call, AR step; median of 50 jitted
-calls on the state after the prefill, dispatch included). With --evaluator (a causal member of the
-set), A's rows get their gen-PPL and mean unigram entropy (nats) under it,
-so members can be compared by the text their greedy decode makes.
+calls on the state after the prefill, dispatch included). With
+--evaluator (a causal member of the set), A's rows get their gen-PPL and
+mean unigram entropy (nats) under it, so members can be compared by the
+text their greedy decode makes.
 
   nice -n 5 python benchmarks/self_speculation/self_speculation.py \
       --out=benchmarks/self_speculation/base
@@ -150,7 +151,6 @@ def calls_markdown(record: dict) -> str:
 def measure(name: str, model: Model, block: int,
             prompts_all: np.ndarray, evaluator: Model | None) -> list[dict]:
   gammas = [g for g in map(int, _GAMMAS.value) if g <= block]
-  role = "model" if _DECODER.value == "self_speculative" else "target"
   rows = []
   for batch in map(int, _BATCHES.value):
     prompts = jnp.asarray(prompts_all[:batch])
@@ -159,9 +159,10 @@ def measure(name: str, model: Model, block: int,
                       eos_ids=())
     runs = {"ar": (ar, {"model": causal_view(model)})}
     for g in gammas:
-      runs[f"{_DECODER.value} gamma={g}"] = (make_decoder(
-          _DECODER.value, output_length=_T.value, gamma=g,
-          sampling=GREEDY, eos_ids=()), {role: model})
+      decoder = make_decoder(_DECODER.value, output_length=_T.value, gamma=g,
+                             sampling=GREEDY, eos_ids=())
+      runs[f"{_DECODER.value} gamma={g}"] = (
+          decoder, {decoder.roles[0]: model})  # its one role
     fns, results, times = {}, {}, {k: [] for k in runs}
     for key, (decoder, models) in runs.items():
       fns[key] = jax.jit(lambda m, p, l, d=decoder: d.decode(m, p, l, None))

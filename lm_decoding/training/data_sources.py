@@ -105,7 +105,7 @@ def distillation(config: ml_collections.ConfigDict, data_dir: str):
 
 
 def jacobi(config: ml_collections.ConfigDict, data_dir: str):
-  """(corpus, train int32[S, 2 L], valid int32[R', 2 L]), L =
+  """(corpus, train int32[R, 2 L], valid int32[R', 2 L]), L =
   data.seq_len: the pairs [state row | block targets] of the Jacobi state
   set data.jacobi_set (`jacobi_trajectories.read_forcing_pairs`), and the
   corpus's validation rows, each beside an empty block [row | PAD], whose
@@ -294,10 +294,8 @@ def _check_jacobi_set(config: ml_collections.ConfigDict) -> None:
   string for an objective of data kind 'jacobi' and absent or '' for the
   others."""
   path = config.data.get("jacobi_set")
-  if config.data.get("source") == TASK:
-    reader = False
-  else:
-    reader = registry.of_config(config).data == "jacobi"
+  reader = (config.data.get("source") != TASK
+            and registry.of_config(config).data == "jacobi")
   if reader and not (isinstance(path, str) and path):
     raise ValueError(f"data.jacobi_set={path!r} must name the folder "
                      "experiments/jacobi_data.py wrote (train.objective="

@@ -28,6 +28,7 @@ from lm_decoding.models import Model
 from lm_decoding.special_tokens import EOS_ID, MASK_ID, PAD_ID
 
 TOKENS_FILE = "tokens.npy"
+TOKENS = TOKENS_FILE.removesuffix(".npy")  # its array's name (`write_set`)
 MANIFEST_FILE = "manifest.json"
 # The reserved ids no training target may hold: a teacher's decoder is given
 # them as `SamplingConfig.suppress_ids` (an AR model gives MASK a small but
@@ -180,7 +181,7 @@ def write_distillation_set(out_dir: str | pathlib.Path, tokens_RxL: np.ndarray,
   """
   tokens_RxL = np.asarray(tokens_RxL, np.int32)
   _check_no_mask(tokens_RxL, f"the rows for {str(out_dir)!r}")
-  return write_set(out_dir, {TOKENS_FILE.removesuffix(".npy"): tokens_RxL}, {
+  return write_set(out_dir, {TOKENS: tokens_RxL}, {
       **manifest, "rows": int(tokens_RxL.shape[0]),
       "tokens": int((tokens_RxL != PAD_ID).sum())})
 
@@ -192,10 +193,10 @@ def read_distillation_set(path: str | pathlib.Path
   Raises:
     ValueError: `path` holds no such set, or a row holding MASK_ID.
   """
-  arrays, manifest = read_set(path, [TOKENS_FILE.removesuffix(".npy")],
+  arrays, manifest = read_set(path, [TOKENS],
                               "data.distillation_set",
                               "experiments/distill_data.py")
-  tokens_RxL = arrays[TOKENS_FILE.removesuffix(".npy")].astype(np.int32)
+  tokens_RxL = arrays[TOKENS].astype(np.int32)
   _check_no_mask(tokens_RxL, f"data.distillation_set={str(path)!r}")
   return tokens_RxL, manifest
 

@@ -316,4 +316,3 @@ def lineage_rows(out_dir: str | pathlib.Path = DEFAULT_DIR) -> list[dict]:
         "valid_ppl": metrics["valid_ppl"],
         "ratio_to_ar": (metrics["valid_ppl"] / ar_ppl if ar_ppl else None)})
   return rows
-
