@@ -149,15 +149,16 @@ def test_member_configs_include_the_ar_drafts():
 @pytest.mark.parametrize("config_name", ("tiny", "base"))
 def test_evaluator_is_larger_than_the_models_it_scores(config_name):
   """The evaluator (issue 10: "a separate, stronger AR model") has more
-  parameters than every decoded member, trains at least as long, and has
-  its own seed."""
+  parameters than every decoded member, trains at least as long as the AR
+  member it judges against (base's MDLM trains longer: `member_train`),
+  and has its own seed."""
   members = member_recipes.member_configs(load_config(config_name))
   size = {name: count_params(abstract_params(
       train_lib.model_config(member))) for name, member in members.items()}
   evaluator = members["evaluator"]
+  assert evaluator.train.num_steps >= members["ar"].train.num_steps
   for name in ("ar", "mdlm", "bd3lm"):
     assert size["evaluator"] > 1.8 * size[name], (name, size)
-    assert evaluator.train.num_steps >= members[name].train.num_steps
     assert evaluator.seed != members[name].seed
   assert evaluator.train.objective == "ar"
 
@@ -178,6 +179,31 @@ def test_drafts_section_changes_no_other_member():
   assert sorted(member_recipes.member_configs(config)) == sorted(
       ("ar", "bd3lm", "evaluator", "mdlm", "uniform", "uniform_sc") + ADAPTED
       + CONTROLS)
+
+
+@pytest.mark.parametrize("config_name", ("tiny", "base"))
+def test_member_train_changes_only_its_member(config_name):
+  """A `member_train` entry changes its member's training alone: the
+  adapted members and the from-scratch controls (derived from the shared
+  recipe) and every other member keep theirs, and no member carries the
+  section."""
+  config = load_config(config_name)
+  del config["member_train"]
+  before = {name: recipes.recipe(member) for name, member
+            in member_recipes.member_configs(config).items()}
+  config.member_train = ml_collections.ConfigDict(
+      {"mdlm": dict(num_steps=7, learning_rate=0.5),
+       "bd3lm4_scratch": dict(warmup_steps=3)})
+  members = member_recipes.member_configs(config)
+  after = {name: recipes.recipe(member) for name, member in members.items()}
+  assert (after["mdlm"]["train"]["num_steps"],
+          after["mdlm"]["train"]["learning_rate"]) == (7, 0.5)
+  assert after["bd3lm4_scratch"]["train"]["warmup_steps"] == 3
+  for name in ("mdlm", "bd3lm4_scratch"):
+    after[name]["train"].update(
+        {k: before[name]["train"][k] for k in after[name]["train"]})
+  assert after == before
+  assert all("member_train" not in member for member in members.values())
 
 
 @pytest.fixture(scope="module")
@@ -425,7 +451,8 @@ def test_base_member_matches_configs_base(name, shipped_tokenizer):
       "int8" if name == "evaluator" else "bfloat16")
   assert (manifest["metrics"]["num_params"] == count_params(params)
           == BASE_PARAMS[name])
-  assert manifest["metrics"]["steps"] == member.train.num_steps == 1500
+  assert manifest["metrics"]["steps"] == member.train.num_steps == (
+      3000 if name == "mdlm" else 1500)  # configs/base.py's member_train
   assert all(x.dtype == np.float32 for x in jax.tree.leaves(params))
 
 

@@ -2,7 +2,8 @@
 
 For the first 64 greedy and the first 64 temperature-0.5 rows of attempt 13's distillation set, over the continuation's
 tokens before PAD: the teacher's mean NLL of the row's token, the mean entropy of its distribution and how often its
-argmax is the row's token (1.0 on greedy rows when the teacher's index i predicts token i). Prints JSON.
+argmax is the row's token (1.0 on greedy rows when the teacher's index i predicts token i). Prints JSON. A third
+argument names another causal member of the set as the teacher (default `ar`).
 
   PYTHONPATH=. python benchmarks/teacher_on_rows/teacher_on_rows.py \
       /work/runs/distill/set /work/runs/distill/base13/data/tokens.npy
@@ -21,9 +22,9 @@ from lm_decoding.special_tokens import PAD_ID
 from lm_decoding.training.pretrained import loading
 
 
-def main(set_dir: str, rows_path: str) -> None:
+def main(set_dir: str, rows_path: str, teacher_name: str = "ar") -> None:
   config = load_config(pathlib.Path("configs/distill.py"), "base")
-  config.data.seq_len, config.train.teacher = 256, "ar"
+  config.data.seq_len, config.train.teacher = 256, teacher_name
   tokenizer = types.SimpleNamespace(
       model_proto=(pathlib.Path(set_dir) / "tokenizer.model").read_bytes())
   teacher, _ = loading.teacher_log_probs(config, tokenizer, set_dir)

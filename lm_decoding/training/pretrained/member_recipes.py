@@ -36,16 +36,20 @@ def member_configs(config: ml_collections.ConfigDict
   of `config.drafts` (if present; e.g. 'draft_small') is a smaller causal
   model, the draft of speculative decoding (Leviathan et al. 2023): the
   backbone of 'ar' with the entry's model overrides, and the same data,
-  tokenizer, seed and training. No member config holds the sections
-  'compare', 'evaluator', 'drafts' or 'mesh', nor 'peak_flops' (where it
-  runs and the MFU's peak are not part of the recipe; a member's training
-  measures the peak), so a member's recipe does not change when they do.
+  tokenizer, seed and training. Each entry of `config.member_train` (if
+  present; e.g. base's 'mdlm') updates that member's `train` section last,
+  after the adapted members and the controls are derived from the shared
+  recipe. No member config holds the sections 'compare', 'evaluator',
+  'drafts', 'member_train' or 'mesh', nor 'peak_flops' (where it runs and
+  the MFU's peak are not part of the recipe; a member's training measures
+  the peak), so a member's recipe does not change when they do.
   """
   drafts = config.get("drafts", ml_collections.ConfigDict())
   members = {}
   for name in ("ar", "mdlm", "bd3lm", "uniform", "evaluator", *drafts):
     member = ml_collections.ConfigDict(config.to_dict())
-    for section in ("compare", "evaluator", "drafts", "mesh", "peak_flops"):
+    for section in ("compare", "evaluator", "drafts", "member_train", "mesh",
+                    "peak_flops"):
       if section in member:
         del member[section]
     member.train.objective = (name if name in ("mdlm", "bd3lm", "uniform")
@@ -64,6 +68,8 @@ def member_configs(config: ml_collections.ConfigDict
     members[name] = adapted_config(members["ar"], objective, block_length)
   for name, adapted in CONTROL_MEMBERS.items():
     members[name] = control_config(members, adapted)
+  for name, train in config.get("member_train", {}).items():
+    members[name].train.update(train.to_dict())
   return members
 
 
