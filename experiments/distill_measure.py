@@ -12,7 +12,12 @@ the exact prefix cache, on --num_prompts held-out test prompts of
 --prompt_length tokens, T = --output_length. Per row: the mean tokens
 made (up to and including EOS), TPF = tokens / NFE with the row decoded
 alone (B = 1, the latency case; every decoder here stops once its rows
-have ended) and the batch's (its longest row's tokens / NFE); gen-PPL
+have ended; calls_b1 its mean NFE) and the batch's (its longest row's
+tokens / NFE); over the rows decoded alone, how many tokens each step
+committed (self-speculation: how many draft tokens each round accepted),
+a histogram per row of the record (`parallelism.per_call_histogram`); for
+a threshold row, the cost model's time at B = 1 over cached AR's on this
+CPU's profile, an H100 and a TPU v5e (`predicted_ratio`); gen-PPL
 under --evaluator, unigram entropy, rep-4; agreement with AR greedy's
 tokens (the fraction of the T positions that hold the same token, and the
 mean length of the common prefix); and, since a row's unigram entropy grows
@@ -53,9 +58,12 @@ from lm_decoding.data.tokenizer import Tokenizer
 from lm_decoding.decoding import base
 from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.evaluation import cost
+from lm_decoding.evaluation import cost_model
+from lm_decoding.evaluation import parallelism
 from lm_decoding.evaluation import quality
 from lm_decoding.evaluation import records
 from lm_decoding.training import self_distillation
+from lm_decoding.training import train as train_lib
 from lm_decoding.training.pretrained import loading, recipes, store
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -86,6 +94,27 @@ _GAMMAS = flags.DEFINE_list(
 _OUT = flags.DEFINE_string("out", None, "Output folder.", required=True)
 
 GREEDY = SamplingConfig(temperature=0.0)
+PROFILES = ("cpu", "h100_sxm", "tpu_v5e")  # of the threshold rows' prediction
+
+
+def predicted_ratio(config, calls: float, ar_tokens: float, width: int,
+                    prompt_length: int, output_length: int,
+                    profile: cost_model.HardwareProfile) -> float:
+  """A threshold decode's predicted time at B = 1 over cached AR's.
+
+  The decode: the prefill and `calls` - 1 block calls (its NFE counts the
+  prefill) of `width` positions against the P + T cache slots (the exact
+  prefix cache); cached AR: the prefill and `ar_tokens` - 1 steps of one
+  position (`cost_model.step_s`: the roofline plus the profile's per-call
+  overhead). < 1: the threshold decode is faster.
+  """
+  prefill = cost_model.prefill_s(config, 1, prompt_length, output_length,
+                                 profile)
+  call = cost_model.step_s(config, 1, width, prompt_length + output_length,
+                           profile)
+  step = cost_model.ar_step_s(config, 1, prompt_length, output_length,
+                              profile)
+  return (prefill + (calls - 1) * call) / (prefill + (ar_tokens - 1) * step)
 
 
 def _load(config, names):
@@ -122,14 +151,13 @@ def _tpf(result) -> float:
 
 
 def _decode(decoder, model, prompts):
-  """(DecodeResult of the batch, [TPF of each row decoded alone])."""
+  """(DecodeResult of the batch, [DecodeResult of each row decoded alone])."""
   models = {"model": model}
   lengths = jnp.full((prompts.shape[0],), prompts.shape[1], jnp.int32)
   key = jax.random.key(0)
   batch = decoder.decode(models, jnp.asarray(prompts), lengths, key)
-  alone = [_tpf(decoder.decode(
-      models, jnp.asarray(prompts[i:i + 1]), lengths[:1], key))
-           for i in range(prompts.shape[0])]
+  alone = [decoder.decode(models, jnp.asarray(prompts[i:i + 1]), lengths[:1],
+                          key) for i in range(prompts.shape[0])]
   return batch, alone
 
 
@@ -143,7 +171,8 @@ def _row(label, result, alone, prompts, evaluator, reference):
                         np.full(len(prompts), prompts.shape[1], np.int32))
   same = tokens == ref_tokens
   prefix = np.where(same.all(1), same.shape[1], np.argmin(same, 1))
-  return {"label": label, "tpf_b1": float(np.mean(alone)),
+  return {"label": label, "tpf_b1": float(np.mean([_tpf(r) for r in alone])),
+          "calls_b1": float(np.mean([_calls(r) for r in alone])),
           "tpf_batch": _tpf(result), "tokens": float(lengths.mean()),
           "gen_ppl": float(ppl.ppl), "entropy": float(np.mean(ppl.row_entropy)),
           "rep_4": float(np.nanmean(quality.repetition_rate(tokens, lengths,
@@ -179,6 +208,8 @@ def main(argv):
   rows = [_row("AR greedy (cached)", ar_result, ar_alone, prompts, evaluator,
                reference)]
   outputs = {"AR greedy (cached)": ar_result}
+  histograms = {
+      "AR greedy (cached)": parallelism.per_call_histogram(ar_alone)}
 
   def bd3lm(tau, name, in_order=False):
     return base.make_decoder(
@@ -196,12 +227,21 @@ def main(argv):
     rows.append({**_row(label, result, alone, prompts, evaluator, reference),
                  "member": name, **settings})
     outputs[label] = result
+    histograms[label] = parallelism.per_call_histogram(alone)
     print(rows[-1], flush=True)
 
   gammas = [int(g) for g in _GAMMAS.value]
+  configs = {n: train_lib.model_config(ml_collections.ConfigDict(
+      recipes.read_manifest(n, _SET_DIR.value)["recipe"])) for n in widths}
+  profiles = {n: cost_model.load_profile(n) for n in PROFILES}
   for name in widths:
     for tau in map(float, _THRESHOLDS.value):
       measure(f"{name} tau={tau}", bd3lm(tau, name), name, tau=tau)
+      rows[-1]["predicted_b1"] = {
+          n: predicted_ratio(configs[name], rows[-1]["calls_b1"],
+                             rows[0]["tokens"], widths[name],
+                             _PROMPT_LENGTH.value, t, profile)
+          for n, profile in profiles.items()}
     for tau in map(float, _IN_ORDER.value):
       measure(f"{name} tau={tau} in order", bd3lm(tau, name, True), name,
               tau=tau, in_order=True)
@@ -241,7 +281,8 @@ def main(argv):
             "output_length": t, "block_lengths": widths,
             "device": jax.devices()[0].device_kind, "cpus": os.cpu_count(),
             "load": load, "wall_s": time.time() - start,
-            "rows": rows, "timed_b1": timed}
+            "rows": rows, "per_call_histograms": histograms,
+            "timed_b1": timed}
   os.makedirs(_OUT.value, exist_ok=True)
   records.write_csv(rows, os.path.join(_OUT.value, "rows.csv"))
   records.write_json(record, os.path.join(_OUT.value, "record.json"))
@@ -250,7 +291,7 @@ def main(argv):
       **{f"{label} {part}": np.asarray(getattr(result, part))
          for label, result in outputs.items()
          for part in ("tokens", "lengths")})
-  columns = ("label", "tokens", "tpf_b1", "tpf_batch", "gen_ppl", "entropy",
+  columns = ("label", "tokens", "tpf_b1", "calls_b1", "tpf_batch", "gen_ppl", "entropy",
              "entropy_eq", "ar_entropy_eq", "rep_4", "agreement",
              "common_prefix")
   lines = [f"Command: `{record['command']}`", "",
@@ -261,6 +302,19 @@ def main(argv):
   lines += ["| " + " | ".join(
       r[c] if isinstance(r[c], str) else f"{r[c]:.3g}" for c in columns)
             + " |" for r in rows]
+  lines += ["", "Rows decoded alone (B = 1): counts[n] of the decoding steps "
+            "that committed n tokens (self-speculation: of the rounds that "
+            "accepted n draft tokens), n = 0, 1, ...:", ""]
+  lines += [f"- {label}: {' '.join(map(str, counts))}"
+            for label, counts in histograms.items()]
+  lines += ["", "Threshold rows at B = 1, the cost model's time over cached "
+            "AR's (`predicted_ratio`: their mean calls against AR greedy's "
+            "mean tokens):", "",
+            "| row | " + " | ".join(PROFILES) + " |",
+            "|---|" + "---|" * len(PROFILES)]
+  lines += [f"| {r['label']} | " + " | ".join(
+      f"{r['predicted_b1'][n]:.2f}x" for n in PROFILES) + " |"
+            for r in rows if "predicted_b1" in r]
   lines += ["", f"B = 1, first prompt, {_TIMED_RUNS.value} interleaved rounds:",
             "", "| decoder | ms median | ms min | speed-up vs cached AR |",
             "|---|---|---|---|"]

@@ -1036,3 +1036,98 @@ def test_member_widths_parse_and_refuse_a_member_named_twice():
                          (["a:-1"], "integer >= 1")):
     with pytest.raises(ValueError, match=match):
       sd.member_widths(entries, 16)
+
+
+def test_later_states_are_later_suffixes_of_the_same_trajectory():
+  """Each block of a later state is the drawn block's masked suffix cut
+  at k' uniform in [k + 1, W] (chi-square): a subset, never the drawn
+  state itself, empty where the block was."""
+  width, block = 64, 8
+  x0 = jax.random.randint(jax.random.key(0), (600, width), 5, 32)
+  masked = cf.semi_ar_masks(jax.random.key(1), x0, 8, True,
+                            complementary=False, order="left_to_right",
+                            block_length=block)
+  later = np.asarray(cf.later_states(jax.random.key(2), masked, block))
+  masked = np.asarray(masked)
+  assert not (later & ~masked).any()
+  k = block - masked[:, 8:].reshape(600, -1, block).sum(-1)
+  k_later = block - later[:, 8:].reshape(600, -1, block).sum(-1)
+  np.testing.assert_array_equal(
+      later[:, 8:].reshape(600, -1, block),
+      np.arange(block)[None, None] >= k_later[..., None])
+  assert (k_later > k)[k < block].all() and (k_later == block)[k == block].all()
+  # Given k = 2, k' is uniform over [3, 8] (6 values).
+  counts = np.bincount(k_later[k == 2], minlength=block + 1)[3:]
+  expected = counts.sum() / 6
+  assert ((counts - expected) ** 2 / expected).sum() < 20.5  # 5 dof, p=0.001
+
+
+def test_the_consistency_term_is_the_later_states_cross_entropy():
+  """By hand on one row: the mean over the positions masked in both states
+  of -sum_v p_later(v) log p(v) (MASK excluded), and no gradient reaches
+  the later state's logits."""
+  rng = np.random.default_rng(0)
+  logits = rng.normal(size=(1, 4, 6)).astype(np.float32)
+  later_logits = rng.normal(size=(1, 4, 6)).astype(np.float32)
+  x_t = jnp.asarray([[5, MASK_ID, MASK_ID, MASK_ID]], jnp.int32)
+  later = jnp.asarray([[False, False, True, True]])
+  got = cf.consistency_cross_entropy(jnp.asarray(logits), x_t,
+                                     jnp.asarray(later_logits), later)
+
+  def log_probs(x):
+    x = x.copy()
+    x[..., MASK_ID] = -np.inf
+    return _log_softmax(np.where(np.isinf(x), -1e30, x))
+  p_later = np.exp(log_probs(later_logits))[0, 2:]
+  expected = -(p_later * log_probs(logits)[0, 2:]).sum(-1).mean()
+  np.testing.assert_allclose(float(got), expected, rtol=1e-5)
+  grad = jax.grad(lambda ll: cf.consistency_cross_entropy(
+      jnp.asarray(logits), x_t, ll, later))(jnp.asarray(later_logits))
+  assert not np.asarray(grad).any()
+
+
+def test_the_consistency_weight_adds_its_term_to_the_same_masks():
+  """Weight 0 is the loss without the term (the same masks: the later
+  states draw from a folded key); weight w adds w x the term, which is
+  positive on a random model; a random mask order is refused."""
+  logits_fn = make_logits_fn(STUDENT)
+  loss_fn = functools.partial(
+      cf.certainty_forcing_loss, logits_fn, PARAMS, ROWS, jax.random.key(4),
+      block_length=8, prompt_length=8, complementary=False,
+      mask_order="left_to_right")
+  base_loss, base_metrics = loss_fn()
+  zero, zero_metrics = loss_fn(consistency_weight=0.0)
+  assert float(zero) == float(base_loss) and "consistency" not in zero_metrics
+  loss, metrics = loss_fn(consistency_weight=0.5)
+  assert float(metrics["consistency"]) > 0
+  np.testing.assert_allclose(
+      float(loss), float(base_loss) + 0.5 * float(metrics["consistency"]),
+      rtol=1e-6)
+  assert float(metrics["ce"]) == float(base_metrics["ce"])
+  for weight, order, match in ((0.5, "random", "needs mask_order "
+                                "'left_to_right'"),
+                               (-1.0, "left_to_right", r"\[0, inf\)")):
+    with pytest.raises(ValueError, match=match):
+      cf.certainty_forcing_loss(
+          logits_fn, PARAMS, ROWS, jax.random.key(4), block_length=8,
+          prompt_length=8, complementary=False, mask_order=order,
+          consistency_weight=weight)
+
+
+def test_check_config_refuses_a_consistency_term_it_cannot_train():
+  config = load_config(DISTILL)
+  config.train.consistency_weight = 1.0
+  with pytest.raises(ValueError, match="train.consistency_weight=1.0 needs "
+                                       "mask_order 'left_to_right'"):
+    train.check_config(config)
+  config.train.update(dict(mask_order="left_to_right",
+                           complementary_masks=False))
+  train.check_config(config)
+  assert registry.get("certainty_forcing").options(config)[
+      "consistency_weight"] == 1.0
+  # A task's certainty forcing (one block, no trajectory) takes none, even 0.
+  config.train.update(dict(mask_order="random", consistency_weight=0.0))
+  config.data.source = "task"
+  with pytest.raises(ValueError, match="train.consistency_weight applies to "
+                                       ".*'task_certainty_forcing'"):
+    registry.check_options(config)

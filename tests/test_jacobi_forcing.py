@@ -307,7 +307,9 @@ def test_jacobi_keys_are_refused_for_other_objectives():
     train.check_config(config)
   config.data.jacobi_set = ""
   with pytest.raises(ValueError, match=r"train.consistency_weight applies to "
-                     r"train.objective in \('jacobi_forcing',\); got 'ar'"):
+                     r"train.objective in \('certainty_forcing', "
+                     r"'jacobi_forcing'\) on text or distillation rows; got "
+                     r"'ar'"):
     train.check_config(config)
   assert registry.get("jacobi_forcing").attention == "causal"
 

@@ -2,9 +2,16 @@
 
 import math
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 
+import stubs
+from lm_decoding.decoding import base, make_decoder
+from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.evaluation import parallelism
+from lm_decoding.special_tokens import EOS_ID, PAD_ID
 
 
 def test_aup_of_a_lossless_curve_is_its_area():
@@ -43,3 +50,41 @@ def test_curves_group_rows_by_member_and_rule():
   assert sorted(got) == [("mdlm", "factor"), ("mdlm", "threshold")]
   assert [(t, a) for t, a, _ in got["mdlm", "threshold"]] == [
       (1.0, 75.0), (2.0, 50.0)]
+
+
+def _result(committed, **stats):
+  committed = jnp.asarray(committed, jnp.int32)[:, None]
+  return base.DecodeResult(tokens=None, lengths=None, nfe=None,
+                           committed=committed, stats=stats)
+
+
+def test_per_call_histogram_counts_steps_by_tokens_committed():
+  """Steps not run (0) are left out; rows add up; a draft-and-verify
+  decoder's acceptance counts are summed instead."""
+  rows = [_result([1, 3, 0, 3]), _result([2, 3, 1, 0])]
+  assert parallelism.per_call_histogram(rows) == [0, 2, 1, 3]
+  accepted = [_result([1], accept_counts=jnp.asarray([[2, 0, 1]])),
+              _result([1], accept_counts=jnp.asarray([[0, 1, 4]]))]
+  assert parallelism.per_call_histogram(accepted) == [2, 1, 5]
+
+
+@pytest.mark.parametrize("name, options", [
+    ("ar", {}),
+    ("bd3lm", dict(steps=8, block_length=4, remasking="threshold",
+                   threshold=0.3))])
+def test_per_call_histogram_of_real_decodes_adds_up_to_their_tokens(
+    name, options):
+  """Each row decoded alone commits its T tokens (AR one a step, before any
+  EOS: the stub draws none) over the histogram's steps."""
+  stub = stubs.TableLogitsFn.random(3, 12, 24, masked_ids=(PAD_ID,))
+  decoder = make_decoder(name, output_length=8, sampling=SamplingConfig(
+      temperature=0.0, suppress_ids=(PAD_ID, EOS_ID)), **options)
+  rows = [decoder.decode(base.bind(stub, None), jnp.asarray([[5, 6, 7]]),
+                         jnp.asarray([3]), jax.random.key(0))
+          for _ in range(2)]
+  counts = parallelism.per_call_histogram(rows)
+  assert sum(n * c for n, c in enumerate(counts)) == 2 * 8
+  if name == "ar":
+    assert counts == [0, 16]
+  else:
+    assert len(counts) > 2  # the threshold commits several at once

@@ -26,6 +26,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
+
 
 def aup(tpf: Sequence[float], accuracy: Sequence[float], best: float,
         alpha: float = 3.0, drop: float = 5.0) -> float:
@@ -88,3 +90,26 @@ def curves(rows: Sequence[dict], accuracy_key: str
     tpf = int(r["output_length"]) / int(r["nfe"])
     out.setdefault((member, rule), []).append((tpf, 100 * float(value), r))
   return {k: sorted(v, key=lambda p: p[0]) for k, v in out.items()}
+
+
+def per_call_histogram(results: Sequence) -> list[int]:
+  """How many tokens each call committed, over decodes of one row each.
+
+  The distribution behind a TPF: counts[n] is the number of decoding steps
+  that committed n tokens (`DecodeResult.committed`; steps not run commit
+  none and are not counted), or, for a draft-and-verify decoder whose stats
+  hold `accept_counts` (`self_speculative`, `speculative`), the number of
+  verifying rounds that accepted n draft tokens (its acceptance-length
+  histogram).
+
+  Args:
+    results: `DecodeResult`s, each of the rows decoded alone (B = 1), all
+      of one decoder.
+  Returns:
+    counts[0..n_max], ints.
+  """
+  if "accept_counts" in results[0].stats:
+    return np.sum([np.asarray(r.stats["accept_counts"]).sum(0)
+                   for r in results], 0).astype(int).tolist()
+  steps = np.concatenate([np.asarray(r.committed).ravel() for r in results])
+  return np.bincount(steps[steps > 0]).tolist()

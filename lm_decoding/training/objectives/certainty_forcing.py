@@ -70,6 +70,19 @@ mean over those hidden tokens is the exact target: a Rao-Blackwellised one-
 draw target). Those positions stay in C: the certainty term is what makes
 several tokens commit.
 
+With `consistency_weight` > 0 (mask_order 'left_to_right' only) the student
+is also held at itself along the trajectory (CDLM's consistency term, Kim et
+al. 2025, arXiv:2511.19269): each block draws a later cut k' uniform in
+[k + 1, W] (`later_states`), the student's distribution at that later state
+(more of the block revealed; a constant of the gradient) is the target of
+its distribution at the drawn state, at the positions still masked in both:
+
+  + consistency_weight * mean_{i masked at k'} -sum_v p_later(v) log p(v),
+
+so what it predicts for a position does not depend on whether the tokens
+before it in the block are committed yet, which is what committing them in
+one step assumes. One more pass a step, without a gradient.
+
 `answer_certainty_forcing_loss` is the same loss for a model decoded in
 one block (an exact-answer task's MDLM, `training.task_distillation`): the
 answer masked at a rate drawn per row, no later blocks.
@@ -93,6 +106,8 @@ from lm_decoding.training.objectives.bd3lm import (
     bd3lm_logits, check_block_length)
 from lm_decoding.training.objectives.common import (
     check_tokens, denoiser_logits, maskable, token_positions)
+from lm_decoding.training.objectives.jacobi_forcing import (
+    check_consistency_weight)
 
 CERTAINTY_WEIGHT = 2.0  # beta of the entropy term (the issue's recipe)
 CERTAINTY_TEMPERATURE = 0.5  # the entropy is of softmax(logits / 0.5)
@@ -162,6 +177,51 @@ def semi_ar_masks(key: jax.Array, x0_BxL: jax.Array, prompt_length: int,
   if not complementary:
     return masked_BxL
   return jnp.concatenate([masked_BxL, keep_BxL & ~masked_BxL])
+
+
+def later_states(key: jax.Array, masked_BxL: jax.Array,
+                 block_length: int) -> jax.Array:
+  """bool[B, L]: a later state of each row's left-to-right trajectory.
+
+  In each block of `block_length` of `masked_BxL` (a 'left_to_right' mask of
+  `semi_ar_masks`: each block masked from its cut k on, k its first masked
+  offset, W if none), a cut k' uniform in [k + 1, W] keeps the positions
+  masked from k' on; a block with no masked position stays so.
+
+  Args:
+    key: PRNG key.
+    masked_BxL: bool[B, L] the drawn states.
+    block_length: W, dividing L.
+  Returns:
+    bool[B, L], a subset of masked_BxL.
+  """
+  batch, length = masked_BxL.shape
+  offset_L = jnp.arange(length) % block_length
+  blocks_BxNxW = jnp.where(masked_BxL, offset_L, block_length).reshape(
+      batch, length // block_length, block_length)
+  cut_BxN = blocks_BxNxW.min(-1)
+  later_BxN = jax.random.randint(key, cut_BxN.shape, cut_BxN + 1,
+                                 block_length + 1)
+  return masked_BxL & (offset_L[None, :]
+                       >= jnp.repeat(later_BxN, block_length, axis=1))
+
+
+def consistency_cross_entropy(logits_BxLxV: jax.Array, x_t_BxL: jax.Array,
+                              later_logits_BxLxV: jax.Array,
+                              later_BxL: jax.Array,
+                              mask_id: int = MASK_ID) -> jax.Array:
+  """float32[]: the mean over the positions of `later_BxL` (masked in both
+  states) of -sum_v p_later(v) log p(v), SUBS log-probabilities of the
+  student at the drawn state x_t (`logits_BxLxV`) and at the later state
+  (`later_logits_BxLxV`, a constant of the gradient); 0 with no such
+  position (module docstring)."""
+  log_p = subs_log_probs(logits_BxLxV, x_t_BxL, mask_id)
+  x_later_BxL = jnp.where(later_BxL, mask_id, x_t_BxL)
+  target = jax.lax.stop_gradient(
+      subs_log_probs(later_logits_BxLxV, x_later_BxL, mask_id))
+  soft_BxL = _soft_cross_entropy(target, log_p)
+  return (jnp.where(later_BxL, soft_BxL, 0.0).sum()
+          / jnp.maximum(later_BxL.sum(), 1))
 
 
 def check_mask_order(order, complementary: bool) -> None:
@@ -466,7 +526,8 @@ def certainty_forcing_loss(logits_fn, params, tokens_BxL: jax.Array,
                            mask_order: str = "random",
                            mask_id: int = MASK_ID, teacher=None,
                            teacher_target: str = "anchors",
-                           view_weight: float = 1.0):
+                           view_weight: float = 1.0,
+                           consistency_weight: float = 0.0):
   """dParallel's certainty-forcing loss on the BD3-LM layout.
 
   `semi_ar_masks` draws the masks (both rows of a complementary pair), one
@@ -491,19 +552,25 @@ def certainty_forcing_loss(logits_fn, params, tokens_BxL: jax.Array,
     teacher_target, view_weight: where the teacher scores (`TEACHER_TARGETS`:
       the anchors, every masked position, or `causal_view_cross_entropy`
       times view_weight added).
+    consistency_weight: >= 0, the weight of `consistency_cross_entropy` at
+      `later_states` drawn with a key folded from `key` (the masks are
+      those of weight 0); > 0 with mask_order 'left_to_right' only.
   Returns:
     (loss float32[], metrics) of `certainty_forcing_terms`, with 'view_ce'
-    (the causal view's term) under 'causal_view'.
+    (the causal view's term) under 'causal_view' and 'consistency' (its
+    term) at a positive consistency_weight.
   Raises:
     ValueError: tokens not int[B, L]; block_length not dividing L;
       prompt_length, weight, temperature or mask_rate outside its range; a
       causal model; as `semi_ar_masks`; a teacher not callable or not of
-      the student's [B, L, V]; as `check_teacher_target`.
+      the student's [B, L, V]; as `check_teacher_target`; as
+      `check_consistency`.
   """
   _check(logits_fn, tokens_BxL, prompt_length, weight, temperature,
          "certainty_forcing_loss")
   _check_options(logits_fn, tokens_BxL, block_length, mask_rate, teacher,
                  teacher_target, view_weight)
+  check_consistency(consistency_weight, mask_order)
   masked_CxL = semi_ar_masks(key, tokens_BxL, prompt_length,
                              shifted(logits_fn), mask_rate, complementary,
                              mask_order, block_length)
@@ -511,10 +578,31 @@ def certainty_forcing_loss(logits_fn, params, tokens_BxL: jax.Array,
                     (masked_CxL.shape[0] // tokens_BxL.shape[0], 1))
   x_t_CxL = jnp.where(masked_CxL, mask_id, x0_CxL)
   logits = bd3lm_logits(logits_fn, params, x0_CxL, x_t_CxL, block_length)
-  return _scored(logits_fn, params, tokens_BxL, logits, masked_CxL, x0_CxL,
-                 teacher, teacher_target, block_length, prompt_length,
-                 weight=weight, temperature=temperature, mask_id=mask_id,
-                 view_weight=view_weight)
+  loss, metrics = _scored(
+      logits_fn, params, tokens_BxL, logits, masked_CxL, x0_CxL, teacher,
+      teacher_target, block_length, prompt_length, weight=weight,
+      temperature=temperature, mask_id=mask_id, view_weight=view_weight)
+  if consistency_weight > 0:
+    later_CxL = later_states(jax.random.fold_in(key, 1), masked_CxL,
+                             block_length)
+    later_logits = jax.lax.stop_gradient(bd3lm_logits(
+        logits_fn, params, x0_CxL, jnp.where(later_CxL, mask_id, x0_CxL),
+        block_length))
+    metrics["consistency"] = consistency_cross_entropy(
+        logits, x_t_CxL, later_logits, later_CxL, mask_id)
+    loss = loss + consistency_weight * metrics["consistency"]
+  return loss, metrics
+
+
+def check_consistency(weight, mask_order) -> None:
+  """Raises ValueError unless the consistency term's `weight` is a finite
+  number >= 0, and 0 unless `mask_order` is 'left_to_right' (the later
+  states are those of a left-to-right trajectory)."""
+  check_consistency_weight(weight)
+  if weight > 0 and mask_order != "left_to_right":
+    raise ValueError(f"consistency_weight={weight!r} needs mask_order "
+                     f"'left_to_right' (later states of a trajectory); got "
+                     f"{mask_order!r}")
 
 
 def _scored(logits_fn, params, tokens_BxL, logits, masked_CxL, x0_CxL,

@@ -154,7 +154,8 @@ def _block_certainty_forcing(config: ConfigDict) -> dict:
   return {**_certainty_forcing(config),
           "mask_order": config.train.get("mask_order", "random"),
           "teacher_target": config.train.get("teacher_target", "anchors"),
-          "view_weight": config.train.get("view_weight", 1.0)}
+          "view_weight": config.train.get("view_weight", 1.0),
+          "consistency_weight": config.train.get("consistency_weight", 0.0)}
 
 
 def _pair_length(config: ConfigDict) -> int:
@@ -186,7 +187,8 @@ _ENTRIES = (
     Objective("certainty_forcing", certainty_forcing.certainty_forcing_loss,
               _bd3lm_bound, "bidirectional", data="distillation",
               bound_name="perplexity bound", options=_block_certainty_forcing,
-              optional_keys=("model.token_shift", "train.complementary_masks"),
+              optional_keys=("model.token_shift", "train.complementary_masks",
+                             "train.consistency_weight"),
               blocks=True),
     # Consistency training on the model's own Jacobi trajectories (CLLM),
     # validated by the AR perplexity of the corpus's validation rows.
@@ -311,7 +313,8 @@ def check_options(config: ConfigDict) -> None:
   train.prompt_length on text: an integer in [0, data.seq_len - 1];
   train.certainty_weight in [0, inf) and train.certainty_temperature in
   (0, inf); train.consistency_weight: a number in [0, inf), only for
-  'jacobi_forcing'.
+  'jacobi_forcing' and 'certainty_forcing' (there above 0 only with
+  train.mask_order 'left_to_right').
 
   Raises:
     ValueError: naming the key, its allowed values and objectives.
@@ -356,9 +359,16 @@ def _check_consistency_weight(config: ConfigDict) -> None:
   except ValueError as e:  # name the config section
     raise ValueError(f"train.{e}") from e
   allowed = accepting("train.consistency_weight")
-  if config.train.objective not in allowed:
+  if "train.consistency_weight" not in of_config(config).optional_keys:
     raise ValueError(f"train.consistency_weight applies to train.objective "
-                     f"in {allowed}; got {config.train.objective!r}")
+                     f"in {allowed} on text or distillation rows; got "
+                     f"{of_config(config).name!r}")
+  if of_config(config).name == "certainty_forcing":
+    try:
+      certainty_forcing.check_consistency(
+          weight, config.train.get("mask_order", "random"))
+    except ValueError as e:  # name the config section
+      raise ValueError(f"train.{e}") from e
 
 
 def _check_certainty_forcing(config: ConfigDict) -> None:
