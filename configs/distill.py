@@ -55,6 +55,10 @@ def get_config(size: str = "tiny") -> ml_collections.ConfigDict:
       # row's end, given the row's earlier tokens
       teacher_target="anchors",
       view_weight=1.0,  # the 'causal_view' term's weight
+      # CDLM's consistency term: the student at a later state of the same
+      # trajectory is the target at the drawn one (above 0 with mask_order
+      # 'left_to_right' only; certainty_forcing.later_states)
+      consistency_weight=0.0,
       batch_size=8, num_steps=steps, warmup_steps=steps // 10,
       eval_every=steps // 2, eval_batches=2,
       checkpoint_every=max(1, steps // 8)))

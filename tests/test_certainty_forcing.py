@@ -1125,9 +1125,11 @@ def test_check_config_refuses_a_consistency_term_it_cannot_train():
   train.check_config(config)
   assert registry.get("certainty_forcing").options(config)[
       "consistency_weight"] == 1.0
-  # A task's certainty forcing (one block, no trajectory) takes none, even 0.
-  config.train.update(dict(mask_order="random", consistency_weight=0.0))
+  # A task's certainty forcing (one block, no trajectory) takes none.
+  config.train.mask_order = "random"
   config.data.source = "task"
-  with pytest.raises(ValueError, match="train.consistency_weight applies to "
-                                       ".*'task_certainty_forcing'"):
+  with pytest.raises(ValueError, match="train.consistency_weight=1.0 applies "
+                                       "to .*'task_certainty_forcing'"):
     registry.check_options(config)
+  config.train.consistency_weight = 0.0  # no term: accepted anywhere
+  registry.check_options(config)

@@ -306,8 +306,8 @@ def test_jacobi_keys_are_refused_for_other_objectives():
                      "train.objective 'jacobi_forcing' only"):
     train.check_config(config)
   config.data.jacobi_set = ""
-  with pytest.raises(ValueError, match=r"train.consistency_weight applies to "
-                     r"train.objective in \('certainty_forcing', "
+  with pytest.raises(ValueError, match=r"train.consistency_weight=1.0 applies "
+                     r"to train.objective in \('certainty_forcing', "
                      r"'jacobi_forcing'\) on text or distillation rows; got "
                      r"'ar'"):
     train.check_config(config)

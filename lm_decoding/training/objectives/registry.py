@@ -312,9 +312,9 @@ def check_options(config: ConfigDict) -> None:
   'causal_view' (it weighs that term alone); certainty forcing's
   train.prompt_length on text: an integer in [0, data.seq_len - 1];
   train.certainty_weight in [0, inf) and train.certainty_temperature in
-  (0, inf); train.consistency_weight: a number in [0, inf), only for
-  'jacobi_forcing' and 'certainty_forcing' (there above 0 only with
-  train.mask_order 'left_to_right').
+  (0, inf); train.consistency_weight: a number in [0, inf), above 0 only
+  for 'jacobi_forcing' and 'certainty_forcing' (there with train.mask_order
+  'left_to_right').
 
   Raises:
     ValueError: naming the key, its allowed values and objectives.
@@ -358,11 +358,13 @@ def _check_consistency_weight(config: ConfigDict) -> None:
     jacobi_forcing.check_consistency_weight(weight)
   except ValueError as e:  # name the config section
     raise ValueError(f"train.{e}") from e
+  if weight == 0:  # no term: any objective
+    return
   allowed = accepting("train.consistency_weight")
   if "train.consistency_weight" not in of_config(config).optional_keys:
-    raise ValueError(f"train.consistency_weight applies to train.objective "
-                     f"in {allowed} on text or distillation rows; got "
-                     f"{of_config(config).name!r}")
+    raise ValueError(f"train.consistency_weight={weight!r} applies to "
+                     f"train.objective in {allowed} on text or distillation "
+                     f"rows; got {of_config(config).name!r}")
   if of_config(config).name == "certainty_forcing":
     try:
       certainty_forcing.check_consistency(
