@@ -206,6 +206,23 @@ def test_member_train_changes_only_its_member(config_name):
   assert all("member_train" not in member for member in members.values())
 
 
+@pytest.mark.parametrize("entry, match", [
+    ({"mdl": dict(num_steps=7)}, r"member_train.mdl: not a member"),
+    ({"mdlm": dict(learning_rat=1e-3)},
+     r"member_train.mdlm.learning_rat: not a train key of 'mdlm'"),
+    ({"mdlm": dict(objective="ar")},
+     r"member_train.mdlm.objective: .*not an override")])
+def test_member_train_refuses_what_it_cannot_apply(entry, match):
+  """A member the set lacks, a train key its member lacks (a typo would be
+  added and never read: the member would train at the shared recipe) and
+  an objective (the member would not be what its name says) are refused,
+  naming the entry."""
+  config = tiny_config()
+  config.member_train = ml_collections.ConfigDict(entry)
+  with pytest.raises(ValueError, match=match):
+    member_recipes.member_configs(config)
+
+
 @pytest.fixture(scope="module")
 def shipped_tokenizer():
   return Tokenizer.load(str(recipes.DEFAULT_DIR / recipes.TOKENIZER_FILE))

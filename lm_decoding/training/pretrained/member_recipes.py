@@ -39,10 +39,15 @@ def member_configs(config: ml_collections.ConfigDict
   tokenizer, seed and training. Each entry of `config.member_train` (if
   present; e.g. base's 'mdlm') updates that member's `train` section last,
   after the adapted members and the controls are derived from the shared
-  recipe. No member config holds the sections 'compare', 'evaluator',
+  recipe; it may only set keys the member's train section has, other than
+  'objective'. No member config holds the sections 'compare', 'evaluator',
   'drafts', 'member_train' or 'mesh', nor 'peak_flops' (where it runs and
   the MFU's peak are not part of the recipe; a member's training measures
   the peak), so a member's recipe does not change when they do.
+
+  Raises:
+    ValueError: a `member_train` entry naming no member, or setting a key
+      its member's train section lacks, or 'objective'.
   """
   drafts = config.get("drafts", ml_collections.ConfigDict())
   members = {}
@@ -69,8 +74,28 @@ def member_configs(config: ml_collections.ConfigDict
   for name, adapted in CONTROL_MEMBERS.items():
     members[name] = control_config(members, adapted)
   for name, train in config.get("member_train", {}).items():
+    _check_member_train(members, name, train)
     members[name].train.update(train.to_dict())
   return members
+
+
+def _check_member_train(members: dict[str, ml_collections.ConfigDict],
+                        name: str, train: ml_collections.ConfigDict) -> None:
+  """Raises ValueError unless `name` is one of `members` and each key of
+  its `member_train` entry is a key of its train section other than
+  'objective' (a new key would be added and never read; another objective
+  makes another kind of model)."""
+  if name not in members:
+    raise ValueError(f"member_train.{name}: not a member; members: "
+                     f"{sorted(members)}")
+  for key in train:
+    if key == "objective":
+      raise ValueError(f"member_train.{name}.objective: the member's "
+                       "objective is not an override (another objective "
+                       "makes another kind of model)")
+    if key not in members[name].train:
+      raise ValueError(f"member_train.{name}.{key}: not a train key of "
+                       f"{name!r}; its keys: {sorted(members[name].train)}")
 
 
 def stored_member_configs(names, members: Collection[str],
