@@ -518,14 +518,12 @@ def check_certainty_term(weight, temperature) -> None:
 
 def certainty_forcing_loss(logits_fn, params, tokens_BxL: jax.Array,
                            key: jax.Array, *, block_length: int,
-                           prompt_length: int = 0,
-                           complementary: bool = True,
+                           prompt_length: int = 0, complementary: bool = True,
                            weight: float = CERTAINTY_WEIGHT,
                            temperature: float = CERTAINTY_TEMPERATURE,
                            mask_rate: float = MASK_RATE,
-                           mask_order: str = "random",
-                           mask_id: int = MASK_ID, teacher=None,
-                           teacher_target: str = "anchors",
+                           mask_order: str = "random", mask_id: int = MASK_ID,
+                           teacher=None, teacher_target: str = "anchors",
                            view_weight: float = 1.0,
                            consistency_weight: float = 0.0):
   """dParallel's certainty-forcing loss on the BD3-LM layout.
@@ -542,56 +540,73 @@ def certainty_forcing_loss(logits_fn, params, tokens_BxL: jax.Array,
     block_length: W, dividing L; should divide `prompt_length` so that the
       continuation's blocks start where `decoding.bd3lm` starts them.
     prompt_length: P in [0, L - 1], never masked.
-    complementary, weight, temperature, mask_rate, mask_id: as
-      `semi_ar_masks` and `certainty_forcing_terms`.
-    mask_order: `semi_ar_masks`'s order.
-    teacher: None, or tokens int32[B, L] -> float32[B, L, V] a causal
-      LM's log-probabilities of token i at index i (`next_token_log_probs`
-      with its model bound): the target at `block_anchors` (module
-      docstring). Its output is a constant of the gradient.
+    complementary, weight, temperature, mask_rate, mask_id, mask_order: as
+      `semi_ar_masks` (its `order`) and `certainty_forcing_terms`.
+    teacher: None, or tokens int32[B, L] -> float32[B, L, V] a causal LM's
+      log-probabilities of token i at index i (`next_token_log_probs`
+      bound), a constant of the gradient.
     teacher_target, view_weight: where the teacher scores (`TEACHER_TARGETS`:
       the anchors, every masked position, or `causal_view_cross_entropy`
       times view_weight added).
-    consistency_weight: >= 0, the weight of `consistency_cross_entropy` at
-      `later_states` drawn with a key folded from `key` (the masks are
-      those of weight 0); > 0 with mask_order 'left_to_right' only.
+    consistency_weight: >= 0, the weight of `_consistency` (the same masks;
+      > 0 with mask_order 'left_to_right' only).
   Returns:
     (loss float32[], metrics) of `certainty_forcing_terms`, with 'view_ce'
-    (the causal view's term) under 'causal_view' and 'consistency' (its
-    term) at a positive consistency_weight.
+    under 'causal_view' and 'consistency' at a positive consistency_weight.
   Raises:
-    ValueError: tokens not int[B, L]; block_length not dividing L;
-      prompt_length, weight, temperature or mask_rate outside its range; a
-      causal model; as `semi_ar_masks`; a teacher not callable or not of
-      the student's [B, L, V]; as `check_teacher_target`; as
-      `check_consistency`.
+    ValueError: tokens not int[B, L]; block_length not dividing L; P, weight,
+      temperature or mask_rate outside its range; a causal model; a teacher
+      not callable or not of the student's [B, L, V]; as `semi_ar_masks`,
+      `check_teacher_target` and `check_consistency`.
   """
   _check(logits_fn, tokens_BxL, prompt_length, weight, temperature,
          "certainty_forcing_loss")
   _check_options(logits_fn, tokens_BxL, block_length, mask_rate, teacher,
-                 teacher_target, view_weight)
-  check_consistency(consistency_weight, mask_order)
-  masked_CxL = semi_ar_masks(key, tokens_BxL, prompt_length,
-                             shifted(logits_fn), mask_rate, complementary,
-                             mask_order, block_length)
-  x0_CxL = jnp.tile(tokens_BxL,
-                    (masked_CxL.shape[0] // tokens_BxL.shape[0], 1))
-  x_t_CxL = jnp.where(masked_CxL, mask_id, x0_CxL)
-  logits = bd3lm_logits(logits_fn, params, x0_CxL, x_t_CxL, block_length)
+                 teacher_target, view_weight, consistency_weight, mask_order)
+  masked_CxL, x0_CxL, logits = _drawn(
+      logits_fn, params, tokens_BxL, key, prompt_length, mask_rate,
+      complementary, mask_order, block_length, mask_id)
   loss, metrics = _scored(
       logits_fn, params, tokens_BxL, logits, masked_CxL, x0_CxL, teacher,
       teacher_target, block_length, prompt_length, weight=weight,
       temperature=temperature, mask_id=mask_id, view_weight=view_weight)
-  if consistency_weight > 0:
-    later_CxL = later_states(jax.random.fold_in(key, 1), masked_CxL,
-                             block_length)
-    later_logits = jax.lax.stop_gradient(bd3lm_logits(
-        logits_fn, params, x0_CxL, jnp.where(later_CxL, mask_id, x0_CxL),
-        block_length))
-    metrics["consistency"] = consistency_cross_entropy(
-        logits, x_t_CxL, later_logits, later_CxL, mask_id)
+  if consistency_weight > 0:  # weight 0: the loss of no term, bit for bit
+    metrics["consistency"] = _consistency(
+        logits_fn, params, key, logits, masked_CxL, x0_CxL, block_length,
+        mask_id)
     loss = loss + consistency_weight * metrics["consistency"]
   return loss, metrics
+
+
+def _drawn(logits_fn, params, tokens_BxL, key, prompt_length, mask_rate,
+           complementary, order, block_length, mask_id):
+  """(masked bool[C, L], x0 int32[C, L], logits float32[C, L, V]): the masks
+  `semi_ar_masks` draws with `key` (C = 2 B with complementary rows, else
+  B), the rows they mask, and the student's `bd3lm.bd3lm_logits` there."""
+  masked_CxL = semi_ar_masks(key, tokens_BxL, prompt_length,
+                             shifted(logits_fn), mask_rate, complementary,
+                             order, block_length)
+  x0_CxL = jnp.tile(tokens_BxL,
+                    (masked_CxL.shape[0] // tokens_BxL.shape[0], 1))
+  logits = bd3lm_logits(logits_fn, params, x0_CxL,
+                        jnp.where(masked_CxL, mask_id, x0_CxL), block_length)
+  return masked_CxL, x0_CxL, logits
+
+
+def _consistency(logits_fn, params, key, logits_CxLxV, masked_CxL, x0_CxL,
+                 block_length, mask_id) -> jax.Array:
+  """float32[]: `consistency_cross_entropy` of the student's `logits_CxLxV`
+  at the drawn states (masked_CxL of x0_CxL) against its own logits, without
+  a gradient, at `later_states` drawn with fold_in(key, 1) (one more
+  `bd3lm.bd3lm_logits` pass)."""
+  later_CxL = later_states(jax.random.fold_in(key, 1), masked_CxL,
+                           block_length)
+  later_logits = jax.lax.stop_gradient(bd3lm_logits(
+      logits_fn, params, x0_CxL, jnp.where(later_CxL, mask_id, x0_CxL),
+      block_length))
+  return consistency_cross_entropy(
+      logits_CxLxV, jnp.where(masked_CxL, mask_id, x0_CxL), later_logits,
+      later_CxL, mask_id)
 
 
 def check_consistency(weight, mask_order) -> None:
@@ -645,10 +660,13 @@ def _teacher_positions(masked_CxL, x0_CxL, teacher_target, block_length,
 
 
 def _check_options(logits_fn, tokens_BxL, block_length, mask_rate, teacher,
-                   teacher_target, view_weight) -> None:
+                   teacher_target, view_weight, consistency_weight,
+                   mask_order) -> None:
   """Raises ValueError for `certainty_forcing_loss`'s block_length not
-  dividing L, mask_rate outside (0, 1), or teacher options
-  `check_teacher_target` refuses."""
+  dividing L, mask_rate outside (0, 1), teacher options
+  `check_teacher_target` refuses, or a consistency_weight
+  `check_consistency` refuses."""
+  check_consistency(consistency_weight, mask_order)
   check_block_length(block_length, tokens_BxL.shape[1])
   if not (is_number(mask_rate) and 0 < mask_rate < 1):
     raise ValueError(f"mask_rate={mask_rate!r} must be a number in (0, 1)")
