@@ -68,6 +68,13 @@ def test_per_call_histogram_counts_steps_by_tokens_committed():
   assert parallelism.per_call_histogram(accepted) == [2, 1, 5]
 
 
+def test_per_call_histogram_refuses_net_re_masking_steps():
+  """A step whose net commit is negative (a re-masking rule took back more
+  than it committed) has no bin: refused, not dropped."""
+  with pytest.raises(ValueError, match="step 1 of result 0 committed -2"):
+    parallelism.per_call_histogram([_result([2, -2, 3])])
+
+
 @pytest.mark.parametrize("name, options", [
     ("ar", {}),
     ("bd3lm", dict(steps=8, block_length=4, remasking="threshold",

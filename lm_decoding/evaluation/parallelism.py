@@ -93,23 +93,40 @@ def curves(rows: Sequence[dict], accuracy_key: str
 
 
 def per_call_histogram(results: Sequence) -> list[int]:
-  """How many tokens each call committed, over decodes of one row each.
+  """How many tokens each decoding step committed, over decodes of one row
+  each.
 
-  The distribution behind a TPF: counts[n] is the number of decoding steps
-  that committed n tokens (`DecodeResult.committed`; steps not run commit
-  none and are not counted), or, for a draft-and-verify decoder whose stats
-  hold `accept_counts` (`self_speculative`, `speculative`), the number of
+  counts[n] is the number of steps that committed n tokens
+  (`DecodeResult.committed`). A step that commits none is not told apart
+  from a step not run (both hold 0), so neither is counted and counts[0]
+  is 0: exact for the rules that commit at least one token a step (AR, the
+  threshold rule), not for e.g. 'ancestral', whose steps may commit none.
+  Steps are not calls: a decode's NFE also counts its prefill and a cached
+  block decoder's block-end writes, and not the steps that reuse logits,
+  so tokens / NFE (TPF) is not this histogram's mean. For a
+  draft-and-verify decoder whose stats hold `accept_counts`
+  (`self_speculative`, `speculative`), counts[n] is the number of
   verifying rounds that accepted n draft tokens (its acceptance-length
-  histogram).
+  histogram; counts[0] counts).
 
   Args:
     results: `DecodeResult`s, each of the rows decoded alone (B = 1), all
       of one decoder.
   Returns:
     counts[0..n_max], ints.
+  Raises:
+    ValueError: a step whose net commit is negative (a re-masking rule:
+      no bin holds it).
   """
   if "accept_counts" in results[0].stats:
     return np.sum([np.asarray(r.stats["accept_counts"]).sum(0)
                    for r in results], 0).astype(int).tolist()
+  for i, r in enumerate(results):
+    committed_KxB = np.asarray(r.committed)
+    if (committed_KxB < 0).any():
+      step, row = np.argwhere(committed_KxB < 0)[0]
+      raise ValueError(f"step {step} of result {i} committed "
+                       f"{int(committed_KxB[step, row])} tokens net "
+                       "(re-masking): no bin holds it")
   steps = np.concatenate([np.asarray(r.committed).ravel() for r in results])
   return np.bincount(steps[steps > 0]).tolist()
