@@ -291,8 +291,8 @@ def main(argv):
       **{f"{label} {part}": np.asarray(getattr(result, part))
          for label, result in outputs.items()
          for part in ("tokens", "lengths")})
-  columns = ("label", "tokens", "tpf_b1", "calls_b1", "tpf_batch", "gen_ppl", "entropy",
-             "entropy_eq", "ar_entropy_eq", "rep_4", "agreement",
+  columns = ("label", "tokens", "tpf_b1", "calls_b1", "tpf_batch", "gen_ppl",
+             "entropy", "entropy_eq", "ar_entropy_eq", "rep_4", "agreement",
              "common_prefix")
   lines = [f"Command: `{record['command']}`", "",
            f"Commit {record['commit'][:10]}; set {record['set_dir']}; "
