@@ -17,7 +17,8 @@ tokens / NFE); over the rows decoded alone, how many tokens each step
 committed (self-speculation: how many draft tokens each round accepted),
 a histogram per row of the record (`parallelism.per_call_histogram`); for
 a threshold row, the cost model's time at B = 1 over cached AR's on this
-CPU's profile, an H100 and a TPU v5e (`predicted_ratio`); gen-PPL
+CPU's profile, an H100 and a TPU v5e (`cost_model.block_decode_s` of the
+NFEs); gen-PPL
 under --evaluator, unigram entropy, rep-4; agreement with AR greedy's
 tokens (the fraction of the T positions that hold the same token, and the
 mean length of the common prefix); and, since a row's unigram entropy grows
@@ -95,26 +96,6 @@ _OUT = flags.DEFINE_string("out", None, "Output folder.", required=True)
 
 GREEDY = SamplingConfig(temperature=0.0)
 PROFILES = ("cpu", "h100_sxm", "tpu_v5e")  # of the threshold rows' prediction
-
-
-def predicted_ratio(config, calls: float, ar_tokens: float, width: int,
-                    prompt_length: int, output_length: int,
-                    profile: cost_model.HardwareProfile) -> float:
-  """A threshold decode's predicted time at B = 1 over cached AR's.
-
-  The decode: the prefill and `calls` - 1 block calls (its NFE counts the
-  prefill) of `width` positions against the P + T cache slots (the exact
-  prefix cache); cached AR: the prefill and `ar_tokens` - 1 steps of one
-  position (`cost_model.step_s`: the roofline plus the profile's per-call
-  overhead). < 1: the threshold decode is faster.
-  """
-  prefill = cost_model.prefill_s(config, 1, prompt_length, output_length,
-                                 profile)
-  call = cost_model.step_s(config, 1, width, prompt_length + output_length,
-                           profile)
-  step = cost_model.ar_step_s(config, 1, prompt_length, output_length,
-                              profile)
-  return (prefill + (calls - 1) * call) / (prefill + (ar_tokens - 1) * step)
 
 
 def _load(config, names):
@@ -232,16 +213,21 @@ def main(argv):
 
   gammas = [int(g) for g in _GAMMAS.value]
   configs = {n: train_lib.model_config(ml_collections.ConfigDict(
-      recipes.read_manifest(n, _SET_DIR.value)["recipe"])) for n in widths}
+      recipes.read_manifest(n, _SET_DIR.value)["recipe"]))
+             for n in [_AR.value, *widths]}
   profiles = {n: cost_model.load_profile(n) for n in PROFILES}
+  ar_config, p_len = configs[_AR.value], _PROMPT_LENGTH.value
+  ar_s = {n: cost_model.prefill_s(ar_config, 1, p_len, t, p)
+          + (rows[0]["calls_b1"] - 1)
+          * cost_model.ar_step_s(ar_config, 1, p_len, t, p)
+          for n, p in profiles.items()}
   for name in widths:
     for tau in map(float, _THRESHOLDS.value):
       measure(f"{name} tau={tau}", bd3lm(tau, name), name, tau=tau)
       rows[-1]["predicted_b1"] = {
-          n: predicted_ratio(configs[name], rows[-1]["calls_b1"],
-                             rows[0]["tokens"], widths[name],
-                             _PROMPT_LENGTH.value, t, profile)
-          for n, profile in profiles.items()}
+          n: cost_model.block_decode_s(configs[name], 1, p_len, t,
+                                       widths[name], rows[-1]["calls_b1"], p)
+          / ar_s[n] for n, p in profiles.items()}
     for tau in map(float, _IN_ORDER.value):
       measure(f"{name} tau={tau} in order", bd3lm(tau, name, True), name,
               tau=tau, in_order=True)
@@ -308,8 +294,8 @@ def main(argv):
   lines += [f"- {label}: {' '.join(map(str, counts))}"
             for label, counts in histograms.items()]
   lines += ["", "Threshold rows at B = 1, the cost model's time over cached "
-            "AR's (`predicted_ratio`: their mean calls against AR greedy's "
-            "mean tokens):", "",
+            "AR's (`cost_model.block_decode_s` of their mean calls over the "
+            "prefill and AR greedy's mean calls - 1 cached steps):", "",
             "| row | " + " | ".join(PROFILES) + " |",
             "|---|" + "---|" * len(PROFILES)]
   lines += [f"| {r['label']} | " + " | ".join(

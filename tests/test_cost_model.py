@@ -13,6 +13,9 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+import stubs
+from lm_decoding.decoding import base, make_decoder
+from lm_decoding.decoding.sampling import SamplingConfig
 from lm_decoding.evaluation import checklist, cost, cost_model as cm, report, router
 from lm_decoding.models import (
     KVCache, TransformerConfig, abstract_params, count_params, init_params,
@@ -294,3 +297,33 @@ def test_recommend_reads_measured_curves(tmp_path):
   assert curves.parallel_ms(64, 10) == pytest.approx(10 * (2 + 1 / 3))
   with pytest.raises(ValueError, match="1 rows labelled .AR cached. at batch_size=8"):
     checklist.measured_curves(str(path), 8, "AR cached", "MDLM K=32")
+
+
+@pytest.mark.parametrize("token_shift", [False, True])
+def test_block_decode_s_costs_the_calls_a_cached_bd3lm_decode_makes(
+    token_shift):
+  """From a real decode's NFE (threshold commits, the exact prefix cache):
+  under a FLOP-bound profile the prediction is the FLOPs of the positions
+  the decode processed (`forward_tokens`: the prefill, the block-end
+  writes, W + 1 positions a denoising call under a token shift) plus the
+  overhead of each counted call."""
+  config = TransformerConfig(
+      vocab_size=32, d_model=32, num_layers=2, num_heads=2, num_kv_heads=2,
+      head_dim=16, mlp_dim=64, max_len=40, attention="bidirectional",
+      token_shift=token_shift)
+  decoder = make_decoder("bd3lm", output_length=16, steps=16, block_length=4,
+                         remasking="threshold", threshold=0.2,
+                         kv_cache="prefix",
+                         sampling=SamplingConfig(temperature=0.0))
+  out = decoder.decode(
+      base.bind(make_logits_fn(config), stubs.random_params(config)),
+      jnp.asarray([[3, 4, 5, 6, 7]]), jnp.asarray([5]), jax.random.key(0))
+  calls, positions = int(out.nfe), int(out.forward_tokens["model"])
+  flop_bound = cm.HardwareProfile("f", 1.0, 1e30, 0.5, "test")
+  got = cm.block_decode_s(config, 1, 5, 16, 4, calls, flop_bound)
+  assert got == pytest.approx(
+      cm.forward_flops(config, 1, positions, 21) + 0.5 * calls)
+  with pytest.raises(ValueError, match=r"calls=7 must be at least 8"):
+    cm.block_decode_s(config, 1, 5, 16, 4, 7, flop_bound)
+  with pytest.raises(ValueError, match="block_length=3 must divide"):
+    cm.block_decode_s(config, 1, 5, 16, 3, calls, flop_bound)

@@ -38,6 +38,9 @@ Decodes, as this codebase's decoders run them:
     positions (MDLM, LLaDA without a cache); with a block length W, K steps
     over B x W positions against the cache (a Fast-dLLM style dual cache)
     plus one full pass per block to refresh the cache.
+  BD3-LM over its exact prefix cache (`block_decode_s`, from a decode's
+    NFE): the prefill, a window call per step and a clean write between
+    blocks.
 The crossover: K* = AR decode / one full denoising step (parallel wins for
 K < K*), and T*, the shortest output length at which K parallel steps beat
 the AR decode.
@@ -454,6 +457,47 @@ def parallel_decode_s(config: TransformerConfig, batch_size: int,
   block = step_s(config, batch_size, block_length,
                  prompt_length + output_length, profile)
   return blocks * full + steps * block
+
+
+def block_decode_s(config: TransformerConfig, batch_size: int,
+                   prompt_length: int, output_length: int, block_length: int,
+                   calls: float, profile: HardwareProfile) -> float:
+  """A BD3-LM decode over the exact prefix cache (`decoding.bd3lm`,
+  kv_cache 'prefix') that made `calls` forward calls (its NFE), seconds.
+
+  The NFE counts the prefill (B x P), the N - 1 writes of a finished
+  block's clean keys (B x W each; N = T / W blocks, no write after the
+  last) and calls - N denoising calls of B x W window positions (B x
+  (W + 1) under `config.token_shift`, which also feeds the committed token
+  before the window), each against the P + T cache slots.
+
+  Args:
+    config, batch_size, prompt_length, output_length, profile: as
+      `denoise_step_s`.
+    block_length: W, dividing T.
+    calls: the decode's NFE (a mean over decodes allowed), >= 2 N (a
+      prefill, the writes, at least one denoising call a block).
+  Raises:
+    ValueError: B, P, T or W below 1, W not dividing T, or calls not a
+      number >= 2 N (the message names the argument).
+  """
+  _check_lengths(batch_size, prompt_length, output_length)
+  _check_counts(block_length=block_length)
+  if output_length % block_length:
+    raise ValueError(f"block_length={block_length} must divide "
+                     f"output_length={output_length}")
+  blocks = output_length // block_length
+  if not (is_number(calls) and 2 * blocks <= calls < math.inf):
+    raise ValueError(f"calls={calls!r} must be at least {2 * blocks} (a "
+                     f"prefill, {blocks - 1} block writes, a denoising call "
+                     f"a block)")
+  slots = prompt_length + output_length
+  window = block_length + int(config.token_shift)
+  return (prefill_s(config, batch_size, prompt_length, output_length, profile)
+          + (blocks - 1) * step_s(config, batch_size, block_length, slots,
+                                  profile)
+          + (calls - blocks) * step_s(config, batch_size, window, slots,
+                                      profile))
 
 
 def crossover_steps(config: TransformerConfig, batch_size: int,
