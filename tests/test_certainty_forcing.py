@@ -1133,3 +1133,22 @@ def test_check_config_refuses_a_consistency_term_it_cannot_train():
     registry.check_options(config)
   config.train.consistency_weight = 0.0  # no term: accepted anywhere
   registry.check_options(config)
+
+
+def test_the_consistency_term_reaches_the_training_log(tmp_path):
+  """One step through `train.train` with the term logs it beside the loss
+  (`run_log.LOSS_TERMS`), and a step without it does not."""
+  config = tiny_distill_config()
+  config.train.update(dict(mask_order="left_to_right",
+                           complementary_masks=False,
+                           consistency_weight=0.5))
+  rows = np.asarray(jax.random.randint(jax.random.key(2), (4, 16), 5, 512))
+  data = (types.SimpleNamespace(describe=lambda: "rows"), rows, rows)
+  for weight, folder in ((0.5, "with"), (0.0, "without")):
+    config.train.consistency_weight = weight
+    train.train(config, str(tmp_path / folder), progress=False, data=data)
+    with open(tmp_path / folder / "metrics.jsonl") as f:
+      record = [json.loads(line) for line in f][1]
+    assert ("consistency" in record) == (weight > 0), record
+    if weight:
+      assert record["consistency"] > 0

@@ -112,9 +112,10 @@ def check_resume(checkpoints: Checkpoints, fingerprint: dict) -> bool:
 # The metrics beside the loss that a step record keeps when the objective
 # returns them: scheduled sampling's replaced fraction; certainty forcing's
 # cross-entropy, entropy and the fraction of masked tokens already right,
-# and with a teacher the cross-entropy against it at the block anchors.
+# with a teacher the cross-entropy against it at the block anchors or of the
+# causal view, and the consistency term; Jacobi forcing's AR cross-entropy.
 LOSS_TERMS = ("replaced", "ce", "entropy", "correct", "teacher_ce",
-              "view_ce", "ar_ce")
+              "view_ce", "consistency", "ar_ce")
 
 
 def step_record(done: int, loss: float, metrics: dict, seconds: float,
