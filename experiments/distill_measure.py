@@ -11,8 +11,8 @@ blocks of --block_length, remasking='threshold', greedy (temperature 0),
 the exact prefix cache, on --num_prompts held-out test prompts of
 --prompt_length tokens, T = --output_length. Per row: the mean tokens
 made (up to and including EOS), TPF = tokens / NFE with the row decoded
-alone (B = 1, the latency case; every decoder here stops once its rows
-have ended; calls_b1 its mean NFE) and the batch's (its longest row's
+alone (B = 1, the latency case; calls_b1 its mean NFE; `bd3lm` decodes
+all T positions, so its calls after a row's EOS count) and the batch's (its longest row's
 tokens / NFE); over the rows decoded alone, how many tokens each step
 committed (self-speculation: how many draft tokens each round accepted),
 a histogram per row of the record (`parallelism.per_call_histogram`); for
@@ -126,8 +126,8 @@ def _calls(result) -> int:
 
 def _tpf(result) -> float:
   """Tokens per forward: the tokens the longest row made (up to and
-  including its EOS: every decoder here stops once all rows have ended)
-  over `_calls`."""
+  including its EOS) over `_calls` (all of them: `bd3lm` runs on past
+  the rows' ends)."""
   return float(np.max(result.lengths) / _calls(result))
 
 
@@ -181,7 +181,7 @@ def main(argv):
     sys.exit(f"distill_measure: error: {e}")
   del tokenizer
   t = _OUTPUT_LENGTH.value
-  # The AR reference stops once every row has ended, as the others do.
+  # The AR reference stops once every row has ended.
   ar = base.make_decoder("ar_early_exit", output_length=t, sampling=GREEDY)
   evaluator = models[_EVALUATOR.value]
   ar_result, ar_alone = _decode(ar, models[_AR.value], prompts)
