@@ -4,7 +4,7 @@ r"""The main job: sequential vs parallel decoding, cost and quality, measured.
       --workdir=/tmp/compare [--config.mesh.shape="(-1, 1, 1)"]
 
 configs/tiny.py's default grid (14 decoders, each decoding family at its
-strongest setting, T = 256, B = 1 and 8; 12 in its record) took 340 s on 2 CPU cores
+strongest setting, T = 256, B = 1 and 8; 14 in its record) took 445 s on 2 CPU cores
 (experiments/results/tiny_cpu_2core/run.json); configs/full.py is the full
 grid (24 decoders at T = 32, 128 and 256; its one record,
 experiments/results/full_grid_cpu_2core/, ran the 19 it then held at T = 32
